@@ -1,0 +1,87 @@
+// StoreOptions: everything a Store is opened with, with documented defaults.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flatkv/shape.h"
+
+namespace flatkv {
+
+namespace io {
+class IoEngine;
+}
+class PlacementPolicy;
+
+enum class IoEngineKind : uint8_t {
+  kAuto = 0,        // io_uring when the kernel allows it, else the thread pool
+  kUring = 1,       // io_uring only; Open fails where it is refused
+  kThreadPool = 2,  // blocking pread/pwrite on worker threads
+};
+
+struct StoreOptions {
+  // The KV shape of every block. Required. Reopening an SSD directory with a
+  // different shape or block size is refused.
+  KvShape shape;
+  // Tokens per block, 16..512. Larger blocks mean fewer, larger I/Os but
+  // coarser reuse (a partial block is never stored).
+  uint32_t block_tokens = 64;
+
+  // DRAM tier capacity in bytes; 0 disables the tier. The arena is reserved
+  // and pre-faulted at Open, rounded up to 2 MiB. Capacity holds exactly:
+  // allocated extents never exceed it.
+  uint64_t dram_capacity_bytes = 256ull << 20;
+  // SSD directories; empty disables the tier. Each holds its own segment
+  // files and manifest.
+  std::vector<std::string> ssd_dirs;
+  // SSD capacity per directory in bytes (segment files are created lazily up
+  // to it and never exceed it).
+  uint64_t ssd_capacity_bytes = 4ull << 30;
+  // Size of one preallocated segment file. Extents are carved from segments.
+  uint64_t segment_bytes = 256ull << 20;
+
+  // Target size of one layer's run inside an extent, per medium. An extent
+  // holds ceil(target / block_layer_bytes) blocks, so restoring one extent's
+  // worth of a layer is one request of about this size. Larger SSD runs mean
+  // fewer, larger reads (>= 1 MiB is where the disk reaches full bandwidth)
+  // at the cost of more space held by a session's last, partly filled extent.
+  uint64_t dram_extent_layer_bytes = 256ull << 10;
+  uint64_t ssd_extent_layer_bytes = 2ull << 20;
+
+  // The most DRAM one session may hold before the default placement sends
+  // its new extents to SSD.
+  uint64_t session_dram_share_bytes = 64ull << 20;
+  // A session untouched for this long is idle: its DRAM extents may be
+  // reclaimed to make room for another session's new extents.
+  std::chrono::milliseconds dram_idle_after{10000};
+
+  // Layers a restore may hold in its destination window at once (>= 1).
+  uint32_t window_layers = 4;
+  // Coalesced reads are split into requests of at most this many bytes.
+  uint64_t max_request_bytes = 4ull << 20;
+
+  IoEngineKind ssd_io = IoEngineKind::kAuto;
+  uint32_t ssd_queue_depth = 32;  // io_uring ring entries
+  uint32_t ssd_threads = 4;       // thread-pool engine workers
+  uint32_t dram_threads = 1;      // workers copying DRAM hits into windows
+  // Ask for O_DIRECT on segment files (falls back to buffered, with a warning
+  // and a stat, where the filesystem refuses it).
+  bool use_direct_io = true;
+  // fdatasync segment data and the manifest after every Put. Off: a Put
+  // survives a process crash (kill -9) but not a power loss; torn data is
+  // still never returned, because every block is checksummed.
+  bool sync_writes = false;
+  // Verify checksums of DRAM hits too (SSD hits are always verified).
+  bool verify_dram_reads = false;
+
+  // Medium placement; null means DefaultPlacement.
+  std::shared_ptr<PlacementPolicy> placement;
+  // I/O engine for the SSD tier; null means one made from ssd_io. Tests
+  // inject a FaultInjectionEngine here.
+  std::shared_ptr<io::IoEngine> ssd_engine;
+};
+
+}  // namespace flatkv

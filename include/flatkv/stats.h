@@ -1,0 +1,54 @@
+// StoreStats: a snapshot of a store's counters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace flatkv {
+
+struct MediumStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;       // bytes of allocated extents
+  uint64_t extents = 0;          // allocated extents
+  uint64_t blocks = 0;           // blocks indexed on this medium
+  uint64_t hit_blocks = 0;       // blocks restored from this medium
+  uint64_t bytes_written = 0;    // payload bytes put
+  uint64_t bytes_read = 0;       // bytes read from the medium (SSD: including alignment padding)
+  uint64_t bytes_delivered = 0;  // payload bytes placed in restore windows
+  uint64_t read_requests = 0;    // coalesced requests issued
+  uint64_t evicted_extents = 0;
+  uint64_t evicted_blocks = 0;
+  uint64_t queue_depth = 0;      // requests outstanding now
+  uint64_t max_queue_depth = 0;  // the most ever outstanding
+};
+
+struct StoreStats {
+  MediumStats dram;
+  MediumStats ssd;
+  uint64_t sessions = 0;
+  uint64_t restores = 0;
+  uint64_t lookup_blocks = 0;   // keys asked for across restores
+  uint64_t miss_blocks = 0;     // keys asked for that did not hit
+  uint64_t put_blocks = 0;      // blocks written
+  uint64_t dedup_blocks = 0;    // blocks put that were already stored
+  uint64_t checksum_failures = 0;
+  uint64_t io_errors = 0;
+  uint64_t recovered_blocks = 0;  // SSD blocks found by recovery at Open
+  uint64_t lost_blocks = 0;       // SSD blocks recovery dropped (missing or short segment)
+  uint64_t manifest_bytes = 0;
+  bool ssd_direct_io = false;     // every SSD segment is opened with O_DIRECT
+  std::string ssd_engine;         // "io_uring", "threadpool", ...
+  // Restore latency, from Restore() to the last layer loaded, in microseconds.
+  double restore_p50_us = 0, restore_p90_us = 0, restore_p99_us = 0, restore_max_us = 0;
+
+  // SSD read amplification: bytes read from SSD / bytes delivered from SSD.
+  double ssd_read_amplification() const {
+    return ssd.bytes_delivered ? double(ssd.bytes_read) / double(ssd.bytes_delivered) : 0.0;
+  }
+  // Human-readable, one item a line.
+  std::string ToString() const;
+  // One JSON object.
+  std::string ToJson() const;
+};
+
+}  // namespace flatkv

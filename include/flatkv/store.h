@@ -1,0 +1,126 @@
+// Store: host DRAM and NVMe SSD as peer media in one 64-bit address space.
+//
+// A block (block_tokens tokens of KV across all layers) is written once,
+// straight onto the medium the placement policy picks when its extent is
+// created, and never migrated. A session's blocks are laid out
+// session-contiguous and layer-major inside extents, so restoring a prefix
+// costs one read per layer per extent. See docs/architecture.md.
+//
+// Block payload layout (what Put takes and what a restore delivers): a
+// block is `shape.layers` consecutive layer slices of BlockLayerBytes()
+// each. The bytes inside a layer slice are the caller's (the store never
+// interprets them).
+//
+// Thread-safety: all methods are thread-safe. A Restore object is used by
+// one consumer thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "flatkv/keys.h"
+#include "flatkv/options.h"
+#include "flatkv/placement.h"
+#include "flatkv/stats.h"
+#include "flatkv/status.h"
+
+namespace flatkv {
+
+using SessionId = uint64_t;
+
+// A 64-bit address: medium in the top 4 bits, device in the next 12, byte
+// offset in the low 48. Format in docs/format_address.md.
+struct Address {
+  static constexpr int kOffsetBits = 48;
+  static constexpr uint64_t kOffsetMask = (uint64_t{1} << kOffsetBits) - 1;
+  uint64_t raw = 0;
+
+  static Address Make(Medium m, uint32_t device, uint64_t offset) {
+    return Address{(uint64_t(m) << 60) | (uint64_t(device & 0xFFF) << kOffsetBits) | (offset & kOffsetMask)};
+  }
+  Medium medium() const { return static_cast<Medium>(raw >> 60); }
+  uint32_t device() const { return static_cast<uint32_t>((raw >> kOffsetBits) & 0xFFF); }
+  uint64_t offset() const { return raw & kOffsetMask; }
+};
+
+// Where one hit block lives: the address of its layer-0 slice, and the
+// distance between its consecutive layer slices.
+struct BlockLocation {
+  Address layer0;
+  uint64_t layer_stride = 0;
+};
+
+struct PutOptions {
+  PutHint hint = PutHint::kAuto;
+};
+
+// One restored layer: `blocks` consecutive blocks' slices of this layer,
+// block-major, BlockLayerBytes() each. Valid until ReleaseLayer(layer).
+struct LayerView {
+  uint32_t layer = 0;
+  uint32_t blocks = 0;
+  std::span<const std::byte> data;
+};
+
+// A restore in flight: loads the hit prefix layer by layer into a bounded
+// window. Consume layers in order: WaitLayer(l), use the view,
+// ReleaseLayer(l) (which frees the slot for layer l + window_layers).
+//
+// If a block fails its checksum or its read fails, that block and every
+// later one become misses: later views carry fewer blocks, and Finish()
+// returns the final count. Destroying a Restore waits for its I/O.
+class Restore {
+ public:
+  virtual ~Restore() = default;
+  // Leading blocks of the chain found in the index when the restore began.
+  virtual uint32_t hit_blocks() const = 0;
+  // Where each hit block lives.
+  virtual std::span<const BlockLocation> locations() const = 0;
+  // Blocks until `layer` is loaded. Layers must be waited for in order;
+  // waiting for a layer beyond the window without releasing earlier ones is
+  // a FailedPrecondition error rather than a deadlock.
+  virtual Result<LayerView> WaitLayer(uint32_t layer) = 0;
+  virtual void ReleaseLayer(uint32_t layer) = 0;
+  // Waits for every layer still loading and returns the blocks valid in
+  // every layer (<= hit_blocks()).
+  virtual uint32_t Finish() = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating or recovering) a store. Fails with InvalidArgument on a
+  // bad shape or capacity, NotFound/PermissionDenied on an unusable
+  // directory, Corruption on a manifest that belongs to another shape.
+  static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  virtual ~Store() = default;
+
+  // Writes `keys.size()` blocks for `session`. `data` is the blocks'
+  // payloads back to back (BlockBytes() each). Blocks already stored are
+  // skipped. On error nothing previously stored is lost, and blocks of this
+  // call that were not written are misses.
+  virtual Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
+                     const PutOptions& options = {}) = 0;
+
+  // How many leading keys of `chain` are stored (no I/O).
+  virtual uint32_t Match(std::span<const BlockKey> chain) const = 0;
+
+  // Starts restoring the longest stored prefix of `chain` (possibly empty).
+  virtual Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain) = 0;
+
+  // Frees every extent of `session`, on both media.
+  virtual Status DropSession(SessionId session) = 0;
+
+  // Writes a compact manifest and closes files. Further calls fail.
+  virtual Status Close() = 0;
+
+  virtual StoreStats Stats() const = 0;
+  virtual const StoreOptions& options() const = 0;
+  // Bytes of one block's slice of one layer, and of one whole block.
+  virtual uint64_t BlockLayerBytes() const = 0;
+  virtual uint64_t BlockBytes() const = 0;
+};
+
+}  // namespace flatkv

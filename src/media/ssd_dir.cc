@@ -1,0 +1,108 @@
+#include "media/ssd_dir.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/log.h"
+
+namespace flatkv {
+namespace {
+
+std::string SegmentPath(const std::string& dir, uint32_t segment) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "/seg-%06u.dat", segment);
+  return dir + name;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SsdDir>> SsdDir::Open(const SsdDirOptions& options, const persist::ManifestHeader& header,
+                                             io::IoEngine* engine, persist::ManifestContents* contents) {
+  FLATKV_RETURN_IF_ERROR(io::EnsureWritableDir(options.path));
+  FLATKV_ASSIGN_OR_RETURN(auto manifest, persist::Manifest::Open(options.path, header, engine, contents));
+  const persist::ManifestHeader& stored = contents->header;
+  if (header.shape.layers != 0 && (!(stored.shape == header.shape) || stored.block_tokens != header.block_tokens))
+    return Status::InvalidArgument(options.path + ": store holds {" + stored.shape.ToString() + " block_tokens=" +
+                                   std::to_string(stored.block_tokens) + "} but was opened with {" +
+                                   header.shape.ToString() + " block_tokens=" + std::to_string(header.block_tokens) + "}");
+  ExtentGeometry g;
+  g.layers = stored.shape.layers;
+  g.block_layer_bytes = stored.shape.BytesPerTokenLayer() * stored.block_tokens;
+  g.slot_stride = stored.slot_stride;
+  g.extent_blocks = stored.extent_blocks;
+  g.layer_stride = stored.layer_stride;
+  g.extent_bytes = stored.extent_bytes;
+  if (g.slot_stride < g.block_layer_bytes || g.slot_stride % 4096 != 0)
+    return Status::Corruption(options.path + ": manifest slot_stride " + std::to_string(g.slot_stride) +
+                              " does not fit blocks of " + std::to_string(g.block_layer_bytes) + " bytes per layer");
+  const uint64_t total_slots = options.capacity_bytes / g.extent_bytes;
+  if (total_slots == 0)
+    return Status::InvalidArgument(options.path + ": ssd_capacity_bytes=" + std::to_string(options.capacity_bytes) +
+                                   " is smaller than one SSD extent (" + std::to_string(g.extent_bytes) + " bytes)");
+  std::unique_ptr<SsdDir> d(new SsdDir(options, stored, g));
+  d->manifest_ = std::move(manifest);
+  d->slots_ = SlotAllocator(total_slots);
+  d->segments_.resize((total_slots + d->slots_per_segment() - 1) / d->slots_per_segment());
+  return d;
+}
+
+uint64_t SsdDir::SegmentFileBytes(uint32_t segment) const {
+  const uint64_t first = uint64_t{segment} * slots_per_segment();
+  const uint64_t n = std::min(slots_per_segment(), slots_.capacity() - first);
+  return n * header_.extent_bytes;
+}
+
+Result<const io::File*> SsdDir::Segment(uint32_t segment, bool create) {
+  std::lock_guard lock(mu_);
+  if (segment >= segments_.size())
+    return Status::InvalidArgument(options_.path + ": segment " + std::to_string(segment) + " beyond capacity");
+  if (segments_[segment]) return segments_[segment].get();
+  const std::string path = SegmentPath(options_.path, segment);
+  if (!create && !io::PathExists(path)) return Status::NotFound(path + ": segment file missing");
+  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(path, create, options_.want_direct));
+  if (options_.want_direct && !f.direct()) {
+    all_direct_ = false;
+    if (!fallback_warned_) {
+      LogWarning(options_.path + ": O_DIRECT refused by the filesystem; using buffered I/O (reads may come from the page cache)");
+      fallback_warned_ = true;
+    }
+  }
+  if (!options_.want_direct) all_direct_ = false;
+  const uint64_t want = SegmentFileBytes(segment);
+  if (create) {
+    FLATKV_ASSIGN_OR_RETURN(uint64_t size, f.Size());
+    if (size < want) FLATKV_RETURN_IF_ERROR(f.Preallocate(want));
+  }
+  segments_[segment] = std::make_unique<io::File>(std::move(f));
+  return segments_[segment].get();
+}
+
+Result<std::pair<int, uint64_t>> SsdDir::Locate(uint64_t address_offset, bool create) {
+  const uint32_t segment = static_cast<uint32_t>(address_offset / header_.segment_bytes);
+  FLATKV_ASSIGN_OR_RETURN(const io::File* f, Segment(segment, create));
+  return std::make_pair(f->fd(), address_offset % header_.segment_bytes);
+}
+
+bool SsdDir::SegmentHolds(uint64_t slot) {
+  if (slot >= slots_.capacity()) return false;
+  auto ref = RefOf(slot);
+  auto f = Segment(ref.segment, /*create=*/false);
+  if (!f.ok()) return false;
+  auto size = f.value()->Size();
+  return size.ok() && size.value() >= (uint64_t{ref.slot} + 1) * header_.extent_bytes;
+}
+
+bool SsdDir::all_direct() const {
+  std::lock_guard lock(mu_);
+  return all_direct_;
+}
+
+std::vector<int> SsdDir::OpenFds() const {
+  std::lock_guard lock(mu_);
+  std::vector<int> fds;
+  for (const auto& s : segments_)
+    if (s) fds.push_back(s->fd());
+  return fds;
+}
+
+}  // namespace flatkv

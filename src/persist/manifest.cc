@@ -1,0 +1,309 @@
+#include "persist/manifest.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/checksum.h"
+#include "common/log.h"
+
+namespace flatkv::persist {
+namespace {
+
+constexpr char kMagic[8] = {'F', 'L', 'A', 'T', 'K', 'V', 'M', 'F'};
+constexpr uint32_t kMaxRecordBytes = 1u << 20;
+constexpr uint32_t kHeaderBodyBytes = 68;
+enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3 };
+
+void PutU8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
+void PutU16(std::vector<uint8_t>& o, uint16_t v) { for (int i = 0; i < 2; ++i) o.push_back(uint8_t(v >> (8 * i))); }
+void PutU32(std::vector<uint8_t>& o, uint32_t v) { for (int i = 0; i < 4; ++i) o.push_back(uint8_t(v >> (8 * i))); }
+void PutU64(std::vector<uint8_t>& o, uint64_t v) { for (int i = 0; i < 8; ++i) o.push_back(uint8_t(v >> (8 * i))); }
+
+// Bounds-checked little-endian reader over a byte span.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
+  bool Has(size_t n) const { return b_.size() - pos_ >= n; }
+  size_t pos() const { return pos_; }
+  size_t remaining() const { return b_.size() - pos_; }
+  uint64_t Get(int bytes) {  // caller checked Has()
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | b_[pos_ + i];
+    pos_ += bytes;
+    return v;
+  }
+  uint8_t U8() { return uint8_t(Get(1)); }
+  uint16_t U16() { return uint16_t(Get(2)); }
+  uint32_t U32() { return uint32_t(Get(4)); }
+  uint64_t U64() { return Get(8); }
+  std::span<const uint8_t> Bytes(size_t n) {
+    auto s = b_.subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
+
+ private:
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+};
+
+void FinishRecord(std::vector<uint8_t>& out, size_t start) {
+  // Layout: [u32 len][u32 checksum][type + payload (len bytes)]
+  uint32_t len = static_cast<uint32_t>(out.size() - start - 8);
+  uint32_t sum = RecordChecksum(out.data() + start + 8, len);
+  for (int i = 0; i < 4; ++i) out[start + i] = uint8_t(len >> (8 * i));
+  for (int i = 0; i < 4; ++i) out[start + 4 + i] = uint8_t(sum >> (8 * i));
+}
+
+size_t BeginRecord(std::vector<uint8_t>& out, RecordType type) {
+  size_t start = out.size();
+  out.resize(out.size() + 8);
+  PutU8(out, type);
+  return start;
+}
+
+Status ParseHeader(Reader& r, ManifestHeader* h) {
+  if (!r.Has(16)) return Status::Corruption("manifest: shorter than its header (" + std::to_string(r.remaining()) + " bytes)");
+  auto magic = r.Bytes(8);
+  if (std::memcmp(magic.data(), kMagic, 8) != 0) return Status::Corruption("manifest: bad magic (not a flatkv manifest)");
+  uint32_t version = r.U32();
+  if (version != kManifestVersion)
+    return Status::NotSupported("manifest: version " + std::to_string(version) + " (this build reads version " +
+                                std::to_string(kManifestVersion) + ")");
+  uint32_t body_len = r.U32();
+  if (body_len != kHeaderBodyBytes || !r.Has(body_len + 4))
+    return Status::Corruption("manifest: header body length " + std::to_string(body_len) + " (expected " + std::to_string(kHeaderBodyBytes) + ")");
+  auto body = r.Bytes(body_len);
+  uint32_t sum = r.U32();
+  if (sum != RecordChecksum(body.data(), body.size())) return Status::Corruption("manifest: header checksum mismatch");
+  Reader b(body);
+  h->shape.kind = static_cast<AttentionKind>(b.U8());
+  h->shape.dtype = static_cast<DType>(b.U8());
+  b.U16();
+  h->shape.layers = b.U32();
+  h->shape.kv_heads = b.U32();
+  h->shape.head_dim = b.U32();
+  h->shape.latent_dim = b.U32();
+  h->shape.rope_dim = b.U32();
+  h->block_tokens = b.U32();
+  h->segment_bytes = b.U64();
+  h->extent_blocks = b.U32();
+  b.U32();
+  h->slot_stride = b.U64();
+  h->layer_stride = b.U64();
+  h->extent_bytes = b.U64();
+  Status s = h->shape.Validate();
+  if (!s.ok()) return Status::Corruption("manifest header: " + s.message());
+  if (h->block_tokens == 0 || h->extent_blocks == 0 || h->slot_stride == 0 ||
+      h->layer_stride < uint64_t{h->extent_blocks} * h->slot_stride ||
+      h->extent_bytes != h->layer_stride * h->shape.layers || h->segment_bytes < h->extent_bytes)
+    return Status::Corruption("manifest header: inconsistent extent layout: " + h->ToString());
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ManifestHeader::ToString() const {
+  return shape.ToString() + " block_tokens=" + std::to_string(block_tokens) +
+         " segment_bytes=" + std::to_string(segment_bytes) + " extent_blocks=" + std::to_string(extent_blocks) +
+         " slot_stride=" + std::to_string(slot_stride) + " layer_stride=" + std::to_string(layer_stride) +
+         " extent_bytes=" + std::to_string(extent_bytes);
+}
+
+void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& h) {
+  out.insert(out.end(), kMagic, kMagic + 8);
+  PutU32(out, kManifestVersion);
+  PutU32(out, kHeaderBodyBytes);
+  size_t body = out.size();
+  PutU8(out, uint8_t(h.shape.kind));
+  PutU8(out, uint8_t(h.shape.dtype));
+  PutU16(out, 0);
+  PutU32(out, h.shape.layers);
+  PutU32(out, h.shape.kv_heads);
+  PutU32(out, h.shape.head_dim);
+  PutU32(out, h.shape.latent_dim);
+  PutU32(out, h.shape.rope_dim);
+  PutU32(out, h.block_tokens);
+  PutU64(out, h.segment_bytes);
+  PutU32(out, h.extent_blocks);
+  PutU32(out, 0);
+  PutU64(out, h.slot_stride);
+  PutU64(out, h.layer_stride);
+  PutU64(out, h.extent_bytes);
+  PutU32(out, RecordChecksum(out.data() + body, out.size() - body));
+}
+
+void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session) {
+  size_t start = BeginRecord(out, kExtentCreate);
+  PutU32(out, ref.segment);
+  PutU32(out, ref.slot);
+  PutU64(out, session);
+  FinishRecord(out, start);
+}
+
+void EncodeBlockPut(std::vector<uint8_t>& out, ExtentRef ref, const BlockRecord& block) {
+  size_t start = BeginRecord(out, kBlockPut);
+  PutU32(out, ref.segment);
+  PutU32(out, ref.slot);
+  PutU32(out, block.index);
+  PutU64(out, block.key.lo);
+  PutU64(out, block.key.hi);
+  PutU32(out, static_cast<uint32_t>(block.checksums.size()));
+  for (uint64_t c : block.checksums) PutU64(out, c);
+  FinishRecord(out, start);
+}
+
+void EncodeExtentFree(std::vector<uint8_t>& out, ExtentRef ref) {
+  size_t start = BeginRecord(out, kExtentFree);
+  PutU32(out, ref.segment);
+  PutU32(out, ref.slot);
+  FinishRecord(out, start);
+}
+
+Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
+  ManifestContents c;
+  Reader r(bytes);
+  FLATKV_RETURN_IF_ERROR(ParseHeader(r, &c.header));
+  const uint64_t max_slot = c.header.segment_bytes / c.header.extent_bytes;
+  uint64_t sequence = 0;
+  auto stop = [&](size_t at, std::string why) {
+    c.good_bytes = at;
+    c.torn_tail = true;
+    c.tail_problem = "offset " + std::to_string(at) + ": " + why;
+  };
+  c.good_bytes = r.pos();
+  while (r.remaining() > 0) {
+    const size_t at = r.pos();
+    if (!r.Has(9)) { stop(at, "truncated record header"); break; }
+    uint32_t len = r.U32();
+    uint32_t sum = r.U32();
+    if (len == 0 || len > kMaxRecordBytes || !r.Has(len)) { stop(at, "record length " + std::to_string(len) + " runs past the end"); break; }
+    auto payload = r.Bytes(len);
+    if (RecordChecksum(payload.data(), payload.size()) != sum) { stop(at, "record checksum mismatch"); break; }
+    Reader p(payload);
+    uint8_t type = p.U8();
+    auto need = [&](size_t n) { return p.remaining() == n; };
+    std::string problem;
+    if (type == kExtentCreate && need(16)) {
+      ExtentRef ref{p.U32(), p.U32()};
+      uint64_t session = p.U64();
+      if (ref.slot >= max_slot) problem = "extent slot " + std::to_string(ref.slot) + " beyond segment";
+      else if (c.extents.count(ref)) problem = "extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot) + " created twice";
+      else c.extents[ref] = ExtentRecord{session, ++sequence, {}};
+    } else if (type == kBlockPut && p.remaining() >= 32) {
+      ExtentRef ref{p.U32(), p.U32()};
+      BlockRecord b;
+      b.index = p.U32();
+      b.key.lo = p.U64();
+      b.key.hi = p.U64();
+      uint32_t n = p.U32();
+      auto it = c.extents.find(ref);
+      if (n != c.header.shape.layers || !need(8ull * n)) problem = "block record with " + std::to_string(n) + " checksums";
+      else if (it == c.extents.end()) problem = "block in unknown extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
+      else if (b.index >= c.header.extent_blocks) problem = "block index " + std::to_string(b.index) + " beyond extent";
+      else {
+        b.checksums.resize(n);
+        for (auto& s : b.checksums) s = p.U64();
+        it->second.sequence = ++sequence;
+        it->second.blocks.push_back(std::move(b));
+      }
+    } else if (type == kExtentFree && need(8)) {
+      ExtentRef ref{p.U32(), p.U32()};
+      if (c.extents.erase(ref) == 0) problem = "free of unknown extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
+      ++sequence;
+    } else {
+      problem = "unknown or malformed record type " + std::to_string(type) + " of " + std::to_string(len) + " bytes";
+    }
+    if (!problem.empty()) { stop(at, problem); break; }
+    c.good_bytes = r.pos();
+  }
+  return c;
+}
+
+Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const ManifestHeader& header,
+                                                 io::IoEngine* engine, ManifestContents* contents) {
+  std::unique_ptr<Manifest> m(new Manifest(dir, engine));
+  const std::string path = dir + "/" + kManifestName;
+  const bool exists = io::PathExists(path);
+  if (!exists && header.shape.layers == 0)
+    return Status::NotFound(dir + ": no flatkv store here (no " + kManifestName + ") and no shape given to create one");
+  FLATKV_ASSIGN_OR_RETURN(m->file_, io::File::Open(path, /*create=*/true, /*want_direct=*/false));
+  if (!exists) {
+    std::vector<uint8_t> bytes;
+    EncodeHeader(bytes, header);
+    FLATKV_RETURN_IF_ERROR(m->WriteAll(m->file_, 0, bytes));
+    FLATKV_RETURN_IF_ERROR(engine->Execute({io::Op::kSync, m->file_.fd(), 0, nullptr, 0, nullptr}).WithContext(path));
+    FLATKV_RETURN_IF_ERROR(io::SyncDir(dir));
+    m->tail_ = bytes.size();
+    *contents = ManifestContents{};
+    contents->header = header;
+    contents->good_bytes = bytes.size();
+    return m;
+  }
+  FLATKV_ASSIGN_OR_RETURN(uint64_t size, m->file_.Size());
+  std::vector<uint8_t> bytes(size);
+  if (size > 0) FLATKV_RETURN_IF_ERROR(engine->Execute({io::Op::kRead, m->file_.fd(), 0, bytes.data(), size, nullptr}).WithContext("read " + path));
+  auto parsed = ParseManifest(bytes);
+  if (!parsed.ok()) return parsed.status().WithContext(path);
+  *contents = std::move(parsed).value();
+  if (contents->torn_tail) {
+    LogWarning(path + ": dropping " + std::to_string(size - contents->good_bytes) + " bytes of log tail (" +
+               contents->tail_problem + ")");
+    FLATKV_RETURN_IF_ERROR(m->file_.Truncate(contents->good_bytes));
+  }
+  m->tail_ = contents->good_bytes;
+  return m;
+}
+
+Status Manifest::WriteAll(const io::File& file, uint64_t offset, std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return Status::Ok();
+  return engine_->Execute({io::Op::kWrite, file.fd(), offset, const_cast<uint8_t*>(bytes.data()), bytes.size(), nullptr})
+      .WithContext("append to " + file.path());
+}
+
+Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
+  std::lock_guard lock(mu_);
+  Status s = WriteAll(file_, tail_, records);
+  if (!s.ok()) {
+    // Cut off whatever part of the append reached the file, so the log stays a valid prefix.
+    (void)file_.Truncate(tail_);
+    return s;
+  }
+  tail_ += records.size();
+  if (sync) return engine_->Execute({io::Op::kSync, file_.fd(), 0, nullptr, 0, nullptr}).WithContext(file_.path());
+  return Status::Ok();
+}
+
+Status Manifest::Rewrite(const ManifestContents& contents) {
+  std::lock_guard lock(mu_);
+  std::vector<uint8_t> bytes;
+  EncodeHeader(bytes, contents.header);
+  std::vector<std::pair<uint64_t, ExtentRef>> order;
+  for (const auto& [ref, e] : contents.extents) order.push_back({e.sequence, ref});
+  std::sort(order.begin(), order.end());
+  for (const auto& [seq, ref] : order) {
+    const ExtentRecord& e = contents.extents.at(ref);
+    EncodeExtentCreate(bytes, ref, e.session);
+    for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);
+  }
+  const std::string path = dir_ + "/" + kManifestName;
+  const std::string tmp = path + ".tmp";
+  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(tmp, true, false));
+  FLATKV_RETURN_IF_ERROR(f.Truncate(0));
+  FLATKV_RETURN_IF_ERROR(WriteAll(f, 0, bytes));
+  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, f.fd(), 0, nullptr, 0, nullptr}).WithContext(tmp));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, "rename " + tmp + " to " + path);
+  FLATKV_RETURN_IF_ERROR(io::SyncDir(dir_));
+  file_ = std::move(f);
+  tail_ = bytes.size();
+  return Status::Ok();
+}
+
+uint64_t Manifest::bytes() const {
+  std::lock_guard lock(mu_);
+  return tail_;
+}
+
+}  // namespace flatkv::persist

@@ -1,0 +1,130 @@
+// Capacity accounting, placement and eviction order.
+#include <gtest/gtest.h>
+
+#include "flatkv/store.h"
+#include "testing/test_util.h"
+
+namespace flatkv {
+namespace {
+
+using testing::ChainKeys;
+using testing::Payload;
+using testing::RestoreAll;
+using testing::SmallOptions;
+using testing::TempDir;
+
+constexpr uint64_t kExtentBytes = 4ull * 16384 * 5;  // SmallOptions: 4 blocks x 5 layers x 16 KiB
+
+std::unique_ptr<Store> Open(const StoreOptions& o) {
+  auto s = Store::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+void PutChain(Store& store, SessionId session, uint64_t chain, size_t blocks) {
+  ASSERT_TRUE(store.Put(session, ChainKeys(chain, blocks), Payload(store, blocks, chain)).ok());
+}
+
+class EvictionTest : public ::testing::TestWithParam<Medium> {};
+
+TEST_P(EvictionTest, CapacityHoldsExactlyAndTheLeastRecentSessionGoesFirst) {
+  TempDir dir;
+  const Medium m = GetParam();
+  StoreOptions o = SmallOptions(m == Medium::kSsd ? dir.Sub("ssd") : "", 0, 0);
+  // Room for 4.5 extents: only 4 may ever be allocated.
+  if (m == Medium::kDram) o.dram_capacity_bytes = 4 * kExtentBytes + kExtentBytes / 2;
+  else {
+    o.dram_capacity_bytes = 0;
+    o.ssd_capacity_bytes = 4 * kExtentBytes + kExtentBytes / 2;
+  }
+  o.session_dram_share_bytes = 1ull << 40;
+  auto store = Open(o);
+  auto medium = [&] { return m == Medium::kDram ? store->Stats().dram : store->Stats().ssd; };
+
+  PutChain(*store, 1, 1, 8);  // session 1: extents 1, 2
+  PutChain(*store, 2, 2, 8);  // session 2: extents 3, 4
+  EXPECT_EQ(medium().extents, 4u);
+  EXPECT_EQ(medium().used_bytes, 4 * kExtentBytes);
+  EXPECT_LE(medium().used_bytes, medium().capacity_bytes);
+
+  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 8), nullptr), 8u);  // session 1 is now the most recent
+  PutChain(*store, 3, 3, 4);  // needs one extent: session 2 (LRU) loses its newest extent
+  EXPECT_EQ(medium().extents, 4u);
+  EXPECT_EQ(store->Match(ChainKeys(2, 8)), 4u);  // its prefix survives
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);
+  EXPECT_EQ(store->Match(ChainKeys(3, 4)), 4u);
+  EXPECT_EQ(medium().evicted_extents, 1u);
+  EXPECT_EQ(medium().evicted_blocks, 4u);
+
+  PutChain(*store, 3, 4, 4);  // session 2 is still least recent: its last extent goes
+  EXPECT_EQ(store->Match(ChainKeys(2, 8)), 0u);
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);
+  EXPECT_EQ(medium().evicted_extents, 2u);
+  EXPECT_EQ(medium().used_bytes, 4 * kExtentBytes);
+
+  // Evicted blocks are misses, and the survivors still restore their own bytes.
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 8), &got), 8u);
+  EXPECT_TRUE(got == Payload(*store, 8, 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Media, EvictionTest, ::testing::Values(Medium::kDram, Medium::kSsd),
+                         [](const auto& info) { return std::string(MediumName(info.param)); });
+
+TEST(PlacementTest, FullDramSendsNewExtentsToSsdWithoutDroppingActiveSessions) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 16);
+  o.session_dram_share_bytes = 1ull << 40;
+  o.dram_idle_after = std::chrono::hours(1);  // nobody is idle
+  auto store = Open(o);
+  PutChain(*store, 1, 1, 8);  // fills DRAM (2 extents)
+  EXPECT_EQ(store->Stats().dram.extents, 2u);
+  PutChain(*store, 2, 2, 8);  // DRAM full of an active session: goes to SSD
+  EXPECT_EQ(store->Stats().ssd.extents, 2u);
+  EXPECT_EQ(store->Stats().dram.evicted_extents, 0u);
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);
+  EXPECT_EQ(store->Match(ChainKeys(2, 8)), 8u);
+}
+
+TEST(PlacementTest, IdleSessionsGiveUpTheirDram) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 16);
+  o.session_dram_share_bytes = 1ull << 40;
+  o.dram_idle_after = std::chrono::milliseconds(0);  // everyone else is idle
+  auto store = Open(o);
+  PutChain(*store, 1, 1, 8);
+  PutChain(*store, 2, 2, 4);  // reclaims one of session 1's DRAM extents
+  EXPECT_EQ(store->Stats().dram.extents, 2u);
+  EXPECT_EQ(store->Stats().ssd.extents, 0u);
+  EXPECT_EQ(store->Stats().dram.evicted_extents, 1u);
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 4u);
+}
+
+TEST(PlacementTest, SessionsOutgrowingTheirShareAndOneShotBlocksGoToSsd) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 16);
+  o.session_dram_share_bytes = 2 * kExtentBytes;
+  auto store = Open(o);
+  PutChain(*store, 1, 1, 16);  // 4 extents: 2 within the share in DRAM, 2 on SSD
+  EXPECT_EQ(store->Stats().dram.extents, 2u);
+  EXPECT_EQ(store->Stats().ssd.extents, 2u);
+  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2), {PutHint::kOneShot}).ok());
+  EXPECT_EQ(store->Stats().ssd.extents, 3u);
+  // A restore spanning both media returns every byte in order.
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 16), &got), 16u);
+  EXPECT_TRUE(got == Payload(*store, 16, 1));
+}
+
+TEST(PlacementTest, NoSpaceWhenNothingCanBeEvicted) {
+  TempDir dir;
+  StoreOptions o = SmallOptions("", 2, 0);
+  auto store = Open(o);
+  PutChain(*store, 1, 1, 8);  // fills DRAM with one session
+  Status s = store->Put(1, ChainKeys(9, 4), Payload(*store, 4, 9));
+  EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);  // nothing already stored was lost
+}
+
+}  // namespace
+}  // namespace flatkv

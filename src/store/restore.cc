@@ -1,0 +1,258 @@
+#include "store/restore.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "common/checksum.h"
+#include "common/log.h"
+
+namespace flatkv {
+
+HostWindow::HostWindow(StoreImpl* store, uint32_t slots, uint64_t slot_bytes)
+    : store_(store), slots_(slots), slot_bytes_(slot_bytes), buffer_(store->AcquireWindow(uint64_t{slots} * slot_bytes)) {}
+
+HostWindow::~HostWindow() { store_->ReleaseWindow(std::move(buffer_)); }
+
+RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain,
+                         std::unordered_map<BlockKey, BlockRef, BlockKeyHash>& index,
+                         std::unordered_map<uint64_t, std::unique_ptr<Extent>>& extents)
+    : store_(store),
+      layers_(store->options().shape.layers),
+      lb_(store->BlockLayerBytes()),
+      verify_dram_(store->options().verify_dram_reads),
+      max_request_(store->options().max_request_bytes),
+      start_(Clock::now()) {
+  for (const BlockKey& key : chain) {
+    auto it = index.find(key);
+    if (it == index.end()) break;
+    Extent* e = extents.at(it->second.extent).get();
+    const uint32_t slot = it->second.slot;
+    const ExtentGeometry& g = store->Geometry(e->medium, e->device);
+    Run* last = runs_.empty() ? nullptr : &runs_.back();
+    if (last && last->extent == e->id && last->first_slot + last->count == slot) {
+      last->count++;
+    } else {
+      Run r;
+      r.medium = e->medium;
+      r.device = e->device;
+      r.extent = e->id;
+      r.first_slot = slot;
+      r.first_block = hit_;
+      r.count = 1;
+      r.slot_stride = g.slot_stride;
+      r.layer_stride = g.layer_stride;
+      if (e->medium == Medium::kSsd) {
+        auto loc = store->ssd(e->device)->Locate(e->base, /*create=*/false);
+        if (!loc.ok()) {
+          LogWarning("restore: " + loc.status().ToString() + "; the chain misses from block " + std::to_string(hit_));
+          break;
+        }
+        r.fd = loc.value().first;
+        r.src = loc.value().second + g.Offset(0, slot);
+      } else {
+        r.src = e->base + g.Offset(0, slot);
+      }
+      runs_.push_back(r);
+      if (std::find(pinned_.begin(), pinned_.end(), e->id) == pinned_.end()) {
+        e->pins++;
+        pinned_.push_back(e->id);
+      }
+    }
+    locations_.push_back({Address::Make(e->medium, e->device, e->base + g.Offset(0, slot)), g.layer_stride});
+    checksums_.insert(checksums_.end(), e->checksums.begin() + uint64_t{slot} * layers_,
+                      e->checksums.begin() + uint64_t{slot + 1} * layers_);
+    store->counters().of(e->medium).hit_blocks++;
+    ++hit_;
+  }
+  Counters& c = store->counters();
+  c.restores++;
+  c.lookup_blocks += chain.size();
+  c.miss_blocks += chain.size() - hit_;
+  valid_ = hit_;
+  state_.resize(layers_);
+}
+
+RestoreImpl::~RestoreImpl() {
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] {
+      return std::all_of(state_.begin(), state_.end(), [](const LayerState& s) { return s.pending == 0; });
+    });
+  }
+  store_->EndRestore(pinned_, corrupt_);
+}
+
+void RestoreImpl::PlanLanding() {
+  uint64_t prev_end = 0;
+  for (Run& r : runs_) {
+    const uint64_t dst = uint64_t{r.first_block} * lb_;
+    uint64_t land = std::max(dst, prev_end);
+    if (r.medium == Medium::kSsd) land = RoundUp(land, 4096);  // O_DIRECT destination alignment
+    r.land = land;
+    r.fixup = land != dst || r.slot_stride != lb_;
+    prev_end = land + uint64_t{r.count} * r.slot_stride;
+  }
+}
+
+Status RestoreImpl::Begin() {
+  if (hit_ == 0) return Status::Ok();
+  PlanLanding();
+  uint64_t slot_bytes = uint64_t{hit_} * lb_;
+  for (const Run& r : runs_) slot_bytes = std::max(slot_bytes, r.land + uint64_t{r.count} * r.slot_stride);
+  const uint32_t slots = std::min(store_->options().window_layers, layers_);
+  window_ = std::make_unique<HostWindow>(store_, slots, RoundUp(slot_bytes, 4096));
+  if (!window_->ok())
+    return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots) + " x " +
+                           std::to_string(slot_bytes) + " bytes");
+  for (uint32_t l = 0; l < slots; ++l) Issue(l);
+  return Status::Ok();
+}
+
+void RestoreImpl::Issue(uint32_t layer) {
+  // Count every request first, so the layer cannot finalize early.
+  struct Piece {
+    const Run* run;
+    uint32_t j0, n;
+  };
+  std::vector<Piece> pieces;
+  for (const Run& r : runs_) {
+    const uint32_t per = std::max<uint64_t>(1, max_request_ / r.slot_stride);
+    for (uint32_t j = 0; j < r.count; j += per) pieces.push_back({&r, j, std::min(per, r.count - j)});
+  }
+  {
+    std::lock_guard lock(mu_);
+    state_[layer].issued = true;
+    state_[layer].pending = static_cast<uint32_t>(pieces.size());
+  }
+  std::byte* slot = window_->slot(layer % window_->slots());
+  for (const Piece& p : pieces) {
+    const Run& r = *p.run;
+    std::byte* dst = slot + r.land + uint64_t{p.j0} * r.slot_stride;
+    const uint64_t src = r.src + uint64_t{layer} * r.layer_stride + uint64_t{p.j0} * r.slot_stride;
+    const uint64_t len = uint64_t{p.n} * r.slot_stride;
+    MediumCounters& mc = store_->counters().of(r.medium);
+    mc.read_requests++;
+    mc.bytes_read += len;
+    if (r.medium == Medium::kDram) {
+      std::byte* from = store_->dram()->At(src);
+      store_->dram_queue()->Submit([this, layer, &r, p, dst, from, len] {
+        std::memcpy(dst, from, len);
+        Complete(layer, r, p.j0, p.n, Status::Ok());
+      });
+      mc.NoteDepth(store_->dram_queue()->outstanding());
+    } else {
+      store_->engine()->Submit({io::Op::kRead, r.fd, src, dst, len, [this, layer, &r, p, src](Status s) {
+                                  Complete(layer, r, p.j0, p.n, s.WithContext("read at offset " + std::to_string(src)));
+                                }});
+      mc.NoteDepth(store_->engine()->outstanding());
+    }
+  }
+}
+
+void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, Status status) {
+  uint32_t bad = UINT32_MAX;
+  std::vector<BlockRef> corrupt;
+  Counters& c = store_->counters();
+  if (!status.ok()) {
+    bad = r.first_block + j0;
+    c.io_errors++;
+    LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
+               std::to_string(bad) + " on are misses");
+  } else if (r.medium == Medium::kSsd || verify_dram_) {
+    const std::byte* landed = window_->slot(layer % window_->slots()) + r.land;
+    for (uint32_t j = j0; j < j0 + n; ++j) {
+      const uint32_t block = r.first_block + j;
+      if (BlockChecksum(landed + uint64_t{j} * r.slot_stride, lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
+      c.checksum_failures++;
+      LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
+                 std::string(MediumName(r.medium)) + " extent " + std::to_string(r.extent) + " slot " +
+                 std::to_string(r.first_slot + j) + "): checksum mismatch; it and every later block are misses");
+      corrupt.push_back({r.extent, r.first_slot + j});
+      bad = std::min(bad, block);
+      break;
+    }
+  }
+  if (status.ok()) c.of(r.medium).bytes_delivered += uint64_t{n} * lb_;
+  std::lock_guard lock(mu_);
+  LayerState& st = state_[layer];
+  st.bad = std::min(st.bad, bad);
+  corrupt_.insert(corrupt_.end(), corrupt.begin(), corrupt.end());
+  if (--st.pending == 0) FinalizeLayer(layer);
+  cv_.notify_all();
+}
+
+void RestoreImpl::FinalizeLayer(uint32_t layer) {
+  std::byte* slot = window_->slot(layer % window_->slots());
+  for (const Run& r : runs_) {
+    if (!r.fixup) continue;
+    for (uint32_t j = 0; j < r.count; ++j)
+      std::memmove(slot + uint64_t{r.first_block + j} * lb_, slot + r.land + uint64_t{j} * r.slot_stride, lb_);
+  }
+  LayerState& st = state_[layer];
+  valid_ = std::min(valid_, st.bad);
+  st.ready = true;
+  if (++layers_ready_ == layers_)
+    store_->counters().restore_latency.Record(std::chrono::duration<double, std::micro>(Clock::now() - start_).count());
+}
+
+Result<LayerView> RestoreImpl::WaitLayer(uint32_t layer) {
+  if (layer >= layers_)
+    return Status::InvalidArgument("restore: layer " + std::to_string(layer) + " of a " + std::to_string(layers_) + "-layer model");
+  if (hit_ == 0) return LayerView{layer, 0, {}};
+  std::unique_lock lock(mu_);
+  LayerState& st = state_[layer];
+  if (st.released) return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " was already released");
+  if (!st.issued)
+    return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " is beyond the window of " +
+                                      std::to_string(window_->slots()) + " layers; release layer " +
+                                      std::to_string(layer - window_->slots()) + " first");
+  cv_.wait(lock, [&] { return st.ready; });
+  return LayerView{layer, valid_,
+                   std::span<const std::byte>(window_->slot(layer % window_->slots()), uint64_t{valid_} * lb_)};
+}
+
+void RestoreImpl::ReleaseLayer(uint32_t layer) {
+  if (layer >= layers_ || hit_ == 0) return;
+  {
+    std::lock_guard lock(mu_);
+    LayerState& st = state_[layer];
+    if (!st.ready || st.released) return;
+    st.released = true;
+  }
+  const uint32_t next = layer + window_->slots();
+  if (next < layers_) Issue(next);
+}
+
+uint32_t RestoreImpl::Finish() {
+  if (hit_ == 0) return 0;
+  for (uint32_t l = 0; l < layers_; ++l) {
+    {
+      std::unique_lock lock(mu_);
+      if (state_[l].released) continue;
+      if (!state_[l].issued) continue;  // issued below when its slot frees
+      cv_.wait(lock, [&] { return state_[l].ready; });
+    }
+    ReleaseLayer(l);
+  }
+  std::lock_guard lock(mu_);
+  return valid_;
+}
+
+Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKey> chain) {
+  std::unique_ptr<RestoreImpl> r;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return Status::FailedPrecondition("restore: store is closed");
+    r = std::make_unique<RestoreImpl>(this, chain, index_, extents_);
+    for (uint64_t id : std::set<uint64_t>(r->pinned().begin(), r->pinned().end()))
+      if (auto it = extents_.find(id); it != extents_.end()) {
+        auto s = sessions_.find(it->second->session);
+        if (s != sessions_.end()) TouchSession(s->first);
+      }
+  }
+  FLATKV_RETURN_IF_ERROR(r->Begin());
+  return std::unique_ptr<Restore>(std::move(r));
+}
+
+}  // namespace flatkv

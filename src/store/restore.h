@@ -1,0 +1,92 @@
+// RestoreImpl: one restore in flight. At start it pins the extents holding
+// the hit prefix and plans, once, the coalesced runs (consecutive blocks of
+// one extent) that every layer reads; per layer, each run is one request
+// (split at max_request_bytes) to its medium's own queue: DRAM runs go to
+// the DramQueue, SSD runs to the SSD IoEngine. Layers are issued in order
+// into the window's slots, at most window_layers at a time.
+//
+// Reads land 4 KiB aligned; where a run's destination is not (an odd
+// block size, or SSD slots padded to 4 KiB), the layer is compacted with
+// memmove once all of it has landed. SSD blocks are checksummed on every
+// read (DRAM too with verify_dram_reads); a failed check or read makes that
+// block and all later ones a miss.
+//
+// Thread-safety: the consumer calls one method at a time; completions run
+// on I/O threads and synchronize with it through mu_.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "store/store_impl.h"
+#include "store/window.h"
+
+namespace flatkv {
+
+class RestoreImpl final : public Restore {
+ public:
+  // Called with the store's lock held: looks up and pins the prefix.
+  RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, std::unordered_map<BlockKey, BlockRef, BlockKeyHash>& index,
+              std::unordered_map<uint64_t, std::unique_ptr<Extent>>& extents);
+  ~RestoreImpl() override;
+
+  // Allocates the window and issues the first layers. Call without the store's lock.
+  Status Begin();
+
+  uint32_t hit_blocks() const override { return hit_; }
+  std::span<const BlockLocation> locations() const override { return locations_; }
+  Result<LayerView> WaitLayer(uint32_t layer) override;
+  void ReleaseLayer(uint32_t layer) override;
+  uint32_t Finish() override;
+  const std::vector<uint64_t>& pinned() const { return pinned_; }
+
+ private:
+  struct Run {
+    Medium medium = Medium::kNone;
+    uint32_t device = 0;
+    int fd = -1;               // SSD only
+    uint64_t src = 0;          // DRAM arena offset or SSD file offset of (layer 0, first slot)
+    uint64_t extent = 0;
+    uint32_t first_slot = 0;   // slot of the first block within its extent
+    uint32_t first_block = 0;  // position in the restored prefix
+    uint32_t count = 0;
+    uint64_t slot_stride = 0;
+    uint64_t layer_stride = 0;
+    uint64_t land = 0;         // where the run lands in a window slot
+    bool fixup = false;        // landed bytes need moving into place
+  };
+  struct LayerState {
+    uint32_t pending = 0;
+    uint32_t bad = UINT32_MAX;  // first failed block in this layer
+    bool issued = false, ready = false, released = false;
+  };
+
+  void PlanLanding();
+  void Issue(uint32_t layer);  // without mu_ held
+  void Complete(uint32_t layer, const Run& run, uint32_t j0, uint32_t n, Status status);
+  void FinalizeLayer(uint32_t layer);  // with mu_ held
+
+  StoreImpl* store_;
+  uint32_t layers_;
+  uint64_t lb_;  // block_layer_bytes
+  uint32_t hit_ = 0;
+  std::vector<BlockLocation> locations_;
+  std::vector<Run> runs_;
+  std::vector<uint64_t> checksums_;  // [block * layers + layer]
+  std::vector<uint64_t> pinned_;
+  bool verify_dram_;
+  uint64_t max_request_;
+  Clock::time_point start_;
+  std::unique_ptr<HostWindow> window_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<LayerState> state_;  // guarded by mu_
+  uint32_t valid_ = 0;             // guarded by mu_: blocks valid in every finalized layer
+  uint32_t layers_ready_ = 0;      // guarded by mu_
+  std::vector<BlockRef> corrupt_;  // guarded by mu_
+};
+
+}  // namespace flatkv

@@ -1,0 +1,154 @@
+// StoreImpl: the flat store. Owns the media (DRAM arena, SSD directories),
+// the in-memory index (key -> extent slot), sessions and their LRU order,
+// the per-medium queues, and the counters. See docs/architecture.md.
+//
+// Invariants (under mu_):
+//  - a key is in index_ only after its bytes were written and, on SSD,
+//    logged in the directory's manifest;
+//  - an extent with pins > 0 is never freed (restores and puts pin what
+//    they touch); a doomed extent is freed when its last pin goes;
+//  - allocated DRAM/SSD extents never exceed the configured capacities.
+// Thread-safety: public methods are thread-safe. mu_ is never held while
+// waiting for data I/O (manifest appends for extent create/free are the
+// only I/O under it; they are small buffered writes).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/aligned_buffer.h"
+#include "common/histogram.h"
+#include "flatkv/store.h"
+#include "io/io_engine.h"
+#include "media/dram_arena.h"
+#include "media/ssd_dir.h"
+#include "store/dram_queue.h"
+
+namespace flatkv {
+
+using Clock = std::chrono::steady_clock;
+
+struct Extent {
+  uint64_t id = 0;
+  Medium medium = Medium::kNone;
+  uint32_t device = 0;  // SSD directory index; 0 for DRAM
+  uint64_t slot = 0;    // extent slot on its medium/device
+  uint64_t base = 0;    // address offset of (layer 0, block slot 0)
+  SessionId session = 0;
+  uint32_t reserved = 0;  // block slots handed out to puts
+  uint32_t pins = 0;
+  bool doomed = false;
+  std::vector<BlockKey> keys;       // per block slot; meaningful where present
+  std::vector<uint8_t> present;     // per block slot: indexed
+  std::vector<uint64_t> checksums;  // [slot * layers + layer]
+};
+
+struct BlockRef {
+  uint64_t extent = 0;
+  uint32_t slot = 0;
+};
+
+struct Session {
+  std::vector<uint64_t> extents;  // creation order
+  uint64_t open_extent = 0;       // extent receiving new blocks; 0 = none
+  uint64_t dram_bytes = 0;
+  Clock::time_point last_access;
+  std::list<SessionId>::iterator lru;  // position in lru_ (front = most recent)
+};
+
+struct MediumCounters {
+  std::atomic<uint64_t> hit_blocks{0}, bytes_written{0}, bytes_read{0}, bytes_delivered{0}, read_requests{0},
+      evicted_extents{0}, evicted_blocks{0}, max_queue_depth{0};
+  void NoteDepth(uint64_t d) {
+    uint64_t prev = max_queue_depth.load(std::memory_order_relaxed);
+    while (d > prev && !max_queue_depth.compare_exchange_weak(prev, d, std::memory_order_relaxed)) {
+    }
+  }
+};
+
+struct Counters {
+  MediumCounters dram, ssd;
+  std::atomic<uint64_t> restores{0}, lookup_blocks{0}, miss_blocks{0}, put_blocks{0}, dedup_blocks{0},
+      checksum_failures{0}, io_errors{0}, recovered_blocks{0}, lost_blocks{0};
+  LatencyHistogram restore_latency;
+  MediumCounters& of(Medium m) { return m == Medium::kDram ? dram : ssd; }
+};
+
+class StoreImpl final : public Store {
+ public:
+  static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  ~StoreImpl() override;
+
+  Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
+             const PutOptions& options) override;
+  uint32_t Match(std::span<const BlockKey> chain) const override;
+  Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain) override;
+  Status DropSession(SessionId session) override;
+  Status Close() override;
+  StoreStats Stats() const override;
+  const StoreOptions& options() const override { return options_; }
+  uint64_t BlockLayerBytes() const override { return block_layer_bytes_; }
+  uint64_t BlockBytes() const override { return block_layer_bytes_ * options_.shape.layers; }
+
+  // Used by restores.
+  const ExtentGeometry& Geometry(Medium m, uint32_t device) const;
+  DramArena* dram() { return dram_.get(); }
+  SsdDir* ssd(uint32_t device) { return ssd_[device].get(); }
+  io::IoEngine* engine() { return engine_.get(); }
+  DramQueue* dram_queue() { return dram_queue_.get(); }
+  Counters& counters() { return counters_; }
+  // Drops pins taken by StartRestore and removes blocks that failed their
+  // checksum (`corrupt`: key and extent id) from the index.
+  void EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt);
+  // Window buffers are pre-faulted once and recycled.
+  AlignedBuffer AcquireWindow(uint64_t bytes);
+  void ReleaseWindow(AlignedBuffer buffer);
+
+ private:
+  explicit StoreImpl(const StoreOptions& options) : options_(options) {}
+  Status Init();
+  Status Recover(uint32_t device, const persist::ManifestContents& contents);
+
+  // All below require mu_.
+  Session& TouchSession(SessionId id);
+  Result<Extent*> CreateExtent(SessionId session, PutHint hint);
+  Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device);
+  bool ReclaimFrom(Medium m, SessionId requester, bool idle_only);
+  Status FreeExtent(Extent* e);
+  PlacementContext MakeContext(SessionId session, PutHint hint);
+  void Unpin(Extent* e);
+
+  // Writes each block's layer slices to its reserved slot: memcpy for DRAM,
+  // one aligned write per layer per run of consecutive slots for SSD.
+  Status WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<size_t>& inputs,
+                     std::span<const std::byte> data);
+
+  StoreOptions options_;
+  uint64_t block_layer_bytes_ = 0;
+  std::shared_ptr<PlacementPolicy> placement_;
+  std::shared_ptr<io::IoEngine> engine_;
+  std::unique_ptr<DramQueue> dram_queue_;
+  std::unique_ptr<DramArena> dram_;
+  std::vector<std::unique_ptr<SsdDir>> ssd_;
+  Counters counters_;
+
+  mutable std::mutex mu_;
+  bool closed_ = false;                                         // guarded by mu_
+  uint64_t next_extent_id_ = 1;                                 // guarded by mu_
+  uint32_t next_device_ = 0;                                    // guarded by mu_: SSD round robin
+  std::unordered_map<BlockKey, BlockRef, BlockKeyHash> index_;  // guarded by mu_
+  std::unordered_map<uint64_t, std::unique_ptr<Extent>> extents_;  // guarded by mu_
+  std::unordered_map<SessionId, Session> sessions_;             // guarded by mu_
+  std::list<SessionId> lru_;                                    // guarded by mu_
+  uint64_t dram_blocks_ = 0, ssd_blocks_ = 0;                   // guarded by mu_
+
+  std::mutex window_mu_;
+  std::vector<AlignedBuffer> window_pool_;  // guarded by window_mu_
+};
+
+}  // namespace flatkv

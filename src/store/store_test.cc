@@ -1,0 +1,271 @@
+#include "flatkv/store.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "testing/test_util.h"
+
+namespace flatkv {
+namespace {
+
+using testing::ChainKeys;
+using testing::Payload;
+using testing::RestoreAll;
+using testing::SmallOptions;
+using testing::TempDir;
+
+std::unique_ptr<Store> OpenOrDie(const StoreOptions& o) {
+  auto s = Store::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+struct ShapeCase {
+  const char* name;
+  KvShape shape;
+  uint32_t block_tokens;
+};
+
+class RoundTripTest : public ::testing::TestWithParam<std::tuple<ShapeCase, Medium>> {};
+
+// Every shape, on each medium, restores exactly the bytes that were put.
+TEST_P(RoundTripTest, RestoresWhatWasPut) {
+  auto [sc, medium] = GetParam();
+  TempDir dir;
+  StoreOptions o;
+  o.shape = sc.shape;
+  o.block_tokens = sc.block_tokens;
+  o.placement = std::make_shared<FixedPlacement>(medium);
+  o.dram_capacity_bytes = medium == Medium::kDram ? 64ull << 20 : 0;
+  if (medium == Medium::kSsd) {
+    o.ssd_dirs = {dir.Sub("ssd")};
+    o.ssd_capacity_bytes = 256ull << 20;
+    o.segment_bytes = 64ull << 20;
+  }
+  o.window_layers = 3;
+  auto store = OpenOrDie(o);
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->BlockLayerBytes(), sc.shape.BytesPerTokenLayer() * sc.block_tokens);
+  const size_t blocks = std::max<uint64_t>(2, std::min<uint64_t>(6, (24ull << 20) / store->BlockBytes()));
+  auto keys = ChainKeys(1, blocks, sc.block_tokens);
+  auto data = Payload(*store, blocks, 1);
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, keys, &got), blocks);
+  EXPECT_TRUE(got == data);
+  StoreStats st = store->Stats();
+  const MediumStats& m = medium == Medium::kDram ? st.dram : st.ssd;
+  EXPECT_EQ(m.blocks, blocks);
+  EXPECT_EQ(m.hit_blocks, blocks);
+  EXPECT_EQ(m.bytes_delivered, blocks * store->BlockBytes());
+  if (medium == Medium::kSsd) EXPECT_GE(st.ssd_read_amplification(), 1.0);
+}
+
+const ShapeCase kShapes[] = {
+    {"stories260k", KvShape::Mha(5, 4, 8, DType::kF32), 64},
+    {"llama8b_16tok", KvShape::Mha(32, 8, 128, DType::kBF16), 16},
+    {"deepseek_v3_mla", KvShape::Mla(61, 512, 64, DType::kBF16), 16},
+    {"qwen3_32b", KvShape::Mha(64, 8, 128, DType::kBF16), 16},
+    // 1.5 KiB per block and layer: not 4 KiB aligned, exercises SSD padding and compaction.
+    {"odd_f16", KvShape::Mha(3, 3, 4, DType::kF16), 32},
+    {"odd_mla_f32", KvShape::Mla(2, 7, 3, DType::kF32), 17},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RoundTripTest,
+                         ::testing::Combine(::testing::ValuesIn(kShapes), ::testing::Values(Medium::kDram, Medium::kSsd)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) + "_" +
+                                  std::string(MediumName(std::get<1>(info.param)));
+                         });
+
+TEST(StoreTest, PrefixHitsAcrossPartialChains) {
+  TempDir dir;
+  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto keys = ChainKeys(5, 10);
+  auto data = Payload(*store, 10, 5);
+  // Store only the first 6 blocks.
+  ASSERT_TRUE(store->Put(1, std::span(keys).first(6), std::span(data).first(6 * store->BlockBytes())).ok());
+  EXPECT_EQ(store->Match(keys), 6u);
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, keys, &got), 6u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+  // A chain that diverges after block 3 hits 3.
+  auto other = ChainKeys(5, 3);
+  auto diverged = ChainKeys(6, 4);
+  other.insert(other.end(), diverged.begin(), diverged.end());
+  EXPECT_EQ(store->Match(other), 3u);
+  EXPECT_EQ(RestoreAll(*store, other, nullptr), 3u);
+  // A chain missing its first block hits nothing, even if later keys exist.
+  EXPECT_EQ(store->Match(std::span(keys).subspan(1)), 5u);  // keys 1..5 are stored, as a chain they are a prefix
+  EXPECT_EQ(store->Match(ChainKeys(99, 4)), 0u);
+  auto r = store->StartRestore(ChainKeys(99, 4));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value()->hit_blocks(), 0u);
+  EXPECT_EQ(r.value()->WaitLayer(0)->blocks, 0u);
+  EXPECT_EQ(r.value()->Finish(), 0u);
+  // Extending the chain later (a second turn) continues the session.
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  EXPECT_EQ(RestoreAll(*store, keys, &got), 10u);
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(store->Stats().dedup_blocks, 6u);
+}
+
+TEST(StoreTest, ForkSharesThePrefixBlocks) {
+  TempDir dir;
+  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto prefix = ChainKeys(1, 4);
+  auto a = prefix, b = prefix;
+  auto ta = ChainKeys(2, 2), tb = ChainKeys(3, 2);
+  a.insert(a.end(), ta.begin(), ta.end());
+  b.insert(b.end(), tb.begin(), tb.end());
+  auto da = Payload(*store, 6, 1);
+  auto db = Payload(*store, 6, 1);  // same prefix bytes
+  auto tail_b = Payload(*store, 2, 9);
+  std::copy(tail_b.begin(), tail_b.end(), db.begin() + 4 * store->BlockBytes());
+  ASSERT_TRUE(store->Put(1, a, da).ok());
+  ASSERT_TRUE(store->Put(2, b, db).ok());
+  EXPECT_EQ(store->Stats().put_blocks, 8u);  // the shared prefix is stored once
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, a, &got), 6u);
+  EXPECT_TRUE(got == da);
+  EXPECT_EQ(RestoreAll(*store, b, &got), 6u);
+  EXPECT_TRUE(got == db);
+}
+
+TEST(StoreTest, WindowBoundsLayersInFlight) {
+  TempDir dir;
+  auto o = SmallOptions(dir.Sub("ssd"), 8, 64);
+  o.window_layers = 2;
+  auto store = OpenOrDie(o);
+  auto keys = ChainKeys(1, 3);
+  ASSERT_TRUE(store->Put(1, keys, Payload(*store, 3, 1)).ok());
+  auto r = store->StartRestore(keys);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.value()->WaitLayer(0).ok());
+  ASSERT_TRUE(r.value()->WaitLayer(1).ok());
+  auto beyond = r.value()->WaitLayer(2);  // not released anything yet: a clear error, not a deadlock
+  EXPECT_EQ(beyond.status().code(), Code::kFailedPrecondition);
+  r.value()->ReleaseLayer(0);
+  EXPECT_TRUE(r.value()->WaitLayer(2).ok());
+  EXPECT_EQ(r.value()->WaitLayer(7).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.value()->WaitLayer(0).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(r.value()->Finish(), 3u);
+}
+
+TEST(StoreTest, WrongSizesAreRejectedAndLoseNothing) {
+  TempDir dir;
+  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto keys = ChainKeys(1, 2);
+  auto data = Payload(*store, 2, 1);
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  auto more = ChainKeys(2, 3);
+  Status s = store->Put(1, more, std::span(data).first(data.size() - 1));
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("expected 3 blocks"), std::string::npos) << s.ToString();
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, keys, &got), 2u);
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(store->Match(more), 0u);
+}
+
+TEST(StoreTest, BadOptionsGiveClearErrors) {
+  TempDir dir;
+  auto expect = [](StoreOptions o, Code code, const std::string& needle) {
+    auto s = Store::Open(o);
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_EQ(s.status().code(), code) << s.status().ToString();
+    EXPECT_NE(s.status().message().find(needle), std::string::npos) << s.status().ToString();
+  };
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
+  StoreOptions bad = o;
+  bad.shape = KvShape{};
+  bad.ssd_dirs.clear();
+  expect(bad, Code::kInvalidArgument, "shape");
+  bad = o;
+  bad.shape.head_dim = 0;
+  expect(bad, Code::kInvalidArgument, "head_dim=0");
+  bad = o;
+  bad.block_tokens = 8;
+  expect(bad, Code::kInvalidArgument, "block_tokens=8");
+  bad = o;
+  bad.dram_capacity_bytes = 0;
+  bad.ssd_dirs.clear();
+  expect(bad, Code::kInvalidArgument, "no medium");
+  bad = o;
+  bad.ssd_capacity_bytes = 0;
+  expect(bad, Code::kInvalidArgument, "ssd_capacity_bytes=0");
+  bad = o;
+  bad.ssd_capacity_bytes = 4096;  // smaller than one extent
+  expect(bad, Code::kInvalidArgument, "cannot hold one block");
+  bad = o;
+  bad.dram_capacity_bytes = 1000;
+  expect(bad, Code::kInvalidArgument, "dram_capacity_bytes");
+  bad = o;
+  bad.ssd_dirs = {"/proc/flatkv-cannot-exist"};
+  auto s = Store::Open(bad);
+  EXPECT_FALSE(s.ok());
+  // A path that is a file, not a directory.
+  bad = o;
+  std::string file = dir.Sub("plainfile");
+  FILE* f = std::fopen(file.c_str(), "w");
+  std::fclose(f);
+  bad.ssd_dirs = {file};
+  EXPECT_FALSE(Store::Open(bad).ok());
+  // Reopening with another shape is refused and keeps the data.
+  o.placement = std::make_shared<FixedPlacement>(Medium::kSsd);
+  {
+    auto store = OpenOrDie(o);
+    ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
+  }
+  bad = o;
+  bad.shape.kv_heads = 8;
+  expect(bad, Code::kInvalidArgument, "store holds");
+  auto store = OpenOrDie(o);
+  EXPECT_EQ(store->Match(ChainKeys(1, 2)), 2u);
+}
+
+TEST(StoreTest, ReadOnlyDirectoryIsRefused) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions; covered by the read-only probe";
+  TempDir dir;
+  std::string ro = dir.Sub("ro");
+  ASSERT_EQ(::mkdir(ro.c_str(), 0555), 0);
+  auto s = Store::Open(SmallOptions(ro, 8, 64));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kPermissionDenied);
+}
+
+TEST(StoreTest, OpenAdoptsTheStoredShape) {
+  TempDir dir;
+  auto o = SmallOptions(dir.Sub("ssd"), 0, 64);
+  o.dram_capacity_bytes = 0;
+  {
+    auto store = OpenOrDie(o);
+    ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
+  }
+  StoreOptions adopt;
+  adopt.dram_capacity_bytes = 0;
+  adopt.ssd_dirs = o.ssd_dirs;
+  adopt.ssd_capacity_bytes = o.ssd_capacity_bytes;
+  auto store = OpenOrDie(adopt);
+  EXPECT_EQ(store->options().shape, o.shape);
+  EXPECT_EQ(store->Match(ChainKeys(1, 2)), 2u);
+  StoreOptions empty = adopt;
+  empty.ssd_dirs = {dir.Sub("empty")};
+  auto s = Store::Open(empty);
+  EXPECT_EQ(s.status().code(), Code::kNotFound);
+}
+
+TEST(StoreTest, DropSessionFreesItsExtents) {
+  TempDir dir;
+  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto keys = ChainKeys(1, 9);
+  ASSERT_TRUE(store->Put(1, keys, Payload(*store, 9, 1)).ok());
+  EXPECT_GT(store->Stats().dram.extents + store->Stats().ssd.extents, 0u);
+  ASSERT_TRUE(store->DropSession(1).ok());
+  EXPECT_EQ(store->Stats().dram.extents + store->Stats().ssd.extents, 0u);
+  EXPECT_EQ(store->Match(keys), 0u);
+  EXPECT_EQ(store->DropSession(1).code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace flatkv

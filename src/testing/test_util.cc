@@ -1,0 +1,78 @@
+#include "testing/test_util.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+namespace flatkv::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("FLATKV_TEST_DIR");
+  std::string templ = std::string(base ? base : "/tmp") + "/flatkv-test-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) std::abort();
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::vector<std::byte> Payload(const Store& store, size_t blocks, uint64_t seed) {
+  std::vector<std::byte> out(blocks * store.BlockBytes());
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  for (size_t i = 0; i + 8 <= out.size(); i += 8) {
+    uint64_t v = rng();
+    std::memcpy(out.data() + i, &v, 8);
+  }
+  return out;
+}
+
+std::vector<BlockKey> ChainKeys(uint64_t chain_id, size_t blocks, uint32_t block_tokens) {
+  KeyHasher hasher;
+  std::vector<uint32_t> tokens(blocks * block_tokens);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((chain_id * 7919 + i * 31) % 512);
+  return hasher.ChainKeys(hasher.NamespaceDigest({"test-model", "", std::to_string(chain_id)}), tokens, block_tokens);
+}
+
+StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uint64_t ssd_extents) {
+  StoreOptions o;
+  o.shape = KvShape::Mha(5, 4, 8, DType::kF32);  // 16 KiB per block and layer at 64 tokens
+  o.block_tokens = 64;
+  o.dram_extent_layer_bytes = 64 << 10;          // 4 blocks per DRAM extent
+  o.ssd_extent_layer_bytes = 64 << 10;           // 4 blocks per SSD extent
+  const uint64_t extent = 4ull * 16384 * 5;
+  o.dram_capacity_bytes = dram_extents * extent;
+  if (!ssd_dir.empty()) {
+    o.ssd_dirs = {ssd_dir};
+    o.ssd_capacity_bytes = ssd_extents * extent;
+    o.segment_bytes = 4 * extent;
+  }
+  o.session_dram_share_bytes = 2 * extent;
+  return o;
+}
+
+uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out) {
+  auto r = store.StartRestore(keys);
+  if (!r.ok()) return 0;
+  Restore& restore = *r.value();
+  const uint32_t layers = store.options().shape.layers;
+  const uint64_t lb = store.BlockLayerBytes();
+  if (out) out->assign(uint64_t{restore.hit_blocks()} * store.BlockBytes(), std::byte{0});
+  for (uint32_t l = 0; l < layers; ++l) {
+    auto view = restore.WaitLayer(l);
+    if (!view.ok()) return 0;
+    if (out)
+      for (uint32_t b = 0; b < view->blocks; ++b)
+        std::memcpy(out->data() + b * store.BlockBytes() + l * lb, view->data.data() + b * lb, lb);
+    restore.ReleaseLayer(l);
+  }
+  uint32_t valid = restore.Finish();
+  if (out) out->resize(uint64_t{valid} * store.BlockBytes());
+  return valid;
+}
+
+}  // namespace flatkv::testing

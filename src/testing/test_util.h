@@ -1,0 +1,45 @@
+// Helpers shared by the tests: temporary directories, payloads, and small
+// store configurations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flatkv/keys.h"
+#include "flatkv/options.h"
+#include "flatkv/store.h"
+
+namespace flatkv::testing {
+
+// A fresh directory under /tmp (or $FLATKV_TEST_DIR), removed with its
+// contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Deterministic pseudo-random payload for `blocks` blocks of `store`,
+// distinct per (seed, block index).
+std::vector<std::byte> Payload(const Store& store, size_t blocks, uint64_t seed);
+
+// Keys for `blocks` blocks of a chain identified by `chain_id`; chains with
+// the same id share their keys, and ChainKeys(id, n) is a prefix of
+// ChainKeys(id, m) for n < m.
+std::vector<BlockKey> ChainKeys(uint64_t chain_id, size_t blocks, uint32_t block_tokens = 64);
+
+// Options for a small DRAM + SSD store of the stories260K shape (5 layers,
+// 16 KiB per block-layer at 64 tokens), with capacities in extents.
+StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uint64_t ssd_extents);
+
+// Restores `keys` fully, consuming every layer; returns the valid block
+// count and, if `out` is given, the bytes in Put's block-major layout.
+uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out);
+
+}  // namespace flatkv::testing

@@ -58,7 +58,9 @@ TEST_P(RoundTripTest, RestoresWhatWasPut) {
   EXPECT_EQ(m.blocks, blocks);
   EXPECT_EQ(m.hit_blocks, blocks);
   EXPECT_EQ(m.bytes_delivered, blocks * store->BlockBytes());
-  if (medium == Medium::kSsd) EXPECT_GE(st.ssd_read_amplification(), 1.0);
+  if (medium == Medium::kSsd) {
+    EXPECT_GE(st.ssd_read_amplification(), 1.0);
+  }
 }
 
 const ShapeCase kShapes[] = {

@@ -1,0 +1,363 @@
+// `flatkv bench restore`: how fast a session's KV comes back, from 1 MiB to
+// 1 GiB, against the ceilings and the peers, in one run on one filesystem.
+//
+// Workloads (each delivers the same session bytes into one pre-faulted
+// destination buffer; timed regions exclude setup, page-cache eviction and
+// verification, which runs on the first and the last repetition):
+//   memcpy           memcpy of the session from a pre-faulted DRAM buffer: the DRAM ceiling.
+//   raw_direct_read  O_DIRECT sequential read of one file holding the session, 4 MiB requests,
+//                    8 in flight through io_uring: the fio-equivalent SSD ceiling.
+//   dram_restore     flatkv Store, DRAM tier only (FixedPlacement(kDram)): StartRestore, then
+//                    per layer WaitLayer, memcpy of the view into the destination, ReleaseLayer;
+//                    then Finish.
+//   ssd_restore      the same with the SSD tier only (FixedPlacement(kSsd), O_DIRECT segments).
+//   files_per_block  one file per block (LMCache local-disk backend, SGLang HiCache file
+//                    backend): write()+fsync, read back by buffered pread of each whole file.
+//   rocksdb          RocksDB, default options, block cache off: one value per block under its
+//                    16-byte key, Get into a PinnableSlice, memcpy into the destination.
+//
+// A session of S MiB is max(1, S / block_bytes) blocks. Blocks are 64 tokens
+// unless the session is smaller than one such block; then block_tokens is
+// halved (down to the store's minimum, 16) until a block fits, and where even
+// a 16-token block is bigger than S the session is one 16-token block (the
+// table says so). The runs execute interleaved within each repetition, in an
+// order rotated per repetition; the report gives medians.
+#include "tools/bench_restore.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "flatkv/keys.h"
+#include "flatkv/shape.h"
+#include "tools/bench_report.h"
+#include "tools/bench_runs.h"
+#include "tools/bench_util.h"
+#include "tools/tool_common.h"
+
+namespace flatkv::tools {
+namespace {
+
+constexpr uint32_t kDefaultBlockTokens = 64;
+constexpr uint32_t kMinBlockTokens = 16;
+constexpr uint64_t kSmallSessionBytes = 64ull << 20;  // sessions below this get 3x the reps (they are cheap)
+
+struct SizePlan {
+  uint64_t requested_mib = 0;
+  uint32_t block_tokens = 0;
+  uint32_t blocks = 0;
+  uint64_t block_bytes = 0;
+  uint64_t bytes = 0;
+  uint64_t padded = 0;
+  std::string note;
+};
+
+SizePlan PlanSize(const KvShape& shape, uint64_t mib, uint32_t fixed_block_tokens) {
+  SizePlan p;
+  p.requested_mib = mib;
+  const uint64_t target = mib << 20;
+  const uint64_t per_token = shape.BytesPerToken();
+  p.block_tokens = fixed_block_tokens;
+  if (p.block_tokens == 0) {
+    p.block_tokens = kDefaultBlockTokens;
+    while (p.block_tokens > kMinBlockTokens && p.block_tokens * per_token > target) p.block_tokens /= 2;
+  }
+  p.block_bytes = p.block_tokens * per_token;
+  p.blocks = static_cast<uint32_t>(std::max<uint64_t>(1, target / p.block_bytes));
+  p.bytes = uint64_t{p.blocks} * p.block_bytes;
+  p.padded = (p.bytes + 4095) / 4096 * 4096;
+  if (p.bytes != target) {
+    p.note = "a session is whole blocks: " + std::to_string(p.blocks) + " x " + std::to_string(p.block_tokens) +
+             "-token blocks of " + std::to_string(p.block_bytes) + " bytes = " + std::to_string(p.bytes) +
+             " bytes (asked " + std::to_string(mib) + " MiB)";
+  }
+  return p;
+}
+
+std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, const PageCacheEvictor* ev) {
+  const std::vector<std::string>& names = args.runs;
+  std::vector<std::unique_ptr<RestoreRun>> runs;
+  for (std::string_view n : kRunNames) {
+    if (!names.empty() && std::find(names.begin(), names.end(), n) == names.end()) continue;
+    if (n == "memcpy") runs.push_back(MakeMemcpyRun());
+    if (n == "raw_direct_read") runs.push_back(MakeRawDirectReadRun(uint64_t{args.raw_request_kib} << 10, args.raw_queue_depth));
+    if (n == "dram_restore") runs.push_back(MakeStoreRun(Medium::kDram, args.window_layers));
+    if (n == "ssd_restore") runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers));
+    if (n == "files_per_block") runs.push_back(MakeFilesPerBlockRun(ev));
+    if (n == "rocksdb") runs.push_back(MakeRocksDbRun(ev));
+  }
+  return runs;
+}
+
+// Measures one size: set every run up, time `reps` interleaved repetitions, tear down.
+Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, const std::string& dir,
+                   PrefaultedBuffer& src, PrefaultedBuffer& dst, std::vector<std::unique_ptr<RestoreRun>>& runs,
+                   SizeResult& out) {
+  BenchSession s;
+  s.shape = shape;
+  s.block_tokens = plan.block_tokens;
+  s.blocks = plan.blocks;
+  s.block_bytes = plan.block_bytes;
+  s.block_layer_bytes = plan.block_bytes / shape.layers;
+  s.bytes = src.first(plan.bytes);
+  s.padded_bytes = plan.padded;
+  s.dir = dir;
+  FillRandom(src.first(plan.padded), 0x5E5510Eull + plan.requested_mib);
+  // Synthetic tokens (a 128k vocabulary) chained into keys; the namespace
+  // names the size so no two sizes share a key.
+  std::vector<uint32_t> tokens(uint64_t{plan.blocks} * plan.block_tokens);
+  std::vector<std::byte> token_bytes(tokens.size() * 4);
+  FillRandom(token_bytes, plan.requested_mib);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    uint32_t v;
+    std::memcpy(&v, token_bytes.data() + 4 * i, 4);
+    tokens[i] = v % 128256;
+  }
+  const KeyHasher hasher;
+  const BlockKey ns = hasher.NamespaceDigest({"flatkv-bench/" + shape.ToString(), "", std::to_string(plan.requested_mib)});
+  s.keys = hasher.ChainKeys(ns, tokens, plan.block_tokens);
+  if (s.keys.size() != plan.blocks) return Status::FailedPrecondition("ChainKeys gave " + std::to_string(s.keys.size()) + " keys");
+
+  struct Teardown {
+    std::vector<std::unique_ptr<RestoreRun>>& runs;
+    ~Teardown() {
+      for (auto& r : runs) {
+        Status st = r->Teardown();
+        if (!st.ok()) std::fprintf(stderr, "warning: %s teardown: %s\n", std::string(r->name()).c_str(), st.ToString().c_str());
+      }
+    }
+  } teardown{runs};
+  for (auto& r : runs) {
+    const double t0 = NowSeconds();
+    FLATKV_RETURN_IF_ERROR(r->Setup(s).WithContext(std::string(r->name()) + " setup"));
+    out.runs[std::string(r->name())]["setup_seconds"] = NowSeconds() - t0;
+  }
+  const std::span<std::byte> dest = dst.first(plan.padded);
+  std::map<std::string, std::vector<double>> cpu_per_gb;  // process CPU seconds per GB delivered, per rep
+  for (uint32_t rep = 0; rep < reps; ++rep) {
+    for (size_t k = 0; k < runs.size(); ++k) {
+      RestoreRun& r = *runs[(rep + k) % runs.size()];
+      const std::string name(r.name());
+      // The first and the last rep are verified (against a poisoned
+      // destination, so stale bytes cannot pass); the others skip both
+      // memset and memcmp, which would otherwise dominate a profile.
+      const bool verify = rep == 0 || rep + 1 == reps;
+      if (verify) std::memset(dest.data(), 0xA5, dest.size());
+      FLATKV_RETURN_IF_ERROR(r.Prepare().WithContext(name + " prepare"));
+      if (rep == 0 && !r.CachedFiles().empty()) {
+        PageCacheEvictor probe(false);
+        auto resident = probe.ResidentBytes(r.CachedFiles());
+        if (resident.ok()) {
+          out.runs[name]["resident_bytes_after_eviction"] = *resident;
+          if (*resident > plan.bytes / 100) {
+            std::fprintf(stderr, "warning: %s: %llu bytes still in the page cache after eviction\n", name.c_str(),
+                         static_cast<unsigned long long>(*resident));
+          }
+        }
+      }
+      const double cpu0 = ProcessCpuSeconds();
+      auto seconds = r.Run(dest);
+      const double cpu = ProcessCpuSeconds() - cpu0;
+      if (!seconds.ok()) return seconds.status().WithContext(name + " rep " + std::to_string(rep));
+      cpu_per_gb[name].push_back(cpu / (double(plan.bytes) / 1e9));
+      if (verify) {
+        FLATKV_RETURN_IF_ERROR(VerifyDestination(s, r.layout(), dest).WithContext(name + " rep " + std::to_string(rep) + " verify"));
+      }
+      out.gbps[name].push_back(double(plan.bytes) / std::max(*seconds, 1e-9) / 1e9);
+    }
+  }
+  for (auto& r : runs) {
+    nlohmann::json info = r->Describe();
+    for (auto& [k, v] : info.items()) out.runs[std::string(r->name())][k] = v;
+    out.runs[std::string(r->name())]["verified_reps"] = std::min<uint32_t>(reps, 2);
+    // CPU of every thread of the process (store threads included) during Run.
+    out.runs[std::string(r->name())]["cpu_seconds_per_gb"] = Summarize(cpu_per_gb[std::string(r->name())]).median;
+  }
+  return Status::Ok();
+}
+
+// The 1-minute load average: other work on a 2-core machine moves every figure.
+double LoadAverage() {
+  double l[1] = {0};
+  return ::getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "flatkv bench restore: %s\n", msg.c_str());
+  return kExitFailure;
+}
+
+int Usage(const std::string& msg) {
+  std::fprintf(stderr, "flatkv bench restore: %s\n", msg.c_str());
+  return kExitUsage;
+}
+
+int RunChecked(const BenchRestoreArgs& args) {
+  auto shape = FindShapePreset(args.shape);
+  if (!shape.ok()) return Usage("--shape: " + shape.status().message());
+  std::vector<uint64_t> sizes = args.sizes_mib;
+  if (sizes.empty()) sizes = args.quick ? std::vector<uint64_t>{1, 16, 64, 256} : std::vector<uint64_t>{1, 4, 16, 64, 256, 1024};
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  const uint32_t reps = args.reps ? args.reps : (args.quick ? 3 : 5);
+  if (args.drop_caches && ::geteuid() != 0) return Usage("--drop-caches: needs root (writes /proc/sys/vm/drop_caches)");
+  const std::string parent = args.dir.empty() ? "/var/tmp" : args.dir;
+
+  std::vector<SizePlan> plans;
+  uint64_t max_padded = 0;
+  for (uint64_t mib : sizes) {
+    plans.push_back(PlanSize(*shape, mib, args.block_tokens));
+    max_padded = std::max(max_padded, plans.back().padded);
+  }
+  const uint64_t mem_need = 3 * max_padded + (512ull << 20);  // source, destination, DRAM arena, slack
+  const uint64_t mem_avail = MemAvailableBytes();
+  if (mem_avail != 0 && mem_need > mem_avail) {
+    return Usage("--sizes-mib: the largest session (" + std::to_string(max_padded >> 20) + " MiB) needs about " +
+                 std::to_string(mem_need >> 20) + " MiB of memory; " + std::to_string(mem_avail >> 20) + " MiB is available");
+  }
+  auto fs = GetFsInfo(parent);
+  if (!fs.ok()) return Usage((args.dir.empty() ? "default directory: " : "--dir: ") + fs.status().ToString());
+  const uint64_t disk_need = 6 * max_padded + (1ull << 30);
+  if (fs->free_bytes < disk_need) {
+    return Usage("--dir " + parent + ": " + std::to_string(fs->free_bytes >> 20) + " MiB free, the benchmark needs about " +
+                 std::to_string(disk_need >> 20) + " MiB");
+  }
+  if (fs->tmpfs) {
+    std::fprintf(stderr,
+                 "warning: %s is %s: its 'disk' is memory, so disk runs measure DRAM. Use --dir on a disk-backed "
+                 "filesystem.\n",
+                 parent.c_str(), fs->type.c_str());
+  }
+  auto scratch = ScratchDir::Create(parent);
+  if (!scratch.ok()) return Fail(scratch.status().ToString());
+  const PageCacheEvictor evictor(args.drop_caches);
+
+  BenchReport report;
+  report.config = {{"shape", args.shape},
+                   {"shape_detail", shape->ToString()},
+                   {"bytes_per_token", shape->BytesPerToken()},
+                   {"block_tokens", args.block_tokens ? std::to_string(args.block_tokens) : "auto"},
+                   {"block_tokens_rule", args.block_tokens ? "fixed by --block-tokens"
+                                                           : "64, halved down to 16 while a block exceeds the session"},
+                   {"reps", reps},
+                   {"reps_small_sessions", reps * 3},
+                   {"small_session_bytes_below", kSmallSessionBytes},
+                   {"order", "runs interleaved in each rep, starting run rotated per rep"},
+                   {"page_cache_eviction", evictor.method()},
+                   {"dir", scratch->path()},
+                   {"filesystem", fs->type},
+                   {"quick", args.quick},
+                   {"raw_direct_read",
+                    {{"engine", "io_uring"}, {"request_bytes", uint64_t{args.raw_request_kib} << 10}, {"queue_depth", args.raw_queue_depth}}},
+                   {"gbps", "1e9 bytes per second"},
+                   {"summary", "top-level *_gbps and ratios are for the largest session measured"},
+                   {"cpus_online", ::sysconf(_SC_NPROCESSORS_ONLN)},
+                   {"loadavg_1m_at_start", LoadAverage()}};
+
+  std::fprintf(stderr, "flatkv bench restore: %s, %zu sizes, dir %s (%s), page cache: %s\n", args.shape.c_str(),
+               plans.size(), scratch->path().c_str(), fs->type.c_str(), evictor.method().c_str());
+  auto src = PrefaultedBuffer::Allocate(max_padded);
+  if (!src.ok()) return Fail("source buffer: " + src.status().ToString());
+  auto dst = PrefaultedBuffer::Allocate(max_padded);
+  if (!dst.ok()) return Fail("destination buffer: " + dst.status().ToString());
+  auto runs = MakeRuns(args, &evictor);
+
+  for (const SizePlan& plan : plans) {
+    SizeResult out;
+    out.requested_mib = plan.requested_mib;
+    out.session_bytes = plan.bytes;
+    out.blocks = plan.blocks;
+    out.block_tokens = plan.block_tokens;
+    out.block_bytes = plan.block_bytes;
+    out.reps = plan.bytes < kSmallSessionBytes ? reps * 3 : reps;
+    out.note = plan.note;
+    const std::string dir = scratch->path() + "/s" + std::to_string(plan.requested_mib);
+    if (auto st = RemoveAll(dir); !st.ok()) return Fail(st.ToString());
+    if (std::error_code ec; !std::filesystem::create_directory(dir, ec)) return Fail("mkdir " + dir + ": " + ec.message());
+    const double t0 = NowSeconds();
+    Status st = MeasureSize(plan, *shape, out.reps, dir, *src, *dst, runs, out);
+    if (!st.ok()) return Fail(std::to_string(plan.requested_mib) + " MiB session: " + st.ToString());
+    if (auto rm = RemoveAll(dir); !rm.ok()) std::fprintf(stderr, "warning: %s\n", rm.ToString().c_str());
+    std::fprintf(stderr, "  %6llu MiB: %u blocks x %u tokens, %u reps, %.1f s; ssd %.2f GB/s, raw %.2f GB/s\n",
+                 static_cast<unsigned long long>(plan.requested_mib), plan.blocks, plan.block_tokens, out.reps,
+                 NowSeconds() - t0, MedianGbps(out, "ssd_restore"), MedianGbps(out, "raw_direct_read"));
+    if (out.runs.contains("ssd_restore")) {
+      const auto& info = out.runs["ssd_restore"];
+      report.config["ssd_engine"] = info.value("ssd_engine", "");
+      report.config["ssd_direct_io"] = info.value("ssd_direct_io", false);
+    }
+    report.sizes.push_back(std::move(out));
+  }
+  report.config["engine"] = report.config.value("ssd_engine", "n/a");
+  report.config["loadavg_1m_at_end"] = LoadAverage();
+  if (args.json) {
+    std::printf("%s\n", ToJson(report).dump(2).c_str());
+  } else {
+    std::printf("flatkv bench restore: shape %s (%s), dir %s (%s), load average %.1f -> %.1f on %ld cpus\npage-cache eviction before files_per_block and "
+                "rocksdb reads: %s; ssd engine: %s, O_DIRECT: %s\n\n%s",
+                args.shape.c_str(), shape->ToString().c_str(), scratch->path().c_str(), fs->type.c_str(),
+                report.config.value("loadavg_1m_at_start", 0.0), report.config.value("loadavg_1m_at_end", 0.0),
+                ::sysconf(_SC_NPROCESSORS_ONLN), evictor.method().c_str(), report.config.value("ssd_engine", std::string("n/a")).c_str(),
+                report.config.value("ssd_direct_io", false) ? "yes" : "no", FormatTable(report).c_str());
+    if (fs->tmpfs) std::printf("WARNING: %s is %s (memory): the disk runs did not touch a disk.\n", parent.c_str(), fs->type.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
+  CLI::App* cmd = bench.add_subcommand("restore", "Session restore throughput: flatkv DRAM and SSD tiers against memcpy, "
+                                                  "a raw O_DIRECT read, one-file-per-block and RocksDB");
+  cmd->add_flag("--quick", a.quick, "Sizes 1,16,64,256 MiB and 3 reps (about a minute)");
+  cmd->add_flag("--json", a.json, "Print one JSON object instead of the table");
+  cmd->add_option("--dir", a.dir, "Existing directory to hold the scratch directory (default /var/tmp)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--shape", a.shape, "KV shape preset")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            auto s = FindShapePreset(v);
+            return s.ok() ? std::string() : s.status().message();
+          },
+          "PRESET"))
+      ->capture_default_str();
+  cmd->add_option("--sizes-mib", a.sizes_mib, "Session sizes in MiB, comma separated (default 1,4,16,64,256,1024)")
+      ->delimiter(',')
+      ->check(CLI::Range(uint64_t{1}, uint64_t{64} << 10));
+  cmd->add_option("--reps", a.reps, "Repetitions per size (default 5, --quick 3; sessions < 64 MiB get 3x)")
+      ->check(CLI::Range(1u, 1000u));
+  cmd->add_option("--block-tokens", a.block_tokens, "Tokens per block for every size (default: 64, halved down to 16 while a block exceeds the session)")
+      ->check(CLI::Range(kMinBlockTokens, 512u));
+  std::vector<std::string> names(kRunNames.begin(), kRunNames.end());
+  cmd->add_option("--runs", a.runs, "Only these runs, comma separated")->delimiter(',')->check(CLI::IsMember(names));
+  cmd->add_option("--raw-request-kib", a.raw_request_kib, "raw_direct_read request size in KiB (multiple of 4)")
+      ->check(CLI::Range(4u, 65536u))
+      ->check(CLI::Validator([](std::string& v) { return std::strtoul(v.c_str(), nullptr, 10) % 4 ? std::string("must be a multiple of 4") : std::string(); }, "MULTIPLE OF 4"))
+      ->capture_default_str();
+  cmd->add_option("--raw-queue-depth", a.raw_queue_depth, "raw_direct_read requests in flight")
+      ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
+  cmd->add_option("--window-layers", a.window_layers,
+                  "StoreOptions::window_layers for dram_restore and ssd_restore (default: the store's default)")
+      ->check(CLI::Range(1u, 1024u));
+  cmd->add_flag("--drop-caches", a.drop_caches,
+                "Also write 1 to /proc/sys/vm/drop_caches before page-cache reads (needs root)");
+  return cmd;
+}
+
+int RunBenchRestore(const BenchRestoreArgs& args) {
+  try {
+    return RunChecked(args);
+  } catch (const std::exception& e) {
+    return Fail(std::string("unexpected error: ") + e.what());
+  }
+}
+
+}  // namespace flatkv::tools

@@ -1,0 +1,28 @@
+// The `flatkv` command-line tool: `flatkv bench restore` and `flatkv stats`.
+// Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
+#include <CLI/CLI.hpp>
+
+#include "tools/bench_restore.h"
+#include "tools/stats_cmd.h"
+#include "tools/tool_common.h"
+
+int main(int argc, char** argv) {
+  using namespace flatkv::tools;
+  CLI::App app{"flatkv: a KV-cache store for LLM serving (DRAM and NVMe SSD as peer media)", "flatkv"};
+  app.footer("Exit codes: 0 success, 1 failure while running, 2 bad argument.");
+  app.require_subcommand(1);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks")->require_subcommand(1);
+  BenchRestoreArgs restore_args;
+  CLI::App* restore = AddBenchRestoreCommand(*bench, restore_args);
+  StatsArgs stats_args;
+  CLI::App* stats = AddStatsCommand(app, stats_args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help, or the error naming the argument
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (restore->parsed()) return RunBenchRestore(restore_args);
+  if (stats->parsed()) return RunStats(stats_args);
+  return kExitUsage;
+}

@@ -1,0 +1,23 @@
+// `flatkv stats`: opens an existing store's SSD directories read-only in
+// spirit (no Put, no restore), prints its StoreStats, and closes it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace flatkv::tools {
+
+struct StatsArgs {
+  std::vector<std::string> ssd_dirs;  // one or more store directories
+  bool json = false;                  // StoreStats::ToJson() instead of ToString()
+};
+
+// Adds `stats` to `app`, parsing into `args`.
+CLI::App* AddStatsCommand(CLI::App& app, StatsArgs& args);
+
+// Returns a process exit code (tools/tool_common.h).
+int RunStats(const StatsArgs& args);
+
+}  // namespace flatkv::tools

@@ -74,6 +74,10 @@ struct StoreOptions {
   // survives a process crash (kill -9) but not a power loss; torn data is
   // still never returned, because every block is checksummed.
   bool sync_writes = false;
+  // Open existing SSD directories for inspection only: nothing is written
+  // (no recovery rewrite, no compaction on Close), and Put and DropSession
+  // fail with FailedPrecondition. `flatkv stats` opens stores this way.
+  bool read_only = false;
   // Verify checksums of DRAM hits too (SSD hits are always verified).
   bool verify_dram_reads = false;
 

@@ -29,8 +29,8 @@ File& File::operator=(File&& other) noexcept {
   return *this;
 }
 
-Result<File> File::Open(const std::string& path, bool create, bool want_direct) {
-  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+Result<File> File::Open(const std::string& path, bool create, bool want_direct, bool read_only) {
+  int flags = read_only ? (O_RDONLY | O_CLOEXEC) : (O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0));
   File f;
   f.path_ = path;
   if (want_direct) {

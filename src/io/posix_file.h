@@ -25,7 +25,8 @@ class File {
   // Opens `path` read-write. With `create`, makes it if missing. With
   // `want_direct`, asks for O_DIRECT; if the filesystem refuses it (EINVAL,
   // as tmpfs does), the file is opened buffered and direct() is false.
-  static Result<File> Open(const std::string& path, bool create, bool want_direct);
+  // With `read_only`, opens O_RDONLY (and never creates).
+  static Result<File> Open(const std::string& path, bool create, bool want_direct, bool read_only = false);
 
   int fd() const { return fd_; }
   bool direct() const { return direct_; }

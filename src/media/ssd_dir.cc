@@ -18,8 +18,9 @@ std::string SegmentPath(const std::string& dir, uint32_t segment) {
 
 Result<std::unique_ptr<SsdDir>> SsdDir::Open(const SsdDirOptions& options, const persist::ManifestHeader& header,
                                              io::IoEngine* engine, persist::ManifestContents* contents) {
-  FLATKV_RETURN_IF_ERROR(io::EnsureWritableDir(options.path));
-  FLATKV_ASSIGN_OR_RETURN(auto manifest, persist::Manifest::Open(options.path, header, engine, contents));
+  if (!options.read_only) FLATKV_RETURN_IF_ERROR(io::EnsureWritableDir(options.path));
+  FLATKV_ASSIGN_OR_RETURN(auto manifest,
+                          persist::Manifest::Open(options.path, header, engine, contents, options.read_only));
   const persist::ManifestHeader& stored = contents->header;
   if (header.shape.layers != 0 && (!(stored.shape == header.shape) || stored.block_tokens != header.block_tokens))
     return Status::InvalidArgument(options.path + ": store holds {" + stored.shape.ToString() + " block_tokens=" +
@@ -59,7 +60,8 @@ Result<const io::File*> SsdDir::Segment(uint32_t segment, bool create) {
   if (segments_[segment]) return segments_[segment].get();
   const std::string path = SegmentPath(options_.path, segment);
   if (!create && !io::PathExists(path)) return Status::NotFound(path + ": segment file missing");
-  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(path, create, options_.want_direct));
+  if (options_.read_only && create) return Status::FailedPrecondition(options_.path + ": opened read-only");
+  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(path, create, options_.want_direct, options_.read_only));
   if (options_.want_direct && !f.direct()) {
     all_direct_ = false;
     if (!fallback_warned_) {

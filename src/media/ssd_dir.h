@@ -28,6 +28,7 @@ struct SsdDirOptions {
   uint64_t capacity_bytes = 0;
   uint64_t segment_bytes = 0;
   bool want_direct = true;
+  bool read_only = false;  // inspect an existing directory; write nothing
 };
 
 class SsdDir {

@@ -223,13 +223,15 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
 }
 
 Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const ManifestHeader& header,
-                                                 io::IoEngine* engine, ManifestContents* contents) {
+                                                 io::IoEngine* engine, ManifestContents* contents, bool read_only) {
   std::unique_ptr<Manifest> m(new Manifest(dir, engine));
+  m->read_only_ = read_only;
   const std::string path = dir + "/" + kManifestName;
   const bool exists = io::PathExists(path);
-  if (!exists && header.shape.layers == 0)
-    return Status::NotFound(dir + ": no flatkv store here (no " + kManifestName + ") and no shape given to create one");
-  FLATKV_ASSIGN_OR_RETURN(m->file_, io::File::Open(path, /*create=*/true, /*want_direct=*/false));
+  if (!exists && (header.shape.layers == 0 || read_only))
+    return Status::NotFound(dir + ": no flatkv store here (no " + kManifestName + ")" +
+                            (read_only ? "" : " and no shape given to create one"));
+  FLATKV_ASSIGN_OR_RETURN(m->file_, io::File::Open(path, /*create=*/true, /*want_direct=*/false, read_only));
   if (!exists) {
     std::vector<uint8_t> bytes;
     EncodeHeader(bytes, header);
@@ -248,7 +250,7 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
   auto parsed = ParseManifest(bytes);
   if (!parsed.ok()) return parsed.status().WithContext(path);
   *contents = std::move(parsed).value();
-  if (contents->torn_tail) {
+  if (contents->torn_tail && !read_only) {
     LogWarning(path + ": dropping " + std::to_string(size - contents->good_bytes) + " bytes of log tail (" +
                contents->tail_problem + ")");
     FLATKV_RETURN_IF_ERROR(m->file_.Truncate(contents->good_bytes));
@@ -265,6 +267,7 @@ Status Manifest::WriteAll(const io::File& file, uint64_t offset, std::span<const
 
 Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
   std::lock_guard lock(mu_);
+  if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
   Status s = WriteAll(file_, tail_, records);
   if (!s.ok()) {
     // Cut off whatever part of the append reached the file, so the log stays a valid prefix.
@@ -278,6 +281,7 @@ Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
 
 Status Manifest::Rewrite(const ManifestContents& contents) {
   std::lock_guard lock(mu_);
+  if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
   std::vector<uint8_t> bytes;
   EncodeHeader(bytes, contents.header);
   std::vector<std::pair<uint64_t, ExtentRef>> order;

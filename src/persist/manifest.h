@@ -88,8 +88,11 @@ class Manifest {
   // Opens `dir`/MANIFEST, replaying it into *contents (whose header is the
   // stored one; the caller checks it is compatible), or creates it with
   // `header` when missing. NotFound when missing and header.shape.layers == 0.
+  // With `read_only`, a missing manifest is NotFound and nothing is written
+  // (a torn tail is ignored, not cut off); Append and Rewrite then fail.
   static Result<std::unique_ptr<Manifest>> Open(const std::string& dir, const ManifestHeader& header,
-                                                io::IoEngine* engine, ManifestContents* contents);
+                                                io::IoEngine* engine, ManifestContents* contents,
+                                                bool read_only = false);
 
   // Appends encoded records; with `sync`, fdatasyncs before returning.
   Status Append(std::span<const uint8_t> records, bool sync);
@@ -103,6 +106,7 @@ class Manifest {
 
   std::string dir_;
   io::IoEngine* engine_;
+  bool read_only_ = false;
   mutable std::mutex mu_;
   io::File file_;       // guarded by mu_
   uint64_t tail_ = 0;   // guarded by mu_: end of the valid log

@@ -212,3 +212,43 @@ TEST(RecoveryTest, GarbageManifestIsAnErrorNotACrash) {
 
 }  // namespace
 }  // namespace flatkv
+
+namespace flatkv {
+namespace {
+
+TEST(RecoveryTest, ReadOnlyOpenWritesNothing) {
+  TempDir dir;
+  auto o = SsdOnly(dir.Sub("ssd"));
+  {
+    auto store = Open(o);
+    ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+  }
+  const std::string manifest = dir.Sub("ssd") + "/MANIFEST";
+  {
+    FILE* f = std::fopen(manifest.c_str(), "ab");
+    std::fputs("torn", f);
+    std::fclose(f);
+  }
+  const auto size = std::filesystem::file_size(manifest);
+  auto ro = o;
+  ro.read_only = true;
+  ro.ssd_capacity_bytes = 4096;  // too small for one extent
+  EXPECT_FALSE(Store::Open(ro).ok());
+  ro.ssd_capacity_bytes = o.ssd_capacity_bytes;
+  {
+    auto store = Open(ro);
+    std::vector<std::byte> got;
+    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 8), &got), 8u);
+    EXPECT_TRUE(got == Payload(*store, 8, 1));
+    EXPECT_EQ(store->Put(2, ChainKeys(2, 1), Payload(*store, 1, 2)).code(), Code::kFailedPrecondition);
+    EXPECT_EQ(store->DropSession(1).code(), Code::kFailedPrecondition);
+    EXPECT_TRUE(store->Close().ok());
+  }
+  EXPECT_EQ(std::filesystem::file_size(manifest), size);  // not truncated, not compacted
+  ro.ssd_dirs = {dir.Sub("nothing-here")};
+  EXPECT_EQ(Store::Open(ro).status().code(), Code::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("nothing-here") + "/MANIFEST"));
+}
+
+}  // namespace
+}  // namespace flatkv

@@ -98,7 +98,8 @@ Status StoreImpl::Init() {
         header = {options_.shape, options_.block_tokens, options_.segment_bytes, g.extent_blocks,
                   g.slot_stride, g.layer_stride, g.extent_bytes};
       }
-      SsdDirOptions so{options_.ssd_dirs[d], options_.ssd_capacity_bytes, options_.segment_bytes, options_.use_direct_io};
+      SsdDirOptions so{options_.ssd_dirs[d], options_.ssd_capacity_bytes, options_.segment_bytes,
+                       options_.use_direct_io, options_.read_only};
       persist::ManifestContents contents;
       auto dir = SsdDir::Open(so, header, engine_.get(), &contents);
       if (!dir.ok()) return dir.status();
@@ -163,7 +164,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     s.extents.push_back(e->id);
     extents_[e->id] = std::move(e);
   }
-  if (dropped || contents.torn_tail) {
+  if ((dropped || contents.torn_tail) && !options_.read_only) {
     persist::ManifestContents snapshot;
     snapshot.header = dir.header();
     for (const auto& [id, e] : extents_) {
@@ -191,6 +192,7 @@ Status StoreImpl::Close() {
     std::lock_guard lock(mu_);
     if (closed_) return Status::Ok();
     closed_ = true;
+    if (options_.read_only) return Status::Ok();
     for (uint32_t d = 0; d < ssd_.size(); ++d) {
       persist::ManifestContents c;
       c.header = ssd_[d]->header();
@@ -384,6 +386,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
   {
     std::lock_guard lock(mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
+    if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
     TouchSession(session);
     std::unordered_set<BlockKey, BlockKeyHash> seen;
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -523,6 +526,7 @@ uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {
 
 Status StoreImpl::DropSession(SessionId session) {
   std::lock_guard lock(mu_);
+  if (options_.read_only) return Status::FailedPrecondition("drop session: store is opened read-only");
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return Status::NotFound("session " + std::to_string(session) + " has no blocks");
   std::vector<uint64_t> ids = it->second.extents;

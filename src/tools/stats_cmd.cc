@@ -54,6 +54,7 @@ int RunChecked(const StatsArgs& args) {
   }
   StoreOptions o;  // shape left empty: Open adopts the shape and block size in the manifest
   o.dram_capacity_bytes = 0;
+  o.read_only = true;
   o.ssd_dirs = args.ssd_dirs;
   for (const auto& dir : args.ssd_dirs) o.ssd_capacity_bytes = std::max(o.ssd_capacity_bytes, SegmentCoverage(dir));
   auto opened = Store::Open(o);

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "io/io_engine.h"
-#include "io/mutex.h"
+#include "common/mutex.h"
 
 namespace flatkv::io {
 

@@ -11,7 +11,7 @@
 
 #include "io/io_engine.h"
 #include "io/io_internal.h"
-#include "io/mutex.h"
+#include "common/mutex.h"
 
 namespace flatkv::io {
 namespace {

@@ -43,6 +43,7 @@ Result<std::unique_ptr<SsdDir>> SsdDir::Open(const SsdDirOptions& options, const
   std::unique_ptr<SsdDir> d(new SsdDir(options, stored, g));
   d->manifest_ = std::move(manifest);
   d->slots_ = SlotAllocator(total_slots);
+  MutexLock lock(&d->mu_);
   d->segments_.resize((total_slots + d->slots_per_segment() - 1) / d->slots_per_segment());
   return d;
 }
@@ -54,7 +55,7 @@ uint64_t SsdDir::SegmentFileBytes(uint32_t segment) const {
 }
 
 Result<const io::File*> SsdDir::Segment(uint32_t segment, bool create) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (segment >= segments_.size())
     return Status::InvalidArgument(options_.path + ": segment " + std::to_string(segment) + " beyond capacity");
   if (segments_[segment]) return segments_[segment].get();
@@ -95,12 +96,12 @@ bool SsdDir::SegmentHolds(uint64_t slot) {
 }
 
 bool SsdDir::all_direct() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return all_direct_;
 }
 
 std::vector<int> SsdDir::OpenFds() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<int> fds;
   for (const auto& s : segments_)
     if (s) fds.push_back(s->fd());

@@ -10,10 +10,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "flatkv/status.h"
 #include "io/io_engine.h"
 #include "io/posix_file.h"
@@ -79,10 +79,10 @@ class SsdDir {
   ExtentGeometry geometry_;
   SlotAllocator slots_;
   std::unique_ptr<persist::Manifest> manifest_;
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<io::File>> segments_;  // guarded by mu_; null = not opened yet
-  bool fallback_warned_ = false;                     // guarded by mu_
-  bool all_direct_ = true;                           // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<io::File>> segments_ FLATKV_GUARDED_BY(mu_);  // null = not opened yet
+  bool fallback_warned_ FLATKV_GUARDED_BY(mu_) = false;
+  bool all_direct_ FLATKV_GUARDED_BY(mu_) = true;
 };
 
 }  // namespace flatkv

@@ -226,6 +226,7 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
                                                  io::IoEngine* engine, ManifestContents* contents, bool read_only) {
   std::unique_ptr<Manifest> m(new Manifest(dir, engine));
   m->read_only_ = read_only;
+  MutexLock lock(&m->mu_);  // not shared yet; taken for the analysis
   const std::string path = dir + "/" + kManifestName;
   const bool exists = io::PathExists(path);
   if (!exists && (header.shape.layers == 0 || read_only))
@@ -266,7 +267,7 @@ Status Manifest::WriteAll(const io::File& file, uint64_t offset, std::span<const
 }
 
 Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
   Status s = WriteAll(file_, tail_, records);
   if (!s.ok()) {
@@ -280,7 +281,7 @@ Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
 }
 
 Status Manifest::Rewrite(const ManifestContents& contents) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
   std::vector<uint8_t> bytes;
   EncodeHeader(bytes, contents.header);
@@ -306,7 +307,7 @@ Status Manifest::Rewrite(const ManifestContents& contents) {
 }
 
 uint64_t Manifest::bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return tail_;
 }
 

@@ -14,11 +14,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "flatkv/keys.h"
 #include "flatkv/shape.h"
 #include "flatkv/status.h"
@@ -107,9 +107,9 @@ class Manifest {
   std::string dir_;
   io::IoEngine* engine_;
   bool read_only_ = false;
-  mutable std::mutex mu_;
-  io::File file_;       // guarded by mu_
-  uint64_t tail_ = 0;   // guarded by mu_: end of the valid log
+  mutable Mutex mu_;
+  io::File file_ FLATKV_GUARDED_BY(mu_);
+  uint64_t tail_ FLATKV_GUARDED_BY(mu_) = 0;  // end of the valid log
 };
 
 }  // namespace flatkv::persist

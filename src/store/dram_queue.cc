@@ -10,37 +10,39 @@ DramQueue::DramQueue(uint32_t threads) {
 
 DramQueue::~DramQueue() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& t : threads_) t.join();
 }
 
 void DramQueue::Submit(std::function<void()> job) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     jobs_.push_back(std::move(job));
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 uint64_t DramQueue::outstanding() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return jobs_.size() + running_;
 }
 
 void DramQueue::Worker() {
-  std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-    if (jobs_.empty()) return;  // stop_ and drained
-    auto job = std::move(jobs_.front());
-    jobs_.pop_front();
-    ++running_;
-    lock.unlock();
+    std::function<void()> job;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && jobs_.empty()) cv_.Wait(&mu_);
+      if (jobs_.empty()) return;  // stop_ and drained
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      ++running_;
+    }
     job();
-    lock.lock();
+    MutexLock lock(&mu_);
     --running_;
   }
 }

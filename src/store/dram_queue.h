@@ -4,13 +4,13 @@
 // Thread-safety: Submit may be called from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace flatkv {
 
@@ -23,11 +23,11 @@ class DramQueue {
 
  private:
   void Worker();
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;  // guarded by mu_
-  uint64_t running_ = 0;                    // guarded by mu_
-  bool stop_ = false;                       // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> jobs_ FLATKV_GUARDED_BY(mu_);
+  uint64_t running_ FLATKV_GUARDED_BY(mu_) = 0;
+  bool stop_ FLATKV_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -69,18 +69,23 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain,
   c.restores++;
   c.lookup_blocks += chain.size();
   c.miss_blocks += chain.size() - hit_;
+  MutexLock lock(&mu_);
   valid_ = hit_;
   state_.resize(layers_);
 }
 
+bool RestoreImpl::AllSettled() {
+  return std::all_of(state_.begin(), state_.end(), [](const LayerState& s) { return s.pending == 0; });
+}
+
 RestoreImpl::~RestoreImpl() {
+  std::vector<BlockRef> corrupt;
   {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] {
-      return std::all_of(state_.begin(), state_.end(), [](const LayerState& s) { return s.pending == 0; });
-    });
+    MutexLock lock(&mu_);
+    while (!AllSettled()) cv_.Wait(&mu_);
+    corrupt.swap(corrupt_);
   }
-  store_->EndRestore(pinned_, corrupt_);
+  store_->EndRestore(pinned_, corrupt);
 }
 
 void RestoreImpl::PlanLanding() {
@@ -121,7 +126,7 @@ void RestoreImpl::Issue(uint32_t layer) {
     for (uint32_t j = 0; j < r.count; j += per) pieces.push_back({&r, j, std::min(per, r.count - j)});
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     state_[layer].issued = true;
     state_[layer].pending = static_cast<uint32_t>(pieces.size());
   }
@@ -174,12 +179,12 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, uint32_t n
     }
   }
   if (status.ok()) c.of(r.medium).bytes_delivered += uint64_t{n} * lb_;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   LayerState& st = state_[layer];
   st.bad = std::min(st.bad, bad);
   corrupt_.insert(corrupt_.end(), corrupt.begin(), corrupt.end());
   if (--st.pending == 0) FinalizeLayer(layer);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void RestoreImpl::FinalizeLayer(uint32_t layer) {
@@ -200,14 +205,14 @@ Result<LayerView> RestoreImpl::WaitLayer(uint32_t layer) {
   if (layer >= layers_)
     return Status::InvalidArgument("restore: layer " + std::to_string(layer) + " of a " + std::to_string(layers_) + "-layer model");
   if (hit_ == 0) return LayerView{layer, 0, {}};
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   LayerState& st = state_[layer];
   if (st.released) return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " was already released");
   if (!st.issued)
     return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " is beyond the window of " +
                                       std::to_string(window_->slots()) + " layers; release layer " +
                                       std::to_string(layer - window_->slots()) + " first");
-  cv_.wait(lock, [&] { return st.ready; });
+  while (!st.ready) cv_.Wait(&mu_);
   return LayerView{layer, valid_,
                    std::span<const std::byte>(window_->slot(layer % window_->slots()), uint64_t{valid_} * lb_)};
 }
@@ -215,7 +220,7 @@ Result<LayerView> RestoreImpl::WaitLayer(uint32_t layer) {
 void RestoreImpl::ReleaseLayer(uint32_t layer) {
   if (layer >= layers_ || hit_ == 0) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     LayerState& st = state_[layer];
     if (!st.ready || st.released) return;
     st.released = true;
@@ -228,21 +233,21 @@ uint32_t RestoreImpl::Finish() {
   if (hit_ == 0) return 0;
   for (uint32_t l = 0; l < layers_; ++l) {
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(&mu_);
       if (state_[l].released) continue;
       if (!state_[l].issued) continue;  // issued below when its slot frees
-      cv_.wait(lock, [&] { return state_[l].ready; });
+      while (!state_[l].ready) cv_.Wait(&mu_);
     }
     ReleaseLayer(l);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return valid_;
 }
 
 Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKey> chain) {
   std::unique_ptr<RestoreImpl> r;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("restore: store is closed");
     r = std::make_unique<RestoreImpl>(this, chain, index_, extents_);
     for (uint64_t id : std::set<uint64_t>(r->pinned().begin(), r->pinned().end()))

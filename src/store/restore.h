@@ -15,11 +15,10 @@
 // on I/O threads and synchronize with it through mu_.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
 #include "store/store_impl.h"
 #include "store/window.h"
 
@@ -66,7 +65,8 @@ class RestoreImpl final : public Restore {
   void PlanLanding();
   void Issue(uint32_t layer);  // without mu_ held
   void Complete(uint32_t layer, const Run& run, uint32_t j0, uint32_t n, Status status);
-  void FinalizeLayer(uint32_t layer);  // with mu_ held
+  void FinalizeLayer(uint32_t layer) FLATKV_REQUIRES(mu_);
+  bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight
 
   StoreImpl* store_;
   uint32_t layers_;
@@ -81,12 +81,12 @@ class RestoreImpl final : public Restore {
   Clock::time_point start_;
   std::unique_ptr<HostWindow> window_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<LayerState> state_;  // guarded by mu_
-  uint32_t valid_ = 0;             // guarded by mu_: blocks valid in every finalized layer
-  uint32_t layers_ready_ = 0;      // guarded by mu_
-  std::vector<BlockRef> corrupt_;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<LayerState> state_ FLATKV_GUARDED_BY(mu_);
+  uint32_t valid_ FLATKV_GUARDED_BY(mu_) = 0;  // blocks valid in every finalized layer
+  uint32_t layers_ready_ FLATKV_GUARDED_BY(mu_) = 0;
+  std::vector<BlockRef> corrupt_ FLATKV_GUARDED_BY(mu_);
 };
 
 }  // namespace flatkv

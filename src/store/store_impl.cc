@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <condition_variable>
 #include <unordered_set>
 
 #include "common/checksum.h"
@@ -17,25 +16,25 @@ constexpr uint64_t kWriteWaveBytes = 64ull << 20;  // staging bytes in flight pe
 class Latch {
  public:
   void Add(uint64_t n = 1) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     pending_ += n;
   }
   void Done(Status s) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!s.ok() && first_.ok()) first_ = std::move(s);
-    if (--pending_ == 0) cv_.notify_all();
+    if (--pending_ == 0) cv_.SignalAll();
   }
   Status Wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return pending_ == 0; });
+    MutexLock lock(&mu_);
+    while (pending_ != 0) cv_.Wait(&mu_);
     return first_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t pending_ = 0;
-  Status first_;
+  Mutex mu_;
+  CondVar cv_;
+  uint64_t pending_ FLATKV_GUARDED_BY(mu_) = 0;
+  Status first_ FLATKV_GUARDED_BY(mu_);
 };
 
 Status ValidateOptions(const StoreOptions& o) {
@@ -128,7 +127,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
   for (const auto& [ref, e] : contents.extents) order.push_back({e.sequence, ref});
   std::sort(order.begin(), order.end());
   bool dropped = false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [seq, ref] : order) {
     const persist::ExtentRecord& rec = contents.extents.at(ref);
     const uint64_t slot = dir.SlotOf(ref);
@@ -165,18 +164,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     extents_[e->id] = std::move(e);
   }
   if ((dropped || contents.torn_tail) && !options_.read_only) {
-    persist::ManifestContents snapshot;
-    snapshot.header = dir.header();
-    for (const auto& [id, e] : extents_) {
-      if (e->medium != Medium::kSsd || e->device != device) continue;
-      persist::ExtentRecord rec{e->session, id, {}};
-      for (uint32_t i = 0; i < e->reserved; ++i)
-        if (e->present[i])
-          rec.blocks.push_back({i, e->keys[i], {e->checksums.begin() + uint64_t{i} * layers,
-                                                e->checksums.begin() + uint64_t{i + 1} * layers}});
-      snapshot.extents[dir.RefOf(e->slot)] = std::move(rec);
-    }
-    FLATKV_RETURN_IF_ERROR(dir.manifest().Rewrite(snapshot));
+    FLATKV_RETURN_IF_ERROR(dir.manifest().Rewrite(Snapshot(device)));
   }
   return Status::Ok();
 }
@@ -189,25 +177,11 @@ StoreImpl::~StoreImpl() {
 Status StoreImpl::Close() {
   std::vector<std::pair<uint32_t, persist::ManifestContents>> snapshots;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return Status::Ok();
     closed_ = true;
     if (options_.read_only) return Status::Ok();
-    for (uint32_t d = 0; d < ssd_.size(); ++d) {
-      persist::ManifestContents c;
-      c.header = ssd_[d]->header();
-      snapshots.push_back({d, std::move(c)});
-    }
-    for (const auto& [id, e] : extents_) {
-      if (e->medium != Medium::kSsd) continue;
-      const uint32_t layers = ssd_[e->device]->geometry().layers;
-      persist::ExtentRecord rec{e->session, id, {}};
-      for (uint32_t i = 0; i < e->reserved; ++i)
-        if (e->present[i])
-          rec.blocks.push_back({i, e->keys[i], {e->checksums.begin() + uint64_t{i} * layers,
-                                                e->checksums.begin() + uint64_t{i + 1} * layers}});
-      snapshots[e->device].second.extents[ssd_[e->device]->RefOf(e->slot)] = std::move(rec);
-    }
+    for (uint32_t d = 0; d < ssd_.size(); ++d) snapshots.push_back({d, Snapshot(d)});
   }
   Status first;
   for (auto& [d, c] : snapshots) {
@@ -215,6 +189,28 @@ Status StoreImpl::Close() {
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
+  SsdDir& dir = *ssd_[device];
+  const uint32_t layers = dir.geometry().layers;
+  persist::ManifestContents snapshot;
+  snapshot.header = dir.header();
+  // LRU order: a session's extents get the sequence of its place in lru_.
+  uint64_t sequence = 0;
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    for (uint64_t id : sessions_[*it].extents) {
+      const Extent& e = *extents_.at(id);
+      if (e.medium != Medium::kSsd || e.device != device) continue;
+      persist::ExtentRecord rec{e.session, ++sequence, {}};
+      for (uint32_t i = 0; i < e.reserved; ++i)
+        if (e.present[i])
+          rec.blocks.push_back({i, e.keys[i], {e.checksums.begin() + uint64_t{i} * layers,
+                                               e.checksums.begin() + uint64_t{i + 1} * layers}});
+      snapshot.extents[dir.RefOf(e.slot)] = std::move(rec);
+    }
+  }
+  return snapshot;
 }
 
 Session& StoreImpl::TouchSession(SessionId id) {
@@ -384,7 +380,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
   std::vector<Extent*> pinned;
   Status alloc_status;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
     if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
     TouchSession(session);
@@ -430,7 +426,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     for (uint32_t d = 0; d < ssd_.size() && status.ok(); ++d)
       if (!records[d].empty()) status = ssd_[d]->manifest().Append(records[d], options_.sync_writes);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (status.ok()) {
     for (size_t k = 0; k < inputs.size(); ++k) {
       auto [e, slot] = slots[k];
@@ -518,14 +514,14 @@ Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& s
 }
 
 uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   uint32_t n = 0;
   while (n < chain.size() && index_.count(chain[n])) ++n;
   return n;
 }
 
 Status StoreImpl::DropSession(SessionId session) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (options_.read_only) return Status::FailedPrecondition("drop session: store is opened read-only");
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return Status::NotFound("session " + std::to_string(session) + " has no blocks");
@@ -562,7 +558,7 @@ StoreStats StoreImpl::Stats() const {
   fill(st.dram, counters_.dram);
   fill(st.ssd, counters_.ssd);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (dram_) {
       st.dram.capacity_bytes = dram_->capacity_bytes();
       st.dram.extents = dram_->slots().used();
@@ -603,7 +599,7 @@ StoreStats StoreImpl::Stats() const {
 
 AlignedBuffer StoreImpl::AcquireWindow(uint64_t bytes) {
   {
-    std::lock_guard lock(window_mu_);
+    MutexLock lock(&window_mu_);
     // Smallest pooled buffer that fits.
     auto best = window_pool_.end();
     for (auto it = window_pool_.begin(); it != window_pool_.end(); ++it)
@@ -619,7 +615,7 @@ AlignedBuffer StoreImpl::AcquireWindow(uint64_t bytes) {
 
 void StoreImpl::ReleaseWindow(AlignedBuffer buffer) {
   if (buffer.size() == 0) return;
-  std::lock_guard lock(window_mu_);
+  MutexLock lock(&window_mu_);
   window_pool_.push_back(std::move(buffer));
   constexpr size_t kMaxPooled = 8;
   if (window_pool_.size() > kMaxPooled) {  // drop the smallest
@@ -630,7 +626,7 @@ void StoreImpl::ReleaseWindow(AlignedBuffer buffer) {
 }
 
 void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const BlockRef& ref : corrupt) {
     auto it = extents_.find(ref.extent);
     if (it == extents_.end() || !it->second->present[ref.slot]) continue;

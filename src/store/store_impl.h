@@ -23,6 +23,7 @@
 
 #include "common/aligned_buffer.h"
 #include "common/histogram.h"
+#include "common/mutex.h"
 #include "flatkv/store.h"
 #include "io/io_engine.h"
 #include "media/dram_arena.h"
@@ -114,14 +115,15 @@ class StoreImpl final : public Store {
   Status Init();
   Status Recover(uint32_t device, const persist::ManifestContents& contents);
 
-  // All below require mu_.
-  Session& TouchSession(SessionId id);
-  Result<Extent*> CreateExtent(SessionId session, PutHint hint);
-  Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device);
-  bool ReclaimFrom(Medium m, SessionId requester, bool idle_only);
-  Status FreeExtent(Extent* e);
-  PlacementContext MakeContext(SessionId session, PutHint hint);
-  void Unpin(Extent* e);
+  Session& TouchSession(SessionId id) FLATKV_REQUIRES(mu_);
+  Result<Extent*> CreateExtent(SessionId session, PutHint hint) FLATKV_REQUIRES(mu_);
+  Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device) FLATKV_REQUIRES(mu_);
+  bool ReclaimFrom(Medium m, SessionId requester, bool idle_only) FLATKV_REQUIRES(mu_);
+  Status FreeExtent(Extent* e) FLATKV_REQUIRES(mu_);
+  PlacementContext MakeContext(SessionId session, PutHint hint) FLATKV_REQUIRES(mu_);
+  void Unpin(Extent* e) FLATKV_REQUIRES(mu_);
+  // A snapshot of directory `device`'s live extents, for a manifest rewrite.
+  persist::ManifestContents Snapshot(uint32_t device) FLATKV_REQUIRES(mu_);
 
   // Writes each block's layer slices to its reserved slot: memcpy for DRAM,
   // one aligned write per layer per run of consecutive slots for SSD.
@@ -137,18 +139,19 @@ class StoreImpl final : public Store {
   std::vector<std::unique_ptr<SsdDir>> ssd_;
   Counters counters_;
 
-  mutable std::mutex mu_;
-  bool closed_ = false;                                         // guarded by mu_
-  uint64_t next_extent_id_ = 1;                                 // guarded by mu_
-  uint32_t next_device_ = 0;                                    // guarded by mu_: SSD round robin
-  std::unordered_map<BlockKey, BlockRef, BlockKeyHash> index_;  // guarded by mu_
-  std::unordered_map<uint64_t, std::unique_ptr<Extent>> extents_;  // guarded by mu_
-  std::unordered_map<SessionId, Session> sessions_;             // guarded by mu_
-  std::list<SessionId> lru_;                                    // guarded by mu_
-  uint64_t dram_blocks_ = 0, ssd_blocks_ = 0;                   // guarded by mu_
+  mutable Mutex mu_;
+  bool closed_ FLATKV_GUARDED_BY(mu_) = false;
+  uint64_t next_extent_id_ FLATKV_GUARDED_BY(mu_) = 1;
+  uint32_t next_device_ FLATKV_GUARDED_BY(mu_) = 0;  // SSD round robin
+  std::unordered_map<BlockKey, BlockRef, BlockKeyHash> index_ FLATKV_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::unique_ptr<Extent>> extents_ FLATKV_GUARDED_BY(mu_);
+  std::unordered_map<SessionId, Session> sessions_ FLATKV_GUARDED_BY(mu_);
+  std::list<SessionId> lru_ FLATKV_GUARDED_BY(mu_);
+  uint64_t dram_blocks_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint64_t ssd_blocks_ FLATKV_GUARDED_BY(mu_) = 0;
 
-  std::mutex window_mu_;
-  std::vector<AlignedBuffer> window_pool_;  // guarded by window_mu_
+  Mutex window_mu_;
+  std::vector<AlignedBuffer> window_pool_ FLATKV_GUARDED_BY(window_mu_);
 };
 
 }  // namespace flatkv

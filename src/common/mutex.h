@@ -28,7 +28,7 @@
 #define FLATKV_RELEASE(...) FLATKV_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define FLATKV_EXCLUDES(...) FLATKV_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 
-namespace flatkv::io {
+namespace flatkv {
 
 class FLATKV_CAPABILITY("mutex") Mutex {
  public:
@@ -72,4 +72,4 @@ class CondVar {
   std::condition_variable cv_;
 };
 
-}  // namespace flatkv::io
+}  // namespace flatkv

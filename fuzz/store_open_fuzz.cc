@@ -41,6 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.ssd_capacity_bytes = 64ull << 20;
   o.ssd_io = flatkv::IoEngineKind::kThreadPool;
   o.ssd_threads = 1;
+  o.window_bytes = 0;
   auto store = flatkv::Store::Open(o);
   if (!store.ok()) return 0;
   // Any key the fuzzer managed to index: restore it (verification must catch junk).

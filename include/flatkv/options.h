@@ -58,8 +58,13 @@ struct StoreOptions {
   // reclaimed to make room for another session's new extents.
   std::chrono::milliseconds dram_idle_after{10000};
 
-  // Layers a restore may hold in its destination window at once (>= 1).
+  // A restore's window holds max(window_layers, window_bytes / layer bytes)
+  // layers (at most the model's): the layers loading or held by the consumer
+  // at once. More layers in flight keep the SSD busy for small layers; a
+  // larger window costs memory. One window of window_bytes is pre-faulted
+  // at Open.
   uint32_t window_layers = 4;
+  uint64_t window_bytes = 32ull << 20;
   // Coalesced reads are split into requests of at most this many bytes.
   uint64_t max_request_bytes = 4ull << 20;
 

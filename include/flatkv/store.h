@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -57,8 +58,21 @@ struct PutOptions {
   PutHint hint = PutHint::kAuto;
 };
 
+// Where a restore delivers: by default into the store's bounded window
+// (WaitLayer's view points there); with a destination, straight into the
+// caller's own KV memory (a serving engine's paged cache), saving a copy.
+struct RestoreTarget {
+  // The address for `block`'s slice of `layer` (BlockLayerBytes() bytes,
+  // valid for the whole restore). Called on the consumer's thread. SSD
+  // blocks whose destinations are 4 KiB aligned and contiguous within a
+  // layer are read there directly; others go through the window first.
+  std::function<std::byte*(uint32_t layer, uint32_t block)> destination;
+};
+
 // One restored layer: `blocks` consecutive blocks' slices of this layer,
 // block-major, BlockLayerBytes() each. Valid until ReleaseLayer(layer).
+// With a RestoreTarget destination, `data` is empty: the slices are at
+// their destinations.
 struct LayerView {
   uint32_t layer = 0;
   uint32_t blocks = 0;
@@ -108,7 +122,9 @@ class Store {
   virtual uint32_t Match(std::span<const BlockKey> chain) const = 0;
 
   // Starts restoring the longest stored prefix of `chain` (possibly empty).
-  virtual Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain) = 0;
+  // A Restore must be destroyed before its Store.
+  virtual Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain,
+                                                        const RestoreTarget& target = {}) = 0;
 
   // Frees every extent of `session`, on both media.
   virtual Status DropSession(SessionId session) = 0;

@@ -14,7 +14,7 @@ HostWindow::HostWindow(StoreImpl* store, uint32_t slots, uint64_t slot_bytes)
 
 HostWindow::~HostWindow() { store_->ReleaseWindow(std::move(buffer_)); }
 
-RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain,
+RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, const RestoreTarget& target,
                          std::unordered_map<BlockKey, BlockRef, BlockKeyHash>& index,
                          std::unordered_map<uint64_t, std::unique_ptr<Extent>>& extents)
     : store_(store),
@@ -22,7 +22,8 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain,
       lb_(store->BlockLayerBytes()),
       verify_dram_(store->options().verify_dram_reads),
       max_request_(store->options().max_request_bytes),
-      start_(Clock::now()) {
+      start_(Clock::now()),
+      target_(target) {
   for (const BlockKey& key : chain) {
     auto it = index.find(key);
     if (it == index.end()) break;
@@ -102,78 +103,121 @@ void RestoreImpl::PlanLanding() {
 
 Status RestoreImpl::Begin() {
   if (hit_ == 0) return Status::Ok();
-  PlanLanding();
-  uint64_t slot_bytes = uint64_t{hit_} * lb_;
-  for (const Run& r : runs_) slot_bytes = std::max(slot_bytes, r.land + uint64_t{r.count} * r.slot_stride);
-  const uint32_t slots = std::min(store_->options().window_layers, layers_);
-  window_ = std::make_unique<HostWindow>(store_, slots, RoundUp(slot_bytes, 4096));
-  if (!window_->ok())
-    return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots) + " x " +
-                           std::to_string(slot_bytes) + " bytes");
-  for (uint32_t l = 0; l < slots; ++l) Issue(l);
+  const StoreOptions& o = store_->options();
+  const uint64_t layer_bytes = uint64_t{hit_} * lb_;
+  slots_ = static_cast<uint32_t>(std::clamp<uint64_t>(std::max<uint64_t>(o.window_layers, o.window_bytes / layer_bytes), 1,
+                                                      layers_));
+  bool need_window = true;
+  if (target_.destination) {
+    dst_.resize(uint64_t{layers_} * hit_);
+    for (uint32_t l = 0; l < layers_; ++l)
+      for (uint32_t b = 0; b < hit_; ++b) {
+        std::byte* d = target_.destination(l, b);
+        if (d == nullptr) return Status::InvalidArgument("restore: no destination for layer " + std::to_string(l) +
+                                                         " block " + std::to_string(b));
+        dst_[uint64_t{l} * hit_ + b] = d;
+      }
+    // DRAM runs are copied block by block to wherever they go; SSD runs are
+    // read in place when their destinations form one aligned range.
+    direct_.assign(uint64_t{layers_} * runs_.size(), 0);
+    need_window = false;
+    for (uint32_t l = 0; l < layers_; ++l)
+      for (size_t r = 0; r < runs_.size(); ++r) {
+        const Run& run = runs_[r];
+        bool direct = run.medium == Medium::kDram;
+        if (!direct) {
+          std::byte* first = Dst(l, run.first_block);
+          direct = run.slot_stride == lb_ && reinterpret_cast<uintptr_t>(first) % 4096 == 0;
+          for (uint32_t j = 1; direct && j < run.count; ++j) direct = Dst(l, run.first_block + j) == first + j * lb_;
+        }
+        direct_[l * runs_.size() + r] = direct;
+        need_window = need_window || !direct;
+      }
+  }
+  if (need_window) {
+    PlanLanding();
+    uint64_t slot_bytes = layer_bytes;
+    for (const Run& r : runs_) slot_bytes = std::max(slot_bytes, r.land + uint64_t{r.count} * r.slot_stride);
+    window_ = std::make_unique<HostWindow>(store_, slots_, RoundUp(slot_bytes, 4096));
+    if (!window_->ok())
+      return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots_) + " x " +
+                             std::to_string(slot_bytes) + " bytes");
+  }
+  for (uint32_t l = 0; l < slots_; ++l) Issue(l);
   return Status::Ok();
 }
 
 void RestoreImpl::Issue(uint32_t layer) {
   // Count every request first, so the layer cannot finalize early.
   struct Piece {
-    const Run* run;
+    size_t run;
     uint32_t j0, n;
   };
   std::vector<Piece> pieces;
-  for (const Run& r : runs_) {
-    const uint32_t per = std::max<uint64_t>(1, max_request_ / r.slot_stride);
-    for (uint32_t j = 0; j < r.count; j += per) pieces.push_back({&r, j, std::min(per, r.count - j)});
+  for (size_t r = 0; r < runs_.size(); ++r) {
+    const uint32_t per = std::max<uint64_t>(1, max_request_ / runs_[r].slot_stride);
+    for (uint32_t j = 0; j < runs_[r].count; j += per) pieces.push_back({r, j, std::min(per, runs_[r].count - j)});
   }
   {
     MutexLock lock(&mu_);
     state_[layer].issued = true;
     state_[layer].pending = static_cast<uint32_t>(pieces.size());
   }
-  std::byte* slot = window_->slot(layer % window_->slots());
+  std::byte* slot = window_ ? window_->slot(layer % slots_) : nullptr;
   for (const Piece& p : pieces) {
-    const Run& r = *p.run;
-    std::byte* dst = slot + r.land + uint64_t{p.j0} * r.slot_stride;
+    const Run& r = runs_[p.run];
+    const bool direct = Direct(layer, p.run);
     const uint64_t src = r.src + uint64_t{layer} * r.layer_stride + uint64_t{p.j0} * r.slot_stride;
     const uint64_t len = uint64_t{p.n} * r.slot_stride;
+    // Where each block of the piece will be once it has arrived.
+    std::vector<const std::byte*> where(p.n);
+    for (uint32_t j = 0; j < p.n; ++j)
+      where[j] = direct ? Dst(layer, r.first_block + p.j0 + j) : slot + r.land + uint64_t{p.j0 + j} * r.slot_stride;
     MediumCounters& mc = store_->counters().of(r.medium);
     mc.read_requests++;
     mc.bytes_read += len;
     if (r.medium == Medium::kDram) {
-      std::byte* from = store_->dram()->At(src);
-      store_->dram_queue()->Submit([this, layer, &r, p, dst, from, len] {
-        std::memcpy(dst, from, len);
-        Complete(layer, r, p.j0, p.n, Status::Ok());
+      const std::byte* from = store_->dram()->At(src);
+      store_->dram_queue()->Submit([this, layer, &r, p, from, where = std::move(where)]() mutable {
+        // Copy maximal contiguous stretches (one memcpy for the usual case).
+        for (uint32_t j = 0; j < p.n;) {
+          uint32_t k = j + 1;
+          while (k < p.n && where[k] == where[j] + uint64_t{k - j} * lb_) ++k;
+          std::memcpy(const_cast<std::byte*>(where[j]), from + uint64_t{j} * lb_, uint64_t{k - j} * lb_);
+          j = k;
+        }
+        Complete(layer, r, p.j0, std::move(where), Status::Ok());
       });
       mc.NoteDepth(store_->dram_queue()->outstanding());
     } else {
-      store_->engine()->Submit({io::Op::kRead, r.fd, src, dst, len, [this, layer, &r, p, src](Status s) {
-                                  Complete(layer, r, p.j0, p.n, s.WithContext("read at offset " + std::to_string(src)));
+      void* into = const_cast<std::byte*>(where[0]);
+      store_->engine()->Submit({io::Op::kRead, r.fd, src, into, len, [this, layer, &r, p, src, where = std::move(where)](Status s) mutable {
+                                  Complete(layer, r, p.j0, std::move(where), s.WithContext("read at offset " + std::to_string(src)));
                                 }});
       mc.NoteDepth(store_->engine()->outstanding());
     }
   }
 }
 
-void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, Status status) {
+void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vector<const std::byte*> where, Status status) {
   uint32_t bad = UINT32_MAX;
   std::vector<BlockRef> corrupt;
   Counters& c = store_->counters();
+  const uint32_t n = static_cast<uint32_t>(where.size());
   if (!status.ok()) {
     bad = r.first_block + j0;
     c.io_errors++;
     LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
                std::to_string(bad) + " on are misses");
   } else if (r.medium == Medium::kSsd || verify_dram_) {
-    const std::byte* landed = window_->slot(layer % window_->slots()) + r.land;
-    for (uint32_t j = j0; j < j0 + n; ++j) {
-      const uint32_t block = r.first_block + j;
-      if (BlockChecksum(landed + uint64_t{j} * r.slot_stride, lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
+    for (uint32_t j = 0; j < n; ++j) {
+      const uint32_t block = r.first_block + j0 + j;
+      if (BlockChecksum(where[j], lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
       c.checksum_failures++;
       LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
                  std::string(MediumName(r.medium)) + " extent " + std::to_string(r.extent) + " slot " +
-                 std::to_string(r.first_slot + j) + "): checksum mismatch; it and every later block are misses");
-      corrupt.push_back({r.extent, r.first_slot + j});
+                 std::to_string(r.first_slot + j0 + j) + "): checksum mismatch; it and every later block are misses");
+      corrupt.push_back({r.extent, r.first_slot + j0 + j});
       bad = std::min(bad, block);
       break;
     }
@@ -188,11 +232,18 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, uint32_t n
 }
 
 void RestoreImpl::FinalizeLayer(uint32_t layer) {
-  std::byte* slot = window_->slot(layer % window_->slots());
-  for (const Run& r : runs_) {
-    if (!r.fixup) continue;
-    for (uint32_t j = 0; j < r.count; ++j)
-      std::memmove(slot + uint64_t{r.first_block + j} * lb_, slot + r.land + uint64_t{j} * r.slot_stride, lb_);
+  if (window_) {
+    std::byte* slot = window_->slot(layer % slots_);
+    for (size_t i = 0; i < runs_.size(); ++i) {
+      const Run& r = runs_[i];
+      if (Direct(layer, i)) continue;
+      if (r.fixup)
+        for (uint32_t j = 0; j < r.count; ++j)
+          std::memmove(slot + uint64_t{r.first_block + j} * lb_, slot + r.land + uint64_t{j} * r.slot_stride, lb_);
+      if (target_.destination)
+        for (uint32_t j = 0; j < r.count; ++j)
+          std::memcpy(Dst(layer, r.first_block + j), slot + uint64_t{r.first_block + j} * lb_, lb_);
+    }
   }
   LayerState& st = state_[layer];
   valid_ = std::min(valid_, st.bad);
@@ -210,11 +261,11 @@ Result<LayerView> RestoreImpl::WaitLayer(uint32_t layer) {
   if (st.released) return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " was already released");
   if (!st.issued)
     return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " is beyond the window of " +
-                                      std::to_string(window_->slots()) + " layers; release layer " +
-                                      std::to_string(layer - window_->slots()) + " first");
+                                      std::to_string(slots_) + " layers; release layer " +
+                                      std::to_string(layer - slots_) + " first");
   while (!st.ready) cv_.Wait(&mu_);
-  return LayerView{layer, valid_,
-                   std::span<const std::byte>(window_->slot(layer % window_->slots()), uint64_t{valid_} * lb_)};
+  if (target_.destination) return LayerView{layer, valid_, {}};
+  return LayerView{layer, valid_, std::span<const std::byte>(window_->slot(layer % slots_), uint64_t{valid_} * lb_)};
 }
 
 void RestoreImpl::ReleaseLayer(uint32_t layer) {
@@ -225,7 +276,7 @@ void RestoreImpl::ReleaseLayer(uint32_t layer) {
     if (!st.ready || st.released) return;
     st.released = true;
   }
-  const uint32_t next = layer + window_->slots();
+  const uint32_t next = layer + slots_;
   if (next < layers_) Issue(next);
 }
 
@@ -244,12 +295,12 @@ uint32_t RestoreImpl::Finish() {
   return valid_;
 }
 
-Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKey> chain) {
+Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKey> chain, const RestoreTarget& target) {
   std::unique_ptr<RestoreImpl> r;
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("restore: store is closed");
-    r = std::make_unique<RestoreImpl>(this, chain, index_, extents_);
+    r = std::make_unique<RestoreImpl>(this, chain, target, index_, extents_);
     for (uint64_t id : std::set<uint64_t>(r->pinned().begin(), r->pinned().end()))
       if (auto it = extents_.find(id); it != extents_.end()) {
         auto s = sessions_.find(it->second->session);

@@ -27,11 +27,13 @@ namespace flatkv {
 class RestoreImpl final : public Restore {
  public:
   // Called with the store's lock held: looks up and pins the prefix.
-  RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, std::unordered_map<BlockKey, BlockRef, BlockKeyHash>& index,
+  RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, const RestoreTarget& target,
+              std::unordered_map<BlockKey, BlockRef, BlockKeyHash>& index,
               std::unordered_map<uint64_t, std::unique_ptr<Extent>>& extents);
   ~RestoreImpl() override;
 
-  // Allocates the window and issues the first layers. Call without the store's lock.
+  // Resolves destinations, allocates the window if anything lands there,
+  // and issues the first layers. Call without the store's lock.
   Status Begin();
 
   uint32_t hit_blocks() const override { return hit_; }
@@ -63,8 +65,12 @@ class RestoreImpl final : public Restore {
   };
 
   void PlanLanding();
+  // Whether run `r` of `layer` goes straight to the caller's destinations.
+  bool Direct(uint32_t layer, size_t r) const { return !direct_.empty() && direct_[layer * runs_.size() + r]; }
+  std::byte* Dst(uint32_t layer, uint32_t block) const { return dst_[uint64_t{layer} * hit_ + block]; }
   void Issue(uint32_t layer);  // without mu_ held
-  void Complete(uint32_t layer, const Run& run, uint32_t j0, uint32_t n, Status status);
+  // `where[j]` is where block j0 + j of the run now is.
+  void Complete(uint32_t layer, const Run& run, uint32_t j0, std::vector<const std::byte*> where, Status status);
   void FinalizeLayer(uint32_t layer) FLATKV_REQUIRES(mu_);
   bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight
 
@@ -79,7 +85,11 @@ class RestoreImpl final : public Restore {
   bool verify_dram_;
   uint64_t max_request_;
   Clock::time_point start_;
-  std::unique_ptr<HostWindow> window_;
+  RestoreTarget target_;
+  std::vector<std::byte*> dst_;    // [layer * hit + block]: the caller's destinations (target mode)
+  std::vector<uint8_t> direct_;    // [layer * runs + run]: delivered without the window
+  uint32_t slots_ = 1;             // layers issued and not yet released, at most
+  std::unique_ptr<HostWindow> window_;  // null when nothing lands in it
 
   Mutex mu_;
   CondVar cv_;

@@ -117,6 +117,7 @@ Status StoreImpl::Init() {
                                                                   options_.dram_capacity_bytes, 1, "dram_capacity_bytes"));
     FLATKV_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_capacity_bytes, g));
   }
+  if (options_.window_bytes > 0) ReleaseWindow(AcquireWindow(options_.window_bytes));  // fault it in now
   return Status::Ok();
 }
 
@@ -131,10 +132,15 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
   for (const auto& [seq, ref] : order) {
     const persist::ExtentRecord& rec = contents.extents.at(ref);
     const uint64_t slot = dir.SlotOf(ref);
+    if (slot >= dir.slots().capacity())
+      return Status::InvalidArgument(dir.path() + ": ssd_capacity_bytes=" + std::to_string(dir.capacity_bytes()) +
+                                     " is smaller than the data already stored (extent " + std::to_string(ref.segment) +
+                                     "/" + std::to_string(ref.slot) + " ends at byte " +
+                                     std::to_string((slot + 1) * dir.geometry().extent_bytes) +
+                                     "); reopen with a larger capacity, nothing was changed");
     if (!dir.SegmentHolds(slot) || !dir.slots().Claim(slot)) {
       LogWarning(dir.path() + ": extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot) +
-                 " has no segment file behind it (or lies beyond capacity); its " + std::to_string(rec.blocks.size()) +
-                 " blocks are lost");
+                 " has no segment file behind it; its " + std::to_string(rec.blocks.size()) + " blocks are lost");
       counters_.lost_blocks += rec.blocks.size();
       dropped = true;
       continue;

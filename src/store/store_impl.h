@@ -88,7 +88,7 @@ class StoreImpl final : public Store {
   Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
              const PutOptions& options) override;
   uint32_t Match(std::span<const BlockKey> chain) const override;
-  Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain) override;
+  Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain, const RestoreTarget& target) override;
   Status DropSession(SessionId session) override;
   Status Close() override;
   StoreStats Stats() const override;

@@ -58,11 +58,16 @@ TEST_P(RoundTripTest, RestoresWhatWasPut) {
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, keys, &got), blocks);
   EXPECT_TRUE(got == data);
+  for (bool block_major : {false, true}) {
+    got.clear();
+    EXPECT_EQ(testing::RestoreInto(*store, keys, block_major, &got), blocks) << block_major;
+    EXPECT_TRUE(got == data) << "into the caller's memory, block_major=" << block_major;
+  }
   StoreStats st = store->Stats();
   const MediumStats& m = medium == Medium::kDram ? st.dram : st.ssd;
   EXPECT_EQ(m.blocks, blocks);
-  EXPECT_EQ(m.hit_blocks, blocks);
-  EXPECT_EQ(m.bytes_delivered, blocks * store->BlockBytes());
+  EXPECT_EQ(m.hit_blocks, 3 * blocks);
+  EXPECT_EQ(m.bytes_delivered, 3 * blocks * store->BlockBytes());
   if (medium == Medium::kSsd) {
     EXPECT_GE(st.ssd_read_amplification(), 1.0);
   }
@@ -143,6 +148,7 @@ TEST(StoreTest, WindowBoundsLayersInFlight) {
   TempDir dir;
   auto o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.window_layers = 2;
+  o.window_bytes = 0;  // the window is exactly 2 layers
   auto store = OpenOrDie(o);
   auto keys = ChainKeys(1, 3);
   ASSERT_TRUE(store->Put(1, keys, Payload(*store, 3, 1)).ok());

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <random>
 
+#include "common/aligned_buffer.h"
+
 namespace flatkv::testing {
 
 TempDir::TempDir() {
@@ -72,6 +74,28 @@ uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector
   }
   uint32_t valid = restore.Finish();
   if (out) out->resize(uint64_t{valid} * store.BlockBytes());
+  return valid;
+}
+
+uint32_t RestoreInto(Store& store, const std::vector<BlockKey>& keys, bool block_major, std::vector<std::byte>* out) {
+  const uint32_t layers = store.options().shape.layers;
+  const uint64_t lb = store.BlockLayerBytes(), bb = store.BlockBytes();
+  const uint32_t n = store.Match(keys);
+  AlignedBuffer dst(std::max<uint64_t>(1, uint64_t{n} * bb), 4096);
+  auto at = [&](uint32_t l, uint32_t b) { return block_major ? b * bb + l * lb : (uint64_t{l} * n + b) * lb; };
+  RestoreTarget target;
+  target.destination = [&](uint32_t l, uint32_t b) { return dst.data() + at(l, b); };
+  auto r = store.StartRestore(keys, target);
+  if (!r.ok()) return 0;
+  for (uint32_t l = 0; l < layers; ++l) {
+    auto view = r.value()->WaitLayer(l);
+    if (!view.ok() || !view->data.empty()) return 0;
+    r.value()->ReleaseLayer(l);
+  }
+  const uint32_t valid = r.value()->Finish();
+  out->assign(uint64_t{valid} * bb, std::byte{0});
+  for (uint32_t b = 0; b < valid; ++b)
+    for (uint32_t l = 0; l < layers; ++l) std::memcpy(out->data() + b * bb + l * lb, dst.data() + at(l, b), lb);
   return valid;
 }
 

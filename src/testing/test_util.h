@@ -42,4 +42,10 @@ StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uin
 // count and, if `out` is given, the bytes in Put's block-major layout.
 uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out);
 
+// The same through a RestoreTarget: straight into a 4 KiB-aligned buffer
+// laid out layer-major (contiguous per layer, so SSD reads land in place)
+// or, with `block_major`, in Put's layout (scattered per layer, so SSD
+// reads go through the window). `out` gets Put's layout either way.
+uint32_t RestoreInto(Store& store, const std::vector<BlockKey>& keys, bool block_major, std::vector<std::byte>* out);
+
 }  // namespace flatkv::testing

@@ -1,8 +1,11 @@
-// The `flatkv` command-line tool: `flatkv bench restore` and `flatkv stats`.
+// The `flatkv` command-line tool: `bench restore`, `bench engine`, `stats`,
+// `generate`, `perplexity` and `dump-kv`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
 
+#include "tools/bench_engine.h"
 #include "tools/bench_restore.h"
+#include "tools/model_cmds.h"
 #include "tools/stats_cmd.h"
 #include "tools/tool_common.h"
 
@@ -14,8 +17,16 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks")->require_subcommand(1);
   BenchRestoreArgs restore_args;
   CLI::App* restore = AddBenchRestoreCommand(*bench, restore_args);
+  BenchEngineArgs engine_args;
+  CLI::App* bench_engine = AddBenchEngineCommand(*bench, engine_args);
   StatsArgs stats_args;
   CLI::App* stats = AddStatsCommand(app, stats_args);
+  GenerateArgs generate_args;
+  CLI::App* generate = AddGenerateCommand(app, generate_args);
+  PerplexityArgs perplexity_args;
+  CLI::App* perplexity = AddPerplexityCommand(app, perplexity_args);
+  DumpKvArgs dump_args;
+  CLI::App* dump = AddDumpKvCommand(app, dump_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -23,6 +34,10 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (restore->parsed()) return RunBenchRestore(restore_args);
+  if (bench_engine->parsed()) return RunBenchEngine(engine_args);
   if (stats->parsed()) return RunStats(stats_args);
+  if (generate->parsed()) return RunGenerate(generate_args);
+  if (perplexity->parsed()) return RunPerplexity(perplexity_args);
+  if (dump->parsed()) return RunDumpKv(dump_args);
   return kExitUsage;
 }

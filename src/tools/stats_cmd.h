@@ -1,5 +1,6 @@
-// `flatkv stats`: opens an existing store's SSD directories read-only in
-// spirit (no Put, no restore), prints its StoreStats, and closes it.
+// `flatkv stats`: opens an existing store's SSD directories with
+// StoreOptions::read_only (nothing on disk changes), prints its StoreStats,
+// and closes it.
 #pragma once
 
 #include <string>

@@ -1,0 +1,36 @@
+// The tokenizer stored in a GGUF file's metadata, as llama.cpp runs it.
+//
+// tokenizer.ggml.model selects the algorithm:
+//   "llama": SentencePiece-style BPE (llama.cpp's llm_tokenizer_spm). A "▁"
+//            prefix is added (unless tokenizer.ggml.add_space_prefix is
+//            false), spaces become "▁", the best-scoring adjacent pair of
+//            pieces is merged until none is in the vocabulary, and pieces
+//            left unknown fall back to <0xHH> byte tokens.
+//   "gpt2":  byte-level BPE with tokenizer.ggml.merges (rank = position):
+//            the GPT-2 pre-tokenizer splits the text, each piece's bytes
+//            are mapped through GPT-2's bytes-to-unicode table, and the
+//            lowest-ranked adjacent pair is merged until none remains.
+//            Only tokenizer.ggml.pre "gpt-2" (or absent) is supported.
+// Special-token text in the input ("<s>", "<|endoftext|>") is encoded as
+// plain text, never as the special token. Decode maps byte tokens to their
+// byte, "▁" to a space (llama) or the GPT-2 byte alphabet back to bytes
+// (gpt2); control tokens decode to "", and a piece after BOS drops its
+// leading space (llama).
+//
+// Thread-safety: immutable after loading; Encode and Decode may run
+// concurrently.
+#pragma once
+
+#include <memory>
+
+#include "model/gguf.h"
+#include "model/model.h"
+
+namespace flatkv::model {
+
+// The tokenizer of a parsed GGUF file (a model, or a vocab-only file with no
+// tensors). Errors name the metadata key at fault; NotSupported for an
+// unknown tokenizer.ggml.model or pre-tokenizer.
+Result<std::shared_ptr<const Tokenizer>> LoadGgufTokenizer(const GgufFile& file);
+
+}  // namespace flatkv::model

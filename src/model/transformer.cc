@@ -1,0 +1,303 @@
+// The forward pass, llama2.c run.c semantics, one plain function per
+// operation. Determinism rule: every output element is reduced in one fixed
+// order that depends only on its own inputs (Dot and Sum below for every
+// dot product and sum; attention for position p weights V over keys 0..p in
+// order), never on n, pos0, the cache's paging or how the work is tiled. Hence chunked prefill, token-by-token
+// decode and restored prefixes all give bit-identical logits and KV.
+//
+// Matrices are row-major [out][in]: y[i] = sum_j W[i * in + j] * x[j].
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+// Fused multiply-add rounds differently from a multiply then an add, and a
+// compiler may fuse one copy of an expression (a vector loop body) but not
+// another (its scalar epilogue). Keep every multiply and add rounded on its
+// own, so results do not depend on the code path or on -march: GCC's C++
+// default is -ffp-contract=fast, which fuses whenever FMA is enabled. The
+// build passes -ffp-contract=off everywhere (CMakeLists.txt); clang also
+// gets the pragma so this file stays right when compiled on its own.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+
+namespace flatkv::model {
+namespace {
+
+constexpr int kLanes = 8;  // partial sums per dot product; the trees below assume 8
+static_assert(kLanes == 8);
+constexpr int kTokenTile = 4;  // tokens sharing one pass over a weight row
+
+// in: a (len), b (len); out: sum_j a[j] * b[j], as kLanes partial sums
+// (lane l takes j = l mod kLanes, in increasing j) added in a fixed tree.
+// Written so the compiler can keep the lanes in SIMD registers; the result
+// depends on a, b and len only.
+inline float Dot(const float* a, const float* b, int len) {
+  float acc[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[j + l] * b[j + l];
+  }
+  for (int l = 0; j < len; ++j, ++l) acc[l] += a[j] * b[j];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// in: a (len); out: sum_j a[j], as kLanes partial sums like Dot.
+inline float Sum(const float* a, int len) {
+  float acc[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[j + l];
+  }
+  for (int l = 0; j < len; ++j, ++l) acc[l] += a[j];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// c ? a : b without a branch, so that loops using it still vectorise
+// (GCC does not if-convert float compares under its default trapping math).
+inline float Select(bool c, float a, float b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & m) | (std::bit_cast<uint32_t>(b) & ~m));
+}
+
+// exp(x) in float, within 1 ulp for x in [-87, 88]; 0 below, exp(88) above,
+// NaN for NaN. Our own (Cephes' expf polynomial) rather than libm's: loops
+// over it vectorise, and it gives the same bits on every x86 CPU, where
+// libm picks an FMA or a plain variant at run time.
+inline float Exp(float x) {
+  const bool underflow = x < -87.0f;
+  x = Select(x > 88.0f, 88.0f, Select(underflow, -87.0f, x));
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick; t's low mantissa bits hold n.
+  constexpr float kShift = 12582912.0f;
+  const float t = x * 1.44269504088896341f + kShift;
+  const float n = t - kShift;
+  float r = x - n * 0.693359375f;  // ln 2 in two parts
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^n built from n's bits in t (uint32 arithmetic: wraps, never UB).
+  const uint32_t e = (std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kShift) + 127u) << 23;
+  return Select(underflow, 0.0f, p * std::bit_cast<float>(e));
+}
+
+// in: x (n, in), w (out, in); out: y (n, out)
+void MatMul(const float* x, const float* w, int n, int in, int out, float* y) {
+  for (int t0 = 0; t0 < n; t0 += kTokenTile) {
+    const int t1 = std::min(n, t0 + kTokenTile);
+    for (int i = 0; i < out; ++i) {
+      const float* row = w + static_cast<size_t>(i) * in;
+      for (int t = t0; t < t1; ++t) y[static_cast<size_t>(t) * out + i] = Dot(x + static_cast<size_t>(t) * in, row, in);
+    }
+  }
+}
+
+// in: x (n, dim), weight (dim); out: o (n, dim) = weight * x / rms(x)
+void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* o) {
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x + static_cast<size_t>(t) * dim;
+    float* ot = o + static_cast<size_t>(t) * dim;
+    const float ss = 1.0f / std::sqrt(Dot(xt, xt, dim) / static_cast<float>(dim) + eps);
+    for (int j = 0; j < dim; ++j) ot[j] = weight[j] * (ss * xt[j]);
+  }
+}
+
+// in/out: q (n, dim), k (n, kv_dim) of positions pos0..pos0+n-1.
+// Rotates each head's pairs (v[2f], v[2f+1]) by pos * theta^(-2f/head_size).
+// Angles and their cos/sin are computed in double and rounded once to
+// float, so they stay accurate at large positions (run.c uses float angles).
+void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, uint32_t pos0, float theta) {
+  constexpr int kChunk = 32;  // frequencies handled per pass, on the stack
+  const int half = head_size / 2;
+  for (int f0 = 0; f0 < half; f0 += kChunk) {
+    const int m = std::min(kChunk, half - f0);
+    double freq[kChunk];
+    for (int f = 0; f < m; ++f) freq[f] = std::pow(static_cast<double>(theta), -2.0 * (f0 + f) / head_size);
+    for (int t = 0; t < n; ++t) {
+      const double pos = static_cast<double>(pos0) + t;
+      float cr[kChunk], ci[kChunk];
+      for (int f = 0; f < m; ++f) {
+        cr[f] = static_cast<float>(std::cos(pos * freq[f]));
+        ci[f] = static_cast<float>(std::sin(pos * freq[f]));
+      }
+      auto rotate = [&](float* vec, int width) {
+        for (int h = 0; h < width; h += head_size) {
+          float* p = vec + h + 2 * f0;
+          for (int f = 0; f < m; ++f) {
+            const float v0 = p[2 * f], v1 = p[2 * f + 1];
+            p[2 * f] = v0 * cr[f] - v1 * ci[f];
+            p[2 * f + 1] = v0 * ci[f] + v1 * cr[f];
+          }
+        }
+      };
+      rotate(q + static_cast<size_t>(t) * dim, dim);
+      rotate(k + static_cast<size_t>(t) * kv_dim, kv_dim);
+    }
+  }
+}
+
+// in: w (len), rows r_s = rows + s * stride of width m <= kLanes;
+// in/out: acc (m) += w[s] * r_s for s = 0..len-1 in order.
+void WeightedSum(const float* w, const float* rows, int stride, int len, int m, float* acc) {
+  if (m == kLanes) {  // the common case, with the lanes in registers
+    float a[kLanes];
+    std::copy(acc, acc + kLanes, a);
+    for (int s = 0; s < len; ++s) {
+      const float* r = rows + static_cast<size_t>(s) * stride;
+      for (int i = 0; i < kLanes; ++i) a[i] += w[s] * r[i];
+    }
+    std::copy(a, a + kLanes, acc);
+    return;
+  }
+  for (int s = 0; s < len; ++s) {
+    const float* r = rows + static_cast<size_t>(s) * stride;
+    for (int i = 0; i < m; ++i) acc[i] += w[s] * r[i];
+  }
+}
+
+// in: q (n, dim) of positions pos0..pos0+n-1, cache K/V (after RoPE) of
+// positions 0..pos0+n-1 at `layer`; out: o (n, dim); scratch: att (pos0+n).
+// Query head h reads kv head h / (n_heads / n_kv_heads); position p takes
+// a softmax over keys 0..p (scaled by 1/sqrt(head_size)) and sums their V
+// rows in order 0..p.
+void Attention(const float* q, const KvCache& cache, int layer, uint32_t pos0, int n, const Config& c, float* att,
+               float* o) {
+  const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size(), group = c.n_heads / c.n_kv_heads;
+  const uint32_t bt = cache.block_tokens();
+  const float sqrt_hs = std::sqrt(static_cast<float>(hs));
+  for (int t = 0; t < n; ++t) {
+    const uint32_t p = pos0 + t;
+    for (int h = 0; h < c.n_heads; ++h) {
+      const float* qh = q + static_cast<size_t>(t) * dim + h * hs;
+      const int kv_off = (h / group) * hs;
+      // Scores, one block of contiguous key rows at a time.
+      float max = -INFINITY;
+      for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
+        const float* kb = cache.k(layer, s0) + kv_off;
+        const uint32_t s1 = std::min(p + 1, s0 + bt);
+        for (uint32_t s = s0; s < s1; ++s) {
+          att[s] = Dot(qh, kb + static_cast<size_t>(s - s0) * kv_dim, hs) / sqrt_hs;
+          max = std::max(max, att[s]);
+        }
+      }
+      const int len = static_cast<int>(p) + 1;
+      for (int s = 0; s < len; ++s) att[s] = Exp(att[s] - max);
+      const float sum = Sum(att, len);
+      for (int s = 0; s < len; ++s) att[s] /= sum;
+      float* oh = o + static_cast<size_t>(t) * dim + h * hs;
+      for (int i0 = 0; i0 < hs; i0 += kLanes) {
+        const int m = std::min(kLanes, hs - i0);
+        float acc[kLanes] = {};
+        for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
+          const uint32_t s1 = std::min(p + 1, s0 + bt);
+          WeightedSum(att + s0, cache.v(layer, s0) + kv_off + i0, kv_dim, static_cast<int>(s1 - s0), m, acc);
+        }
+        std::copy(acc, acc + m, oh + i0);
+      }
+    }
+  }
+}
+
+// in: hb (n, hidden) = w1 x, hb2 (n, hidden) = w3 x; out: hb = silu(hb) * hb2
+void SwiGlu(float* hb, const float* hb2, int n, int hidden) {
+  const size_t count = static_cast<size_t>(n) * hidden;
+  for (size_t i = 0; i < count; ++i) {
+    const float g = hb[i];
+    hb[i] = g * (1.0f / (1.0f + Exp(-g))) * hb2[i];
+  }
+}
+
+// in/out: x (count) += y (count)
+void Add(float* x, const float* y, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void Grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+Transformer::Transformer(const Model& model) : model_(model) {}
+
+void Transformer::Embed(std::span<const int> tokens, float* x) {
+  const int dim = model_.config.dim, vocab = model_.config.vocab_size;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    float* xt = x + t * dim;
+    const int id = tokens[t];
+    assert(id >= 0 && id < vocab);
+    if (id < 0 || id >= vocab) {  // callers validate ids; never read out of bounds
+      std::fill(xt, xt + dim, 0.0f);
+      continue;
+    }
+    std::memcpy(xt, model_.weights.token_embedding.data() + static_cast<size_t>(id) * dim, dim * sizeof(float));
+  }
+}
+
+void Transformer::Layer(int layer, uint32_t pos0, uint32_t n, float* x, KvCache& cache) {
+  const Config& c = model_.config;
+  assert(layer >= 0 && layer < c.n_layers);
+  assert(cache.layers() == c.n_layers && cache.kv_dim() == c.kv_dim());
+  assert(uint64_t{pos0} + n <= cache.max_positions());
+  if (n == 0) return;
+  const LayerWeights& w = model_.weights.layers[layer];
+  const int dim = c.dim, kv_dim = c.kv_dim(), hidden = c.hidden_dim, nn = static_cast<int>(n);
+  Grow(xb_, size_t{n} * dim);
+  Grow(q_, size_t{n} * dim);
+  Grow(k_, size_t{n} * kv_dim);
+  Grow(v_, size_t{n} * kv_dim);
+  Grow(att_, size_t{pos0} + n);
+  Grow(hb_, size_t{n} * hidden);
+  Grow(hb2_, size_t{n} * hidden);
+
+  // Attention block: x += wo * Attention(RoPE(wq xb), RoPE(wk xb), wv xb).
+  RmsNorm(x, w.rms_att.data(), nn, dim, c.norm_eps, xb_.data());
+  MatMul(xb_.data(), w.wq.data(), nn, dim, dim, q_.data());
+  MatMul(xb_.data(), w.wk.data(), nn, dim, kv_dim, k_.data());
+  MatMul(xb_.data(), w.wv.data(), nn, dim, kv_dim, v_.data());
+  Rope(q_.data(), k_.data(), nn, dim, kv_dim, c.head_size(), pos0, c.rope_theta);
+  for (uint32_t t = 0; t < n; ++t) {
+    std::memcpy(cache.k(layer, pos0 + t), k_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(cache.v(layer, pos0 + t), v_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
+  }
+  Attention(q_.data(), cache, layer, pos0, nn, c, att_.data(), xb_.data());  // xb_ is free again
+  MatMul(xb_.data(), w.wo.data(), nn, dim, dim, q_.data());                  // and now q_
+  Add(x, q_.data(), size_t{n} * dim);
+
+  // FFN block: x += w2 (silu(w1 xb) * w3 xb).
+  RmsNorm(x, w.rms_ffn.data(), nn, dim, c.norm_eps, xb_.data());
+  MatMul(xb_.data(), w.w1.data(), nn, dim, hidden, hb_.data());
+  MatMul(xb_.data(), w.w3.data(), nn, dim, hidden, hb2_.data());
+  SwiGlu(hb_.data(), hb2_.data(), nn, hidden);
+  MatMul(hb_.data(), w.w2.data(), nn, hidden, dim, xb_.data());
+  Add(x, xb_.data(), size_t{n} * dim);
+}
+
+void Transformer::Logits(const float* x, float* logits) {
+  const Config& c = model_.config;
+  Grow(xb_, c.dim);
+  RmsNorm(x, model_.weights.rms_final.data(), 1, c.dim, c.norm_eps, xb_.data());
+  MatMul(xb_.data(), model_.weights.classifier(), 1, c.dim, c.vocab_size, logits);
+}
+
+void Transformer::Forward(std::span<const int> tokens, uint32_t pos0, KvCache& cache, float* logits) {
+  if (tokens.empty()) return;
+  const size_t n = tokens.size();
+  const int dim = model_.config.dim;
+  // out_ holds the residual stream here; Layer and Logits never touch it.
+  Grow(out_, n * dim);
+  float* x = out_.data();
+  Embed(tokens, x);
+  for (int l = 0; l < model_.config.n_layers; ++l) Layer(l, pos0, static_cast<uint32_t>(n), x, cache);
+  Logits(x + (n - 1) * dim, logits);
+}
+
+}  // namespace flatkv::model

@@ -1,0 +1,73 @@
+// Transformer: the forward pass, one plain function per layer kind, in
+// fp32, written so that every output element is reduced in a fixed order
+// that depends only on its own inputs. Results are therefore bit-identical
+// however a prompt is split into prefill chunks, and whether a prefix's KV
+// was computed here or restored from the store.
+//
+// The pass is layer-major so that an engine can interleave it with a
+// layer-streamed restore: for a chunk of n new tokens at positions
+// [pos0, pos0 + n):
+//   Embed(tokens, x)                       x: (n, dim)
+//   for l in layers: Layer(l, pos0, n, x, cache)   // needs cache layer l for positions < pos0
+//   Logits(x + (n-1)*dim, logits)         logits: (vocab)
+//
+// Thread-safety: a Transformer holds scratch buffers; use one per thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace flatkv::model {
+
+class Transformer {
+ public:
+  explicit Transformer(const Model& model);
+
+  const Config& config() const { return model_.config; }
+
+  // in: n token ids; out: x (n, dim), their embeddings.
+  void Embed(std::span<const int> tokens, float* x);
+  // One transformer block for n tokens at positions pos0..pos0+n-1:
+  // x (n, dim) -> x (n, dim). Writes K (after RoPE) and V of those positions
+  // into `cache` at layer `layer`; attends over positions 0..pos0+i.
+  void Layer(int layer, uint32_t pos0, uint32_t n, float* x, KvCache& cache);
+  // Final RMSNorm and classifier of one position: x (dim) -> logits (vocab).
+  void Logits(const float* x, float* logits);
+
+  // Convenience: runs `tokens` at pos0.. through every layer; fills `logits`
+  // (vocab) for the last token.
+  void Forward(std::span<const int> tokens, uint32_t pos0, KvCache& cache, float* logits);
+
+  // Optional observer of the queries: Layer calls it for every position
+  // with that position's query vectors after RoPE (n_heads * head_size
+  // floats, head-major). Used by `flatkv dump-kv`.
+  using QuerySink = std::function<void(int layer, uint32_t pos, const float* q)>;
+  void set_query_sink(QuerySink sink) { query_sink_ = std::move(sink); }
+
+ private:
+  QuerySink query_sink_;
+  const Model& model_;
+  std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, out_;  // scratch
+};
+
+// Sampling: greedy when temperature == 0, otherwise temperature then top-p
+// (nucleus) with a seeded xorshift RNG, so a (seed, logits) pair always
+// picks the same token.
+class Sampler {
+ public:
+  Sampler(int vocab_size, float temperature, float top_p, uint64_t seed);
+  int Sample(std::span<const float> logits);
+
+ private:
+  int vocab_size_;
+  float temperature_, top_p_;
+  uint64_t state_;
+  std::vector<std::pair<float, int>> probs_;
+};
+
+}  // namespace flatkv::model

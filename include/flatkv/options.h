@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,7 +72,7 @@ struct StoreOptions {
   IoEngineKind ssd_io = IoEngineKind::kAuto;
   uint32_t ssd_queue_depth = 32;  // io_uring ring entries
   uint32_t ssd_threads = 4;       // thread-pool engine workers
-  uint32_t dram_threads = 1;      // workers copying DRAM hits into windows
+  uint32_t dram_threads = 2;      // workers copying DRAM hits into windows
   // Ask for O_DIRECT on segment files (falls back to buffered, with a warning
   // and a stat, where the filesystem refuses it).
   bool use_direct_io = true;
@@ -91,6 +92,10 @@ struct StoreOptions {
   // I/O engine for the SSD tier; null means one made from ssd_io. Tests
   // inject a FaultInjectionEngine here.
   std::shared_ptr<io::IoEngine> ssd_engine;
+  // The clock that session idleness (dram_idle_after) and LRU are judged
+  // by; null means std::chrono::steady_clock::now. A trace replay passes
+  // its simulated time.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 }  // namespace flatkv

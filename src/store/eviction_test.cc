@@ -1,6 +1,8 @@
 // Capacity accounting, placement and eviction order.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "flatkv/store.h"
 #include "testing/test_util.h"
 
@@ -90,14 +92,23 @@ TEST(PlacementTest, IdleSessionsGiveUpTheirDram) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 16);
   o.session_dram_share_bytes = 1ull << 40;
-  o.dram_idle_after = std::chrono::milliseconds(0);  // everyone else is idle
+  o.dram_idle_after = std::chrono::seconds(10);
+  // The store judges idleness by this clock (a replay passes simulated time).
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  o.clock = [now] { return *now; };
   auto store = Open(o);
-  PutChain(*store, 1, 1, 8);
-  PutChain(*store, 2, 2, 4);  // reclaims one of session 1's DRAM extents
+  PutChain(*store, 1, 1, 8);  // t=0: session 1 fills DRAM
+  *now += std::chrono::seconds(5);
+  PutChain(*store, 2, 2, 4);  // t=5: session 1 is active, so session 2 goes to SSD
+  EXPECT_EQ(store->Stats().ssd.extents, 1u);
+  EXPECT_EQ(store->Stats().dram.evicted_extents, 0u);
+  *now += std::chrono::seconds(10);
+  PutChain(*store, 3, 3, 4);  // t=15: session 1 has been idle 15 s: it gives up one DRAM extent
   EXPECT_EQ(store->Stats().dram.extents, 2u);
-  EXPECT_EQ(store->Stats().ssd.extents, 0u);
+  EXPECT_EQ(store->Stats().ssd.extents, 1u);
   EXPECT_EQ(store->Stats().dram.evicted_extents, 1u);
   EXPECT_EQ(store->Match(ChainKeys(1, 8)), 4u);
+  EXPECT_EQ(store->Match(ChainKeys(3, 4)), 4u);
 }
 
 TEST(PlacementTest, SessionsOutgrowingTheirShareAndOneShotBlocksGoToSsd) {

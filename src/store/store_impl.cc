@@ -225,7 +225,7 @@ Session& StoreImpl::TouchSession(SessionId id) {
   if (!inserted) lru_.erase(s.lru);
   lru_.push_front(id);
   s.lru = lru_.begin();
-  s.last_access = Clock::now();
+  s.last_access = Now();
   return s;
 }
 
@@ -244,7 +244,7 @@ PlacementContext StoreImpl::MakeContext(SessionId session, PutHint hint) {
     c.dram_extent_bytes = eb;
     c.dram_capacity_bytes = dram_->capacity_bytes();
     c.dram_free_bytes = dram_->slots().free() * eb;
-    const auto now = Clock::now();
+    const auto now = Now();
     for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
       const Session& s = sessions_[*it];
       if (now - s.last_access < options_.dram_idle_after) break;
@@ -256,7 +256,7 @@ PlacementContext StoreImpl::MakeContext(SessionId session, PutHint hint) {
 }
 
 bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
-  const auto now = Clock::now();
+  const auto now = Now();
   for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
     if (*it == requester) continue;
     Session& s = sessions_[*it];

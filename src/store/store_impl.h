@@ -98,6 +98,7 @@ class StoreImpl final : public Store {
 
   // Used by restores.
   const ExtentGeometry& Geometry(Medium m, uint32_t device) const;
+  Clock::time_point Now() const { return options_.clock ? options_.clock() : Clock::now(); }
   DramArena* dram() { return dram_.get(); }
   SsdDir* ssd(uint32_t device) { return ssd_[device].get(); }
   io::IoEngine* engine() { return engine_.get(); }

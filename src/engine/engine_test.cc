@@ -13,14 +13,11 @@
 namespace flatkv::engine {
 namespace {
 
-std::string SharedData() {
-  if (const char* env = std::getenv("FLATKV_SHARED_DATA")) return env;
-  return std::string(FLATKV_SOURCE_DIR) + "/../shared/data";
-}
+using ::flatkv::testing::SharedDataDir;
 
 const model::Model* Stories() {
   static const auto* model = [] {
-    auto m = model::LoadLlama2c(SharedData() + "/models/stories260K.bin", SharedData() + "/models/tok512.bin");
+    auto m = model::LoadLlama2c(SharedDataDir() + "/models/stories260K.bin", SharedDataDir() + "/models/tok512.bin");
     return m.ok() ? new model::Model(std::move(m).value()) : nullptr;
   }();
   return model;
@@ -28,7 +25,7 @@ const model::Model* Stories() {
 
 #define REQUIRE_MODEL()                                                          \
   const model::Model* model = Stories();                                         \
-  if (model == nullptr) GTEST_SKIP() << "stories260K not found under " << SharedData()
+  if (model == nullptr) GTEST_SKIP() << "stories260K not found under " << SharedDataDir()
 
 std::vector<int> Prompt(size_t n, int salt = 0) {
   std::vector<int> p(n);
@@ -247,7 +244,7 @@ namespace {
 // The same weights loaded from GGUF share the llama2.c checkpoint's KV.
 TEST(EngineTest, GgufAndLlama2cOfTheSameWeightsShareKv) {
   REQUIRE_MODEL();
-  auto gguf = model::LoadGguf(SharedData() + "/gguf/stories260K.gguf");
+  auto gguf = model::LoadGguf(SharedDataDir() + "/gguf/stories260K.gguf");
   if (!gguf.ok()) GTEST_SKIP() << gguf.status().ToString();
   EXPECT_EQ(gguf->fingerprint, model->fingerprint);
   testing::TempDir dir;

@@ -17,27 +17,13 @@
 
 #include "model/gguf_tokenizer.h"
 #include "model/model.h"
+#include "testing/test_util.h"
 
 namespace flatkv::model {
 namespace {
 
-// $FLATKV_SHARED_DATA, else <repo>/../shared/data with the repo root taken
-// from this file's path (src/model/x_test.cc -> ../../).
-std::string SharedData() {
-  if (const char* env = std::getenv("FLATKV_SHARED_DATA"); env != nullptr && *env != '\0') return env;
-  std::filesystem::path root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  if (root.empty()) root = ".";
-  return (root / ".." / "shared" / "data").string();
-}
-
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
+using ::flatkv::testing::ReadFile;
+using ::flatkv::testing::SharedDataDir;
 
 bool Contains(const Status& s, std::string_view what) { return s.message().find(what) != std::string::npos; }
 
@@ -570,7 +556,7 @@ struct Stories {
 };
 
 bool LoadStories(Stories* s) {
-  std::string d = SharedData();
+  std::string d = SharedDataDir();
   return ReadFile(d + "/gguf/stories260K.gguf", &s->gguf) && ReadFile(d + "/models/stories260K.bin", &s->llama2c) &&
          ReadFile(d + "/models/stories260K_ref.json", &s->ref_json);
 }
@@ -606,7 +592,7 @@ std::string JsonString(const std::string& json, const std::string& key) {
 
 TEST(GgufStories, ConfigMatchesTheCheckpoint) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   Result<Model> m = ParseGguf(s.gguf, "stories260K.gguf");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const Config& c = m->config;
@@ -642,7 +628,7 @@ TEST(GgufStories, ConfigMatchesTheCheckpoint) {
 // wq and wk in the same row order: llama.cpp did not permute Q and K.
 TEST(GgufStories, WeightsEqualTheLlama2cCheckpoint) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   Result<Model> m = ParseGguf(s.gguf, "");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   int32_t hdr[7];
@@ -696,7 +682,7 @@ TEST(GgufStories, WeightsEqualTheLlama2cCheckpoint) {
 
 TEST(GgufStories, TokenizerMatchesLlama2c) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   Result<Model> m = ParseGguf(s.gguf, "");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const Tokenizer& tok = *m->tokenizer;
@@ -726,7 +712,7 @@ TEST(GgufStories, TokenizerMatchesLlama2c) {
 // cuts in the data, gives a clean Corruption naming what ran out.
 TEST(GgufStories, EveryTruncationFailsCleanly) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   Result<GgufFile> full = GgufFile::Parse(s.gguf);
   ASSERT_TRUE(full.ok());
   std::vector<size_t> cuts;
@@ -746,7 +732,7 @@ TEST(GgufStories, EveryTruncationFailsCleanly) {
 
 TEST(GgufStories, CorruptionsFailCleanly) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   auto patch = [&](size_t at, const void* v, size_t n) {
     std::string b = s.gguf;
     std::memcpy(&b[at], v, n);
@@ -775,15 +761,15 @@ TEST(GgufStories, CorruptionsFailCleanly) {
 
 TEST(GgufStories, VocabOnlyFileHasNoModel) {
   std::string bytes;
-  if (!ReadFile(SharedData() + "/gguf/ggml-vocab-llama-spm.gguf", &bytes)) GTEST_SKIP() << "no shared data";
+  if (!ReadFile(SharedDataDir() + "/gguf/ggml-vocab-llama-spm.gguf", &bytes)) GTEST_SKIP() << "no shared data";
   ExpectError(bytes, Code::kCorruption, "tensor 'token_embd.weight' is missing (the file has no tensors");
   std::string gpt2;
-  ASSERT_TRUE(ReadFile(SharedData() + "/gguf/ggml-vocab-gpt-2.gguf", &gpt2));
+  ASSERT_TRUE(ReadFile(SharedDataDir() + "/gguf/ggml-vocab-gpt-2.gguf", &gpt2));
   ExpectError(gpt2, Code::kNotSupported, "general.architecture is 'gpt2'");
 }
 
 TEST(GgufStories, LoadGgufReadsTheFile) {
-  std::string path = SharedData() + "/gguf/stories260K.gguf";
+  std::string path = SharedDataDir() + "/gguf/stories260K.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared data";
   Result<Model> m = LoadGguf(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();

@@ -13,27 +13,13 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "testing/test_util.h"
 
 namespace flatkv::model {
 namespace {
 
-// $FLATKV_SHARED_DATA, else <repo>/../shared/data with the repo root taken
-// from this file's path (src/model/x_test.cc -> ../../).
-std::string SharedData() {
-  if (const char* env = std::getenv("FLATKV_SHARED_DATA"); env != nullptr && *env != '\0') return env;
-  std::filesystem::path root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  if (root.empty()) root = ".";
-  return (root / ".." / "shared" / "data").string();
-}
-
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
+using ::flatkv::testing::ReadFile;
+using ::flatkv::testing::SharedDataDir;
 
 struct Vectors {
   std::string gguf_bytes;  // GgufFile views into it
@@ -44,7 +30,7 @@ struct Vectors {
 // X.gguf.inp: each input followed by "\n__ggml_vocab_test__\n".
 // X.gguf.out: one line per input, the expected ids separated by spaces.
 bool LoadVectors(const std::string& name, Vectors* v) {
-  std::string base = SharedData() + "/gguf/" + name;
+  std::string base = SharedDataDir() + "/gguf/" + name;
   std::string inp, out;
   if (!ReadFile(base, &v->gguf_bytes) || !ReadFile(base + ".inp", &inp) || !ReadFile(base + ".out", &out)) return false;
   const std::string sep = "\n__ggml_vocab_test__\n";
@@ -99,7 +85,7 @@ void CheckDecode(const Tokenizer& tok, const Vectors& v) {
 
 TEST(GgufTokenizer, LlamaSpmVectors) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   ASSERT_EQ(v.inputs.size(), 46u);
   ASSERT_EQ(v.expected.size(), v.inputs.size());
   Result<GgufFile> f = GgufFile::Parse(v.gguf_bytes);
@@ -120,7 +106,7 @@ TEST(GgufTokenizer, LlamaSpmVectors) {
 
 TEST(GgufTokenizer, Gpt2Vectors) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   ASSERT_EQ(v.inputs.size(), 46u);
   ASSERT_EQ(v.expected.size(), v.inputs.size());
   Result<GgufFile> f = GgufFile::Parse(v.gguf_bytes);
@@ -140,7 +126,7 @@ TEST(GgufTokenizer, Gpt2Vectors) {
 // Invalid UTF-8 still encodes (byte-level BPE keeps every byte) and decodes back.
 TEST(GgufTokenizer, Gpt2InvalidUtf8RoundTrips) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   Result<GgufFile> f = GgufFile::Parse(v.gguf_bytes);
   ASSERT_TRUE(f.ok());
   auto tok = LoadGgufTokenizer(*f);
@@ -155,7 +141,7 @@ TEST(GgufTokenizer, Gpt2InvalidUtf8RoundTrips) {
 
 TEST(GgufTokenizer, RejectsAnUnknownModel) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedData();
+  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
   // Rename the value "llama" of tokenizer.ggml.model in place to "llamb".
   std::string bytes = v.gguf_bytes;
   const std::string key = "tokenizer.ggml.model";

@@ -18,34 +18,15 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "testing/test_util.h"
 
 namespace flatkv::model {
 namespace {
 
-// $FLATKV_SHARED_DATA, else <repo>/../shared/data.
-std::string SharedDataDir() {
-  if (const char* env = std::getenv("FLATKV_SHARED_DATA"); env != nullptr && *env != '\0') return env;
-#ifdef FLATKV_SOURCE_DIR
-  return std::string(FLATKV_SOURCE_DIR) + "/../shared/data";
-#else
-  const std::string file = __FILE__;
-  const size_t at = file.rfind("src/model/");
-  std::string root = at == std::string::npos ? "" : file.substr(0, at);
-  if (root.empty()) root = "./";
-  return root + "../shared/data";
-#endif
-}
+using ::flatkv::testing::ReadFile;
+using ::flatkv::testing::SharedDataDir;
 
 std::string ModelPath(const std::string& name) { return SharedDataDir() + "/models/" + name; }
-
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / 4);

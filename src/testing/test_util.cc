@@ -3,11 +3,27 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <random>
 
 #include "common/aligned_buffer.h"
 
 namespace flatkv::testing {
+
+std::string SharedDataDir() {
+  if (const char* env = std::getenv("FLATKV_SHARED_DATA"); env != nullptr && *env != '\0') return env;
+  return std::string(FLATKV_SOURCE_DIR) + "/../shared/data";
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
 
 TempDir::TempDir() {
   const char* base = std::getenv("FLATKV_TEST_DIR");

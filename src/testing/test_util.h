@@ -12,6 +12,12 @@
 
 namespace flatkv::testing {
 
+// The shared data directory: $FLATKV_SHARED_DATA, else <repo>/../shared/data.
+// Tests that need it GTEST_SKIP when it is absent.
+std::string SharedDataDir();
+// Reads a whole file; false when it cannot be opened.
+bool ReadFile(const std::string& path, std::string* out);
+
 // A fresh directory under /tmp (or $FLATKV_TEST_DIR), removed with its
 // contents on destruction.
 class TempDir {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `flatkv` command, run by ctest:
+#   cli_test.sh /path/to/flatkv
+# Exit 77 (skipped) when the shared model data is absent.
+set -euo pipefail
+FLATKV=$1
+DATA=${FLATKV_SHARED_DATA:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/data}
+M=$DATA/models
+[ -f "$M/stories260K.bin" ] || { echo "no shared data at $DATA: skipped"; exit 77; }
+WORK=$(mktemp -d /var/tmp/flatkv-cli-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
+gen() { "$FLATKV" generate --model "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --prompt "$prompt" \
+          --store "$WORK/store" --block-tokens 16 --max-tokens 24 --json; }
+first=$(gen)
+second=$(gen)
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+[ "$(field "$first" restored_tokens_ssd)" = "0" ] || fail "first run restored tokens"
+[ "$(field "$second" restored_tokens_ssd)" -gt 0 ] || fail "second run restored nothing: $second"
+[ "$(field "$first" text)" = "$(field "$second" text)" ] || fail "warm text differs from cold"
+[ "$(field "$first" tokens)" = "$(field "$second" tokens)" ] || fail "warm tokens differ from cold"
+
+"$FLATKV" stats --ssd-dir "$WORK/store" --json > "$WORK/stats.json"
+python3 -c "import json; s=json.load(open('$WORK/stats.json')); assert s['ssd']['blocks'] > 0, s" || fail "stats shows no blocks"
+
+echo "$prompt" > "$WORK/text.txt"
+ppl=$("$FLATKV" perplexity --model "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --text "$WORK/text.txt" --json)
+python3 -c "import json,sys; p=json.loads(sys.argv[1])['perplexity']; assert 1 < p < 20, p" "$ppl" || fail "perplexity $ppl"
+
+"$FLATKV" dump-kv --model "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --text "$WORK/text.txt" --out "$WORK/kv.bin" >/dev/null
+n=$(python3 -c "import struct; h=open('$WORK/kv.bin','rb').read(40); print(struct.unpack('<8s8I',h)[6])")
+size=$(stat -c %s "$WORK/kv.bin")
+[ "$size" -eq $((40 + 4*n + 4*5*n*8*(8+2*4))) ] || fail "dump-kv size $size for $n tokens"
+
+# Bad arguments: a clear message and exit code 2, never a crash.
+set +e
+"$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
+"$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"
+"$FLATKV" bench restore --sizes-mib 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench with size 0"
+head -c 1000 /dev/urandom > "$WORK/junk.bin"
+"$FLATKV" generate --model "$WORK/junk.bin" --tokenizer "$M/tok512.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "junk model"
+set -e
+echo "cli checks passed"

@@ -6,7 +6,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   clang lld libclang-rt-14-dev          # ThreadSanitizer and libFuzzer builds
-  liburing-dev libzstd-dev libxxhash-dev libssl-dev
+  liburing-dev libzstd-dev libxxhash-dev libssl-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   librocksdb-dev                        # the RocksDB peer in `flatkv bench restore`

@@ -1,11 +1,12 @@
 // The `flatkv` command-line tool: `bench restore`, `bench engine`, `stats`,
-// `generate`, `perplexity` and `dump-kv`.
+// `generate`, `perplexity`, `dump-kv` and `replay`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
 
 #include "tools/bench_engine.h"
 #include "tools/bench_restore.h"
 #include "tools/model_cmds.h"
+#include "tools/replay_cmd.h"
 #include "tools/stats_cmd.h"
 #include "tools/tool_common.h"
 
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
   CLI::App* perplexity = AddPerplexityCommand(app, perplexity_args);
   DumpKvArgs dump_args;
   CLI::App* dump = AddDumpKvCommand(app, dump_args);
+  ReplayArgs replay_args;
+  CLI::App* replay = AddReplayCommand(app, replay_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -39,5 +42,6 @@ int main(int argc, char** argv) {
   if (generate->parsed()) return RunGenerate(generate_args);
   if (perplexity->parsed()) return RunPerplexity(perplexity_args);
   if (dump->parsed()) return RunDumpKv(dump_args);
+  if (replay->parsed()) return RunReplay(replay_args);
   return kExitUsage;
 }

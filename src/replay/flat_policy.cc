@@ -1,0 +1,221 @@
+#include "replay/flat_policy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <vector>
+
+#include "flatkv/placement.h"
+#include "flatkv/store.h"
+
+namespace flatkv::replay {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// In kModel one store block is one 4 KiB layer slice: 1 layer, 1 KV head,
+// head_dim 16, bf16 at 64 tokens (the head_dim is adjusted for other block
+// sizes). 4 KiB is the smallest slice the SSD tier stores without padding,
+// so read amplification is the real store's, not an artefact of the scale.
+constexpr uint64_t kSliceBytes = 4096;
+// Blocks per extent on both media: one session's run, restored as one
+// request per layer.
+constexpr uint64_t kExtentBlocks = 16;
+// Each session may hold at most this fraction of DRAM before its new
+// extents go to SSD (StoreOptions::session_dram_share_bytes).
+constexpr double kSessionDramShare = 0.25;
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb3fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+BlockKey KeyOf(uint64_t id) { return BlockKey{id, Mix(id) | 1}; }
+
+// The store shape: `layers` layers of `slice` bytes per block at
+// `block_tokens` tokens (Mha, 1 KV head, bf16: 4 bytes per token and
+// head_dim unit).
+KvShape ScaledShape(uint32_t layers, uint64_t slice, uint32_t block_tokens) {
+  return KvShape::Mha(layers, 1, static_cast<uint32_t>(slice / (4ull * block_tokens)), DType::kBF16);
+}
+
+class FlatPolicy final : public CachePolicy {
+ public:
+  explicit FlatPolicy(const PolicyConfig& c) : config_(c) {}
+  ~FlatPolicy() override {
+    if (store_) (void)store_->Close();
+    store_.reset();
+    std::error_code ec;
+    if (!ssd_dir_.empty()) std::filesystem::remove_all(ssd_dir_, ec);
+  }
+
+  Status Open() {
+    const PolicyConfig& c = config_;
+    if (c.block_bytes == 0 || c.block_tokens == 0) return Status::InvalidArgument("flat: block_bytes and block_tokens are required");
+    if (c.block_tokens < 16 || c.block_tokens > 512)
+      return Status::InvalidArgument("flat: block_tokens=" + std::to_string(c.block_tokens) + " (the store takes 16..512)");
+    if (c.dir.empty()) return Status::InvalidArgument("flat: a scratch directory (PolicyConfig::dir) is required");
+    uint32_t layers = 1;
+    uint64_t slice = kSliceBytes;
+    if (c.io == IoMode::kReal) {
+      if (!(c.scale >= 1.0)) return Status::InvalidArgument("flat: scale must be >= 1");
+      const uint64_t target = static_cast<uint64_t>(double(c.block_bytes) / c.scale);
+      // Layer slices of at least 64 KiB, so per-layer requests stay large
+      // as in the unscaled store (Llama-3.1-70B: 256 KiB per layer slice).
+      layers = static_cast<uint32_t>(std::clamp<uint64_t>(target / (64 << 10), 1, 128));
+      slice = std::max<uint64_t>(kSliceBytes, target / layers / kSliceBytes * kSliceBytes);
+    }
+    store_block_bytes_ = uint64_t{layers} * slice;
+    // Capacities keep their ratio to one block: the scaled store holds the
+    // same number of blocks (and extents) as the real one would.
+    const double factor = double(c.block_bytes) / double(store_block_bytes_);
+    const uint64_t extent_bytes = kExtentBlocks * store_block_bytes_;
+    const uint64_t dram = static_cast<uint64_t>(double(c.dram_bytes) / factor);
+    const uint64_t ssd = static_cast<uint64_t>(double(c.ssd_bytes) / factor) / extent_bytes * extent_bytes;
+
+    StoreOptions o;
+    o.shape = ScaledShape(layers, slice, c.block_tokens);
+    o.block_tokens = c.block_tokens;
+    o.dram_capacity_bytes = dram;
+    o.dram_extent_layer_bytes = kExtentBlocks * slice;
+    o.ssd_extent_layer_bytes = kExtentBlocks * slice;
+    o.session_dram_share_bytes = std::max<uint64_t>(extent_bytes, static_cast<uint64_t>(double(dram) * kSessionDramShare));
+    o.placement = std::make_shared<DefaultPlacement>();
+    o.clock = [this] {
+      return Clock::time_point{} + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(now_s_));
+    };
+    if (ssd >= extent_bytes) {
+      ssd_dir_ = c.dir + "/flat-ssd";
+      std::error_code ec;
+      std::filesystem::remove_all(ssd_dir_, ec);
+      std::filesystem::create_directories(ssd_dir_, ec);
+      if (ec) return Status::IoError("flat: cannot create " + ssd_dir_ + ": " + ec.message());
+      o.ssd_dirs = {ssd_dir_};
+      o.ssd_capacity_bytes = ssd;
+      const uint64_t per_segment = std::clamp<uint64_t>((256ull << 20) / extent_bytes, 1, ssd / extent_bytes);
+      o.segment_bytes = per_segment * extent_bytes;
+      // kModel reads 4 KiB slices many times over: let the page cache serve
+      // them (times come from the IoModel, not from this disk).
+      o.use_direct_io = c.io == IoMode::kReal;
+    }
+    if (dram == 0 && o.ssd_dirs.empty()) return Status::InvalidArgument("flat: both capacities are below one block");
+    auto store = Store::Open(o);
+    if (!store.ok()) return store.status().WithContext("flat: opening the replay store");
+    store_ = std::move(store).value();
+    return Status::Ok();
+  }
+
+  std::string_view name() const override { return "flat"; }
+
+  LookupResult Lookup(const Request& req, double now_s) override {
+    now_s_ = now_s;
+    LookupResult out;
+    Keys(req);
+    const StoreStats before = store_->Stats();
+    const auto t0 = Clock::now();
+    auto restore = store_->StartRestore(keys_);
+    if (!restore.ok()) return out;  // an unusable restore is a miss
+    Restore& r = *restore.value();
+    const uint32_t found = r.hit_blocks();
+    const uint32_t valid = r.Finish();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto locations = r.locations();
+    uint64_t prev_end = 0;
+    Medium prev = Medium::kNone;
+    for (uint32_t i = 0; i < valid; ++i) {
+      const Address a = locations[i].layer0;
+      const Medium m = a.medium();
+      if (m == Medium::kDram) {
+        out.dram_blocks++;
+        // A run of consecutive slots is one transfer.
+        if (prev != Medium::kDram || a.offset() != prev_end) out.dram_requests++;
+        prev_end = a.offset() + store_->BlockLayerBytes();
+      } else {
+        out.ssd_blocks++;
+      }
+      prev = m;
+    }
+    restore.value().reset();  // `locations` points into it
+    out.hit_blocks = valid;
+    out.aborted_blocks = found - valid;
+    const StoreStats after = store_->Stats();
+    const uint64_t ssd_read = after.ssd.bytes_read - before.ssd.bytes_read;
+    const uint64_t ssd_delivered = after.ssd.bytes_delivered - before.ssd.bytes_delivered;
+    out.ssd_requests = static_cast<uint32_t>(after.ssd.read_requests - before.ssd.read_requests);
+    // Bytes in true (unscaled) units: the store's blocks stand for
+    // block_bytes each, and its amplification carries over.
+    out.dram_bytes_read = uint64_t{out.dram_blocks} * config_.block_bytes;
+    out.ssd_bytes_useful = uint64_t{out.ssd_blocks} * config_.block_bytes;
+    const double amp = ssd_delivered ? double(ssd_read) / double(ssd_delivered) : 1.0;
+    out.ssd_bytes_read = static_cast<uint64_t>(double(out.ssd_bytes_useful) * amp + 0.5);
+    if (config_.io == IoMode::kReal) {
+      out.dram_requests = static_cast<uint32_t>(after.dram.read_requests - before.dram.read_requests);
+      out.real_restore_s = seconds;
+    }
+    return out;
+  }
+
+  InsertResult Insert(const Request& req, uint32_t hit_blocks, double now_s) override {
+    now_s_ = now_s;
+    InsertResult out;
+    if (hit_blocks >= req.blocks.size()) return out;
+    Keys(req);
+    const std::span<const BlockKey> keys(keys_.data() + hit_blocks, keys_.size() - hit_blocks);
+    const uint64_t need = keys.size() * store_->BlockBytes();
+    if (payload_.size() < need) payload_.resize(need, std::byte{0x42});
+    const StoreStats before = store_->Stats();
+    const auto t0 = Clock::now();
+    const Status s = store_->Put(req.conversation, keys, std::span<const std::byte>(payload_.data(), need));
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    (void)s;  // a failed put leaves its blocks misses, which the next lookup sees
+    const StoreStats after = store_->Stats();
+    const uint64_t dram_written = after.dram.bytes_written - before.dram.bytes_written;
+    const uint64_t ssd_written = after.ssd.bytes_written - before.ssd.bytes_written;
+    const double unscale = double(config_.block_bytes) / double(store_->BlockBytes());
+    out.dram_bytes_written = static_cast<uint64_t>(double(dram_written) * unscale);
+    out.ssd_bytes_written = static_cast<uint64_t>(double(ssd_written) * unscale);
+    // About one write per run of new SSD blocks within an extent.
+    const uint64_t ssd_blocks = ssd_written / store_->BlockBytes();
+    out.ssd_requests = static_cast<uint32_t>((ssd_blocks + kExtentBlocks - 1) / kExtentBlocks);
+    if (config_.io == IoMode::kReal) out.real_write_s = seconds;
+    return out;
+  }
+
+  PolicyStats Stats() const override {
+    const StoreStats s = store_->Stats();
+    const double unscale = double(config_.block_bytes) / double(store_->BlockBytes());
+    PolicyStats p;
+    p.dram_used_bytes = static_cast<uint64_t>(double(s.dram.used_bytes) * unscale);
+    p.ssd_used_bytes = static_cast<uint64_t>(double(s.ssd.used_bytes) * unscale);
+    p.evicted_blocks = s.dram.evicted_blocks + s.ssd.evicted_blocks;
+    p.migrated_blocks = 0;  // flat never migrates
+    return p;
+  }
+
+ private:
+  void Keys(const Request& req) {
+    keys_.resize(req.blocks.size());
+    for (size_t i = 0; i < req.blocks.size(); ++i) keys_[i] = KeyOf(req.blocks[i]);
+  }
+
+  PolicyConfig config_;
+  std::string ssd_dir_;
+  std::unique_ptr<Store> store_;
+  uint64_t store_block_bytes_ = 0;
+  double now_s_ = 0;  // simulated time, read by the store's clock
+  std::vector<BlockKey> keys_;
+  std::vector<std::byte> payload_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CachePolicy>> MakeFlatPolicy(const PolicyConfig& config) {
+  auto p = std::make_unique<FlatPolicy>(config);
+  FLATKV_RETURN_IF_ERROR(p->Open());
+  return std::unique_ptr<CachePolicy>(std::move(p));
+}
+
+}  // namespace flatkv::replay

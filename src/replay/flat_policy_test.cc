@@ -1,0 +1,131 @@
+#include "replay/flat_policy.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/test_util.h"
+
+namespace flatkv::replay {
+namespace {
+
+Request Req(uint64_t conv, uint64_t first_id, uint32_t blocks, double t) {
+  Request r;
+  r.arrival_s = t;
+  r.conversation = conv;
+  r.input_tokens = blocks * 64 + 10;
+  r.output_tokens = 5;
+  for (uint32_t i = 0; i < blocks; ++i) r.blocks.push_back(first_id + i);
+  return r;
+}
+
+// 1 MiB "true" blocks; DRAM holds 64 of them, SSD 1024.
+PolicyConfig Config(const std::string& dir, IoMode io = IoMode::kModel) {
+  PolicyConfig c;
+  c.block_bytes = 1 << 20;
+  c.block_tokens = 64;
+  c.dram_bytes = 64ull << 20;
+  c.ssd_bytes = 1024ull << 20;
+  c.io = io;
+  c.dir = dir;
+  return c;
+}
+
+TEST(FlatPolicy, HitsTheStoredPrefix) {
+  flatkv::testing::TempDir dir;
+  auto p = MakeFlatPolicy(Config(dir.path()));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  CachePolicy& flat = *p.value();
+  EXPECT_EQ(flat.name(), "flat");
+  const Request a = Req(1, 100, 10, 0);
+  LookupResult miss = flat.Lookup(a, 0);
+  EXPECT_EQ(miss.hit_blocks, 0u);
+  InsertResult w = flat.Insert(a, 0, 1);
+  EXPECT_EQ(w.dram_bytes_written + w.ssd_bytes_written, 10ull << 20);
+  // The next turn extends the prefix: the first 10 blocks hit, from DRAM.
+  const Request b = Req(1, 100, 14, 2);
+  LookupResult hit = flat.Lookup(b, 2);
+  EXPECT_EQ(hit.hit_blocks, 10u);
+  EXPECT_EQ(hit.dram_blocks, 10u);
+  EXPECT_EQ(hit.ssd_blocks, 0u);
+  EXPECT_EQ(hit.dram_bytes_read, 10ull << 20);
+  EXPECT_EQ(hit.real_restore_s, -1);
+  // Another conversation with other ids misses.
+  EXPECT_EQ(flat.Lookup(Req(2, 5000, 4, 3), 3).hit_blocks, 0u);
+}
+
+TEST(FlatPolicy, SessionBeyondItsDramShareGoesToSsd) {
+  flatkv::testing::TempDir dir;
+  auto p = MakeFlatPolicy(Config(dir.path()));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  CachePolicy& flat = *p.value();
+  // The share is 25% of DRAM = 16 blocks = one extent: the rest is on SSD.
+  const Request a = Req(1, 1, 40, 0);
+  (void)flat.Lookup(a, 0);
+  InsertResult w = flat.Insert(a, 0, 1);
+  EXPECT_EQ(w.dram_bytes_written, 16ull << 20);
+  EXPECT_EQ(w.ssd_bytes_written, 24ull << 20);
+  LookupResult hit = flat.Lookup(Req(1, 1, 41, 2), 2);
+  EXPECT_EQ(hit.hit_blocks, 40u);
+  EXPECT_EQ(hit.dram_blocks, 16u);
+  EXPECT_EQ(hit.ssd_blocks, 24u);
+  EXPECT_EQ(hit.ssd_bytes_useful, 24ull << 20);
+  ASSERT_GT(hit.ssd_bytes_read, 0u);
+  const double amp = double(hit.ssd_bytes_read) / double(hit.ssd_bytes_useful);
+  EXPECT_GE(amp, 1.0);
+  EXPECT_LE(amp, 1.05);
+  EXPECT_GE(hit.ssd_requests, 1u);
+}
+
+TEST(FlatPolicy, CapacitiesHold) {
+  flatkv::testing::TempDir dir;
+  PolicyConfig c = Config(dir.path());
+  auto p = MakeFlatPolicy(c);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  CachePolicy& flat = *p.value();
+  // 40 conversations of 48 blocks: 1920 blocks, far beyond DRAM + SSD.
+  double t = 0;
+  for (uint64_t conv = 1; conv <= 40; ++conv) {
+    const Request r = Req(conv, conv * 1000, 48, t);
+    const LookupResult l = flat.Lookup(r, t);
+    (void)flat.Insert(r, l.hit_blocks, t + 0.5);
+    t += 20;  // each conversation is idle by the time the next one starts
+    const PolicyStats s = flat.Stats();
+    EXPECT_LE(s.dram_used_bytes, c.dram_bytes);
+    EXPECT_LE(s.ssd_used_bytes, c.ssd_bytes);
+  }
+  const PolicyStats s = flat.Stats();
+  EXPECT_GT(s.evicted_blocks, 0u);
+  EXPECT_EQ(s.migrated_blocks, 0u);
+  // The newest conversation is still whole.
+  EXPECT_EQ(flat.Lookup(Req(40, 40000, 48, t), t).hit_blocks, 48u);
+}
+
+TEST(FlatPolicy, RealIoMeasuresRestores) {
+  flatkv::testing::TempDir dir;
+  PolicyConfig c = Config(dir.path(), IoMode::kReal);
+  c.scale = 4;  // 256 KiB blocks on the real store
+  auto p = MakeFlatPolicy(c);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  CachePolicy& flat = *p.value();
+  const Request a = Req(1, 1, 30, 0);
+  (void)flat.Lookup(a, 0);
+  InsertResult w = flat.Insert(a, 0, 1);
+  EXPECT_GE(w.real_write_s, 0);
+  LookupResult hit = flat.Lookup(Req(1, 1, 31, 2), 2);
+  EXPECT_EQ(hit.hit_blocks, 30u);
+  EXPECT_EQ(hit.dram_blocks + hit.ssd_blocks, 30u);
+  EXPECT_GT(hit.real_restore_s, 0);
+  // Bytes are reported unscaled.
+  EXPECT_EQ(hit.dram_bytes_read + hit.ssd_bytes_useful, 30ull << 20);
+}
+
+TEST(FlatPolicy, RejectsBadConfig) {
+  PolicyConfig c;
+  EXPECT_FALSE(MakeFlatPolicy(c).ok());
+  flatkv::testing::TempDir dir;
+  c = Config(dir.path());
+  c.block_tokens = 8;
+  EXPECT_FALSE(MakeFlatPolicy(c).ok());
+}
+
+}  // namespace
+}  // namespace flatkv::replay

@@ -1,0 +1,82 @@
+// CachePolicy: one KV cache design, replayed against a trace at given DRAM
+// and SSD capacities. The simulator (replay/simulator.h) asks each policy,
+// per request, which leading blocks of the prompt hit and what reading them
+// costs, and after prefill tells it to store the blocks that missed.
+//
+// Policies: "flat" (flatkv's own Store, placement at creation, never
+// migrated), "tiered" (after Mooncake Store's SSD offload), "files" (after
+// LMCache's local-disk backend), and the bounds "infinite" and "belady".
+// docs/baselines.md ties every baseline parameter to the design it follows.
+//
+// Thread-safety: a policy is driven by one simulator thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "flatkv/status.h"
+#include "replay/trace.h"
+
+namespace flatkv::replay {
+
+enum class IoMode {
+  kModel,  // costs come from bandwidth/latency figures (IoModel)
+  kReal,   // the policy performs its reads and writes on real files; measured times are returned
+};
+
+struct PolicyConfig {
+  uint64_t block_bytes = 0;       // KV bytes of one trace block (model bytes/token x trace block_tokens)
+  uint32_t block_tokens = 0;
+  uint64_t dram_bytes = 0;        // DRAM capacity (host memory for KV, staging included)
+  uint64_t ssd_bytes = 0;         // SSD capacity
+  const Trace* trace = nullptr;   // the whole trace (belady's future knowledge)
+  IoMode io = IoMode::kModel;
+  std::string dir;                // scratch directory for kReal
+  double scale = 1.0;             // kReal: every byte size (block, capacities) divided by this
+};
+
+struct LookupResult {
+  uint32_t hit_blocks = 0;        // leading blocks of the prompt that hit (usable prefix)
+  uint32_t dram_blocks = 0;       // of those, served from DRAM
+  uint32_t ssd_blocks = 0;        // of those, served from SSD
+  uint32_t aborted_blocks = 0;    // found on SSD but not read (e.g. no staging space): counted as misses
+  uint64_t dram_bytes_read = 0;   // bytes read from DRAM to restore them
+  uint64_t ssd_bytes_read = 0;    // bytes read from SSD, amplification included
+  uint64_t ssd_bytes_useful = 0;  // payload bytes the SSD reads delivered
+  uint32_t dram_requests = 0;     // separate transfers, for latency modelling
+  uint32_t ssd_requests = 0;
+  double real_restore_s = -1;     // kReal: measured restore time; -1 in kModel
+};
+
+struct InsertResult {
+  uint64_t dram_bytes_written = 0;
+  uint64_t ssd_bytes_written = 0;
+  uint32_t ssd_requests = 0;
+  double real_write_s = -1;
+};
+
+struct PolicyStats {
+  uint64_t dram_used_bytes = 0, ssd_used_bytes = 0;
+  uint64_t evicted_blocks = 0;    // dropped from the cache entirely
+  uint64_t migrated_blocks = 0;   // moved between media (tiered: demotions and promotions)
+};
+
+class CachePolicy {
+ public:
+  virtual ~CachePolicy() = default;
+  virtual std::string_view name() const = 0;
+  // `req` arrives for prefill at simulated time now_s.
+  virtual LookupResult Lookup(const Request& req, double now_s) = 0;
+  // After prefill at now_s: every block of `req` is computed; store those
+  // from `hit_blocks` on (the policy decides where, and what to evict).
+  virtual InsertResult Insert(const Request& req, uint32_t hit_blocks, double now_s) = 0;
+  virtual PolicyStats Stats() const = 0;
+};
+
+// Makes a policy by name ("flat", "tiered", "files", "infinite", "belady");
+// InvalidArgument names the unknown policy and lists the known ones.
+Result<std::unique_ptr<CachePolicy>> MakePolicy(std::string_view name, const PolicyConfig& config);
+
+}  // namespace flatkv::replay

@@ -1,0 +1,230 @@
+#include "replay/report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace flatkv::replay {
+namespace {
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string Gb(uint64_t bytes) { return Fmt("%.1f", double(bytes) / 1e9); }
+
+std::string Escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else o += c;
+  }
+  return o;
+}
+
+constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"};
+
+}  // namespace
+
+std::string FormatTable(const std::vector<SimResult>& results) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-9s %5s %7s %6s %6s %6s %9s %9s %9s %9s %8s %10s %10s %10s %11s %10s\n", "policy",
+                "load", "hit%", "dram%", "ssd%", "ssd_ra", "dramR_GB", "ssdR_GB", "dramW_GB", "ssdW_GB", "rst_GB/s",
+                "ttft_mean", "ttft_p50", "ttft_p99", "in_tok/s", "out_tok/s");
+  out += line;
+  for (const SimResult& r : results) {
+    const double lookups = r.input_tokens ? double(r.input_tokens) : 1.0;
+    const double bt = r.hit_blocks ? double(r.hit_tokens) / double(r.hit_blocks) : 0.0;
+    std::snprintf(line, sizeof line,
+                  "%-9s %5.2g %7.2f %6.1f %6.1f %6.3f %9s %9s %9s %9s %8.2f %8.0fms %8.0fms %8.0fms %11.0f %10.1f\n",
+                  r.policy.c_str(), r.load, 100.0 * r.hit_rate(), 100.0 * double(r.dram_hit_blocks) * bt / lookups,
+                  100.0 * double(r.ssd_hit_blocks) * bt / lookups, r.ssd_read_amplification(),
+                  Gb(r.dram_bytes_read).c_str(), Gb(r.ssd_bytes_read).c_str(), Gb(r.dram_bytes_written).c_str(),
+                  Gb(r.ssd_bytes_written).c_str(), r.restore_gbps(), r.ttft_mean_ms(), r.ttft_percentile_ms(50),
+                  r.ttft_percentile_ms(99), r.input_tok_s(), r.output_tok_s());
+    out += line;
+  }
+  out += "hit%: token-weighted hit rate; dram%/ssd%: hit tokens served from each medium; ssd_ra: SSD read\n"
+         "amplification (bytes read / payload); R/W: bytes read and written per medium; rst: restore bandwidth.\n";
+  return out;
+}
+
+nlohmann::json ToJson(const SimResult& r) {
+  nlohmann::json j;
+  j["policy"] = r.policy;
+  j["load"] = r.load;
+  j["requests"] = r.requests;
+  j["hit_rate"] = r.hit_rate();
+  j["ssd_read_amplification"] = r.ssd_read_amplification();
+  j["ttft_mean_ms"] = r.ttft_mean_ms();
+  j["ttft_p50_ms"] = r.ttft_percentile_ms(50);
+  j["ttft_p99_ms"] = r.ttft_percentile_ms(99);
+  j["throughput_tok_s"] = r.input_tok_s() + r.output_tok_s();
+  j["input_tok_s"] = r.input_tok_s();
+  j["output_tok_s"] = r.output_tok_s();
+  j["input_tokens"] = r.input_tokens;
+  j["hit_tokens"] = r.hit_tokens;
+  j["output_tokens"] = r.output_tokens;
+  j["lookup_blocks"] = r.lookup_blocks;
+  j["hit_blocks"] = r.hit_blocks;
+  j["dram_hit_blocks"] = r.dram_hit_blocks;
+  j["ssd_hit_blocks"] = r.ssd_hit_blocks;
+  j["aborted_blocks"] = r.aborted_blocks;
+  j["dram_bytes_read"] = r.dram_bytes_read;
+  j["ssd_bytes_read"] = r.ssd_bytes_read;
+  j["ssd_bytes_useful"] = r.ssd_bytes_useful;
+  j["dram_bytes_written"] = r.dram_bytes_written;
+  j["ssd_bytes_written"] = r.ssd_bytes_written;
+  j["evicted_blocks"] = r.evicted_blocks;
+  j["migrated_blocks"] = r.migrated_blocks;
+  j["restore_gbps"] = r.restore_gbps();
+  j["restore_s"] = r.restore_s;
+  j["model_restore_s"] = r.model_restore_s;
+  j["real_restore_s"] = r.real_restore_s;
+  j["prefill_s"] = r.prefill_s;
+  j["queue_s"] = r.queue_s;
+  j["makespan_s"] = r.makespan_s;
+  return j;
+}
+
+nlohmann::json ToJson(const std::vector<SimResult>& results, const nlohmann::json& config) {
+  nlohmann::json j;
+  j["config"] = config;
+  j["results"] = nlohmann::json::array();
+  for (const SimResult& r : results) j["results"].push_back(ToJson(r));
+  return j;
+}
+
+std::string SvgLineChart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                         const std::vector<Series>& series, bool log_x) {
+  constexpr double W = 640, H = 420, L = 70, R = 150, T = 40, B = 55;
+  double x0 = 1e300, x1 = -1e300, y0 = 0, y1 = -1e300;
+  auto tx = [&](double x) { return log_x ? std::log2(x) : x; };
+  for (const Series& s : series)
+    for (size_t i = 0; i < s.x.size(); ++i) {
+      x0 = std::min(x0, tx(s.x[i]));
+      x1 = std::max(x1, tx(s.x[i]));
+      y1 = std::max(y1, s.y[i]);
+    }
+  if (!(x1 > x0)) { x0 -= 1; x1 += 1; }
+  if (!(y1 > y0)) y1 = y0 + 1;
+  y1 *= 1.05;
+  auto px = [&](double x) { return L + (tx(x) - x0) / (x1 - x0) * (W - L - R); };
+  auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
+  std::string s;
+  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"420\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"" + Fmt("%.0f", W / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + Escape(title) + "</text>\n";
+  // Axes.
+  s += "<line x1=\"" + Fmt("%.1f", L) + "\" y1=\"" + Fmt("%.1f", H - B) + "\" x2=\"" + Fmt("%.1f", W - R) + "\" y2=\"" +
+       Fmt("%.1f", H - B) + "\" stroke=\"black\"/>\n";
+  s += "<line x1=\"" + Fmt("%.1f", L) + "\" y1=\"" + Fmt("%.1f", T) + "\" x2=\"" + Fmt("%.1f", L) + "\" y2=\"" +
+       Fmt("%.1f", H - B) + "\" stroke=\"black\"/>\n";
+  // X ticks at the data's x values.
+  std::map<double, bool> xs;
+  for (const Series& se : series)
+    for (double x : se.x) xs[x] = true;
+  for (const auto& [x, unused] : xs) {
+    s += "<line x1=\"" + Fmt("%.1f", px(x)) + "\" y1=\"" + Fmt("%.1f", H - B) + "\" x2=\"" + Fmt("%.1f", px(x)) +
+         "\" y2=\"" + Fmt("%.1f", H - B + 5) + "\" stroke=\"black\"/>\n";
+    s += "<text x=\"" + Fmt("%.1f", px(x)) + "\" y=\"" + Fmt("%.1f", H - B + 18) + "\" text-anchor=\"middle\">" +
+         Fmt("%g", x) + "</text>\n";
+  }
+  for (int i = 0; i <= 5; ++i) {
+    const double y = y0 + (y1 - y0) * i / 5;
+    s += "<line x1=\"" + Fmt("%.1f", L - 5) + "\" y1=\"" + Fmt("%.1f", py(y)) + "\" x2=\"" + Fmt("%.1f", W - R) +
+         "\" y2=\"" + Fmt("%.1f", py(y)) + "\" stroke=\"#ddd\"/>\n";
+    s += "<text x=\"" + Fmt("%.1f", L - 8) + "\" y=\"" + Fmt("%.1f", py(y) + 4) + "\" text-anchor=\"end\">" +
+         Fmt("%.3g", y) + "</text>\n";
+  }
+  s += "<text x=\"" + Fmt("%.1f", (L + W - R) / 2) + "\" y=\"" + Fmt("%.1f", H - 12) + "\" text-anchor=\"middle\">" +
+       Escape(x_label) + "</text>\n";
+  s += "<text transform=\"translate(18," + Fmt("%.1f", (T + H - B) / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
+       Escape(y_label) + "</text>\n";
+  for (size_t k = 0; k < series.size(); ++k) {
+    const Series& se = series[k];
+    const char* color = kColors[k % std::size(kColors)];
+    std::string pts;
+    for (size_t i = 0; i < se.x.size(); ++i) pts += Fmt("%.1f", px(se.x[i])) + "," + Fmt("%.1f", py(se.y[i])) + " ";
+    s += "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
+    for (size_t i = 0; i < se.x.size(); ++i)
+      s += "<circle cx=\"" + Fmt("%.1f", px(se.x[i])) + "\" cy=\"" + Fmt("%.1f", py(se.y[i])) + "\" r=\"3\" fill=\"" +
+           color + "\"/>\n";
+    const double ly = T + 10 + 20.0 * double(k);
+    s += "<line x1=\"" + Fmt("%.1f", W - R + 15) + "\" y1=\"" + Fmt("%.1f", ly) + "\" x2=\"" + Fmt("%.1f", W - R + 40) +
+         "\" y2=\"" + Fmt("%.1f", ly) + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
+    s += "<text x=\"" + Fmt("%.1f", W - R + 46) + "\" y=\"" + Fmt("%.1f", ly + 4) + "\">" + Escape(se.name) + "</text>\n";
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+Status WritePlots(const std::vector<SimResult>& results, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("plot: cannot create " + dir + ": " + ec.message());
+  std::vector<std::string> order;
+  std::map<std::string, Series> hit, ttft;
+  for (const SimResult& r : results) {
+    if (!hit.count(r.policy)) order.push_back(r.policy);
+    Series& h = hit[r.policy];
+    Series& t = ttft[r.policy];
+    h.name = t.name = r.policy;
+    h.x.push_back(r.load);
+    h.y.push_back(100.0 * r.hit_rate());
+    t.x.push_back(r.load);
+    t.y.push_back(r.ttft_mean_ms() / 1e3);
+  }
+  std::vector<Series> hs, ts;
+  for (const auto& p : order) {
+    hs.push_back(hit[p]);
+    ts.push_back(ttft[p]);
+  }
+  const std::pair<std::string, std::string> files[] = {
+      {dir + "/hit_rate.svg", SvgLineChart("Token-weighted hit rate vs load", "load factor", "hit rate (%)", hs, true)},
+      {dir + "/ttft_mean.svg", SvgLineChart("Mean TTFT vs load", "load factor", "mean TTFT (s)", ts, true)}};
+  for (const auto& [path, svg] : files) {
+    std::ofstream f(path, std::ios::trunc);
+    f << svg;
+    if (!f) return Status::IoError("plot: cannot write " + path);
+  }
+  return Status::Ok();
+}
+
+ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), tty_(isatty(2) != 0) {}
+
+ProgressBar::~ProgressBar() { Finish(); }
+
+void ProgressBar::Update(uint64_t done, uint64_t total) {
+  if (!tty_ || total == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(double(done) / double(total) * kWidth);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  std::fprintf(stderr, "\r%-24s [%s] %3d%% (%llu/%llu)", label_.c_str(), bar.c_str(), int(100.0 * double(done) / double(total)),
+               static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressBar::Finish() {
+  if (!drawn_) return;
+  std::fprintf(stderr, "\r%*s\r", 100, "");
+  std::fflush(stderr);
+  drawn_ = false;
+}
+
+}  // namespace flatkv::replay

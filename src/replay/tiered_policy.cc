@@ -1,0 +1,313 @@
+// The "tiered" baseline: a model of Mooncake Store with SSD offload
+// (bucket_storage_backend, offload on evict, promotion on hit). Every
+// parameter below is tied to its source in docs/baselines.md.
+//
+// Model, per trace block (one Mooncake object per block):
+//   - Put goes to the DRAM pool. The pool is dram_bytes less the staging
+//     buffer, which is carved out of the same DRAM.
+//   - DRAM eviction is Mooncake's approximate LRU: when the pool reaches its
+//     90% high watermark (or a put does not fit) a cycle evicts ceil(5% of the
+//     objects), those whose lease has expired, earliest lease timeout first.
+//     A read grants a lease to now + 5 s; an object never read is ordered by
+//     its put time. Objects under lease are skipped.
+//   - An evicted object without an SSD copy is appended, in eviction order,
+//     to the open bucket; a bucket closes at 500 keys or when the next object
+//     would take its data past 256 MB. Records are [key | value] back to
+//     back, so an object's value sits at an arbitrary byte offset.
+//   - SSD space is reclaimed a whole bucket at a time, oldest first (FIFO),
+//     before a write that would exceed ssd_bytes.
+//   - An SSD hit is one read per object (BatchLoad issues one preadv per
+//     key), of the 4 KiB-aligned span around the value, into the staging
+//     buffer; each object takes align_up(size, 4 KiB) + 8 KiB of staging.
+//     A restore streams through min(its need, free staging) and holds it
+//     until its reads finish. When less than one object of staging is free,
+//     the restore's SSD reads are aborted and the usable prefix ends at its
+//     first SSD object. A read object is promoted back into DRAM (its SSD
+//     copy stays in its bucket until the bucket is evicted).
+//
+// Thread-safety: none; driven by one simulator thread.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "replay/baselines.h"
+#include "replay/io_model.h"
+
+namespace flatkv::replay {
+namespace {
+
+constexpr double kHighWatermark = 0.90;                 // --eviction_high_watermark_ratio
+constexpr double kEvictionRatio = 0.05;                 // --eviction_ratio
+constexpr double kLeaseTtlS = 5.0;                      // DEFAULT_DEFAULT_KV_LEASE_TTL = 5000 ms
+constexpr uint64_t kBucketSizeLimit = 256ull << 20;     // MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES
+constexpr uint32_t kBucketKeysLimit = 500;              // MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT
+constexpr uint64_t kStagingBytes = 1342177280ull;       // MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES (1.25 GiB)
+constexpr uint64_t kDirectIoAlign = 4096;               // kDirectIOAlignment in BatchLoad / AllocateBatch
+constexpr uint64_t kKeyBytes = 96;                      // assumed key string length (engine prefix + hash)
+constexpr uint64_t kMetaBytesPerKey = kKeyBytes + 24;   // .meta: key + {offset, key_size, data_size}
+
+uint64_t AlignDown(uint64_t x, uint64_t a) { return x / a * a; }
+uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+class TieredPolicy final : public CachePolicy {
+ public:
+  explicit TieredPolicy(const PolicyConfig& c)
+      : bb_(c.block_bytes),
+        staging_cap_(std::min<uint64_t>(kStagingBytes, c.dram_bytes / 4)),
+        pool_cap_(c.dram_bytes - staging_cap_),
+        ssd_cap_(c.ssd_bytes),
+        staging_per_obj_(AlignUp(c.block_bytes, kDirectIoAlign) + 2 * kDirectIoAlign) {}
+
+  std::string_view name() const override { return "tiered"; }
+
+  LookupResult Lookup(const Request& req, double now) override {
+    LookupResult r;
+    ReleaseStaging(now);
+    // Pass 1: the found prefix; DRAM objects are leased, as the master grants
+    // a lease to every key a Get queries before reading.
+    size_t found = 0;
+    uint32_t ssd_found = 0;
+    for (; found < req.blocks.size(); ++found) {
+      auto it = map_.find(req.blocks[found]);
+      if (it == map_.end()) break;
+      if (it->second.in_dram) {
+        Order(it->second, req.blocks[found], now + kLeaseTtlS);
+      } else {
+        ++ssd_found;
+      }
+    }
+    // Staging for the SSD part: pipelined through what is free, but at least
+    // one object's worth must be free or the read is aborted.
+    const uint64_t free_staging = staging_cap_ - staging_held_;
+    const bool staging_ok = ssd_found == 0 || free_staging >= staging_per_obj_;
+    double read_s = 0;
+    for (size_t i = 0; i < found; ++i) {
+      auto it = map_.find(req.blocks[i]);
+      if (it == map_.end()) break;  // its bucket was reclaimed by an earlier promotion's demotions
+      Entry& e = it->second;
+      if (e.in_dram) {
+        ++r.hit_blocks;
+        ++r.dram_blocks;
+        r.dram_bytes_read += bb_;
+        ++r.dram_requests;
+        continue;
+      }
+      if (!staging_ok) {
+        r.aborted_blocks = ssd_found;  // every SSD object of the found prefix from here on
+        break;
+      }
+      const uint64_t start = e.value_off;
+      const uint64_t span = AlignUp(start + bb_, kDirectIoAlign) - AlignDown(start, kDirectIoAlign);
+      ++r.hit_blocks;
+      ++r.ssd_blocks;
+      r.ssd_bytes_read += span;
+      r.ssd_bytes_useful += bb_;
+      ++r.ssd_requests;
+      --ssd_found;
+      read_s += double(span) / (io_.ssd_read_gbps * 1e9) + io_.ssd_request_us * 1e-6;  // serial per key
+      Promote(req.blocks[i], now);
+    }
+    if (r.ssd_blocks > 0) {
+      const uint64_t hold = std::min<uint64_t>(uint64_t{r.ssd_blocks} * staging_per_obj_, free_staging);
+      staging_held_ += hold;
+      staging_.push({now + read_s, hold});
+    }
+    return r;
+  }
+
+  InsertResult Insert(const Request& req, uint32_t hit_blocks, double now) override {
+    InsertResult w;
+    for (size_t i = hit_blocks; i < req.blocks.size(); ++i) {
+      const uint64_t id = req.blocks[i];
+      if (map_.count(id)) continue;  // Put of an existing key is rejected
+      Entry& e = map_[id];
+      if (!PlaceInDram(id, e, now, /*order_key=*/now)) {
+        map_.erase(id);
+        continue;
+      }
+      w.dram_bytes_written += bb_;
+    }
+    // Demotions since the last insert (including those a lookup's promotions caused).
+    w.ssd_bytes_written = pending_ssd_bytes_;
+    w.ssd_requests = pending_ssd_requests_;
+    pending_ssd_bytes_ = 0;
+    pending_ssd_requests_ = 0;
+    return w;
+  }
+
+  PolicyStats Stats() const override {
+    PolicyStats s;
+    s.dram_used_bytes = dram_used_ + staging_held_;
+    s.ssd_used_bytes = ssd_used_;
+    s.evicted_blocks = evicted_;
+    s.migrated_blocks = migrated_;
+    return s;
+  }
+
+ private:
+  struct Entry {
+    bool in_dram = false;
+    std::multimap<double, uint64_t>::iterator ord;  // valid when in_dram; key: lease timeout
+    int64_t bucket = -1;                 // bucket id of the SSD copy, -1 if none
+    uint64_t value_off = 0;              // byte offset of the value in its bucket file
+  };
+  struct Bucket {
+    std::vector<uint64_t> keys;
+    uint64_t data_bytes = 0;             // values only (the grouping limit)
+    uint64_t file_bytes = 0;             // records + metadata (what the quota counts)
+  };
+  struct Hold {
+    double release_s;
+    uint64_t bytes;
+    bool operator>(const Hold& o) const { return release_s > o.release_s; }
+  };
+
+  void Order(Entry& e, uint64_t id, double key) {
+    if (e.ord->first >= key) return;  // a lease never shortens
+    order_.erase(e.ord);
+    e.ord = order_.emplace(key, id);
+  }
+
+  void ReleaseStaging(double now) {
+    while (!staging_.empty() && staging_.top().release_s <= now) {
+      staging_held_ -= staging_.top().bytes;
+      staging_.pop();
+    }
+  }
+
+  // One eviction cycle; returns the number of objects evicted.
+  uint64_t EvictCycle(double now) {
+    const uint64_t target = static_cast<uint64_t>(std::ceil(double(order_.size()) * kEvictionRatio));
+    uint64_t n = 0;
+    while (n < target && !order_.empty() && order_.begin()->first <= now) {  // the rest hold leases
+      const uint64_t id = order_.begin()->second;
+      Entry& e = map_.at(id);
+      order_.erase(order_.begin());
+      e.in_dram = false;
+      dram_used_ -= bb_;
+      ++n;
+      if (e.bucket < 0 && !Demote(id, e)) {
+        map_.erase(id);
+        ++evicted_;
+      }
+    }
+    return n;
+  }
+
+  bool PlaceInDram(uint64_t id, Entry& e, double now, double order_key) {
+    if (bb_ > pool_cap_) return false;
+    while (dram_used_ + bb_ > pool_cap_) {
+      if (EvictCycle(now) == 0) return false;  // everything left is under lease
+    }
+    e.in_dram = true;
+    e.ord = order_.emplace(order_key, id);
+    dram_used_ += bb_;
+    if (double(dram_used_) >= kHighWatermark * double(pool_cap_)) EvictCycle(now);
+    return true;
+  }
+
+  void Promote(uint64_t id, double now) {
+    Entry& e = map_.at(id);
+    promoting_ = id;  // its bucket may be reclaimed meanwhile, but the entry must survive
+    if (PlaceInDram(id, e, now, /*order_key=*/now + kLeaseTtlS)) {
+      ++migrated_;
+    } else if (e.bucket < 0) {
+      map_.erase(id);  // lost its SSD copy and found no DRAM room: served from staging, then gone
+      ++evicted_;
+    }
+    promoting_ = kNoBlock;
+  }
+
+  // Appends `id` to the open bucket; false when it cannot fit on the SSD.
+  bool Demote(uint64_t id, Entry& e) {
+    const uint64_t rec = kKeyBytes + bb_;
+    const uint64_t file = rec + kMetaBytesPerKey;
+    if (file > ssd_cap_) return false;
+    if (!open_ || Open().keys.size() >= kBucketKeysLimit ||
+        (!Open().keys.empty() && Open().data_bytes + bb_ > kBucketSizeLimit)) {
+      CloseOpen();
+      buckets_.emplace_back();
+      open_ = true;
+    }
+    while (ssd_used_ + file > ssd_cap_) EvictOldestBucket();
+    if (!open_) {  // the open bucket itself was evicted to make room
+      buckets_.emplace_back();
+      open_ = true;
+    }
+    Bucket& b = Open();
+    e.bucket = first_bucket_id_ + int64_t(buckets_.size()) - 1;
+    e.value_off = b.file_bytes - b.keys.size() * kMetaBytesPerKey + kKeyBytes;  // records only, then the key
+    b.keys.push_back(id);
+    b.data_bytes += bb_;
+    b.file_bytes += file;
+    ssd_used_ += file;
+    pending_ssd_bytes_ += rec;
+    ++migrated_;
+    return true;
+  }
+
+  Bucket& Open() { return buckets_.back(); }
+
+  void CloseOpen() {
+    if (open_ && !Open().keys.empty()) ++pending_ssd_requests_;  // one WriteBucket per bucket
+    open_ = false;
+  }
+
+  void EvictOldestBucket() {
+    Bucket& b = buckets_.front();
+    for (uint64_t id : b.keys) {
+      auto it = map_.find(id);
+      if (it == map_.end() || it->second.bucket != first_bucket_id_) continue;
+      it->second.bucket = -1;
+      if (!it->second.in_dram && id != promoting_) {
+        map_.erase(it);
+        ++evicted_;
+      }
+    }
+    ssd_used_ -= b.file_bytes;
+    buckets_.pop_front();
+    ++first_bucket_id_;
+    if (buckets_.empty()) open_ = false;
+  }
+
+  const uint64_t bb_;
+  const uint64_t staging_cap_;
+  const uint64_t pool_cap_;
+  const uint64_t ssd_cap_;
+  const uint64_t staging_per_obj_;
+  const IoModel io_{};  // the run's IoModel is not in PolicyConfig; its defaults time staging holds
+
+  std::unordered_map<uint64_t, Entry> map_;
+  std::multimap<double, uint64_t> order_;  // DRAM objects by lease timeout: eviction order
+  uint64_t dram_used_ = 0;
+  std::deque<Bucket> buckets_;  // oldest first; the last is open while open_
+  int64_t first_bucket_id_ = 0;
+  bool open_ = false;
+  uint64_t ssd_used_ = 0;
+  std::priority_queue<Hold, std::vector<Hold>, std::greater<>> staging_;
+  uint64_t staging_held_ = 0;
+  uint64_t pending_ssd_bytes_ = 0;
+  uint32_t pending_ssd_requests_ = 0;
+  uint64_t evicted_ = 0;
+  uint64_t migrated_ = 0;
+  static constexpr uint64_t kNoBlock = ~0ull;
+  uint64_t promoting_ = kNoBlock;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CachePolicy>> MakeTieredPolicy(const PolicyConfig& config) {
+  if (config.block_bytes == 0) return Status::InvalidArgument("tiered: block_bytes must be > 0");
+  if (config.io == IoMode::kReal)
+    return Status::NotSupported("tiered: real I/O is not implemented; replay it in kModel (docs/baselines.md)");
+  return std::unique_ptr<CachePolicy>(new TieredPolicy(config));
+}
+
+}  // namespace flatkv::replay

@@ -70,6 +70,38 @@ void File::DropCache() const {
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
 }
 
+Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    Status s = Status::FromErrno(errno, "fstat " + path);
+    ::close(fd);
+    return s;
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return Status::InvalidArgument(path + ": " + std::to_string(st.st_size) + " bytes is larger than the " +
+                                   std::to_string(max_bytes) + "-byte limit");
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t r = ::read(fd, out.data() + done, out.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      Status s = Status::FromErrno(errno, "read " + path + " at " + std::to_string(done));
+      ::close(fd);
+      return s;
+    }
+    if (r == 0) break;  // shrank while reading: return what is there
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
 Status EnsureWritableDir(const std::string& dir) {
   if (dir.empty()) return Status::InvalidArgument("directory path is empty");
   std::error_code ec;

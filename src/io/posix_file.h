@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string>
 
 #include "flatkv/status.h"
 
@@ -47,6 +48,10 @@ class File {
   bool direct_ = false;
   std::string path_;
 };
+
+// Reads a whole file into memory. A file larger than `max_bytes` is an
+// InvalidArgument naming the limit (checked before reading).
+Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes = UINT64_MAX);
 
 // Creates `dir` (and parents) if missing; checks it is a writable directory.
 Status EnsureWritableDir(const std::string& dir);

@@ -17,31 +17,12 @@
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
 #include "model/model.h"
+#include "io/posix_file.h"
 
 namespace flatkv::model {
 namespace {
 
 std::string Num(uint64_t v) { return std::to_string(v); }
-
-Result<std::string> ReadWholeFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "open " + path);
-  std::string bytes;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno(err, "read " + path + " at offset " + Num(bytes.size()));
-    }
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return bytes;
-}
 
 // A required or defaulted positive dimension that fits Config's int.
 Status GetDim(const GgufFile& f, const std::string& key, int* out, const uint32_t* fallback = nullptr) {
@@ -242,7 +223,7 @@ Result<Model> ParseGguf(std::string_view bytes, std::string source) {
 }
 
 Result<Model> LoadGguf(const std::string& path) {
-  FLATKV_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  FLATKV_ASSIGN_OR_RETURN(std::string bytes, io::ReadWholeFile(path));
   Result<Model> m = ParseGguf(bytes, path);
   if (!m.ok()) return m.status().WithContext(path);
   return m;

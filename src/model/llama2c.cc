@@ -18,6 +18,7 @@
 
 #include "model/llama2c_tokenizer.h"
 #include "model/model.h"
+#include "io/posix_file.h"
 
 namespace flatkv::model {
 namespace {
@@ -45,34 +46,6 @@ void CopyFloats(const char* src, uint64_t count, std::vector<float>& dst) {
       dst[i] = std::bit_cast<float>(v);
     }
   }
-}
-
-Result<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "open " + path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    Status s = Status::FromErrno(errno, "fstat " + path);
-    ::close(fd);
-    return s;
-  }
-  std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t r = ::read(fd, out.data() + done, out.size() - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      Status s = Status::FromErrno(errno, "read " + path + " at " + std::to_string(done));
-      ::close(fd);
-      return s;
-    }
-    if (r == 0) break;  // shrank while reading: parse what is there
-    done += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  out.resize(done);
-  return out;
 }
 
 Result<Model> Parse(std::string_view file, std::optional<std::string_view> tokenizer,
@@ -175,10 +148,10 @@ Result<Model> ParseLlama2c(std::string_view checkpoint, std::string_view tokeniz
 }
 
 Result<Model> LoadLlama2c(const std::string& checkpoint_path, const std::string& tokenizer_path) {
-  FLATKV_ASSIGN_OR_RETURN(std::string file, ReadFile(checkpoint_path));
+  FLATKV_ASSIGN_OR_RETURN(std::string file, io::ReadWholeFile(checkpoint_path));
   std::string tok;
   if (!tokenizer_path.empty()) {
-    FLATKV_ASSIGN_OR_RETURN(tok, ReadFile(tokenizer_path));
+    FLATKV_ASSIGN_OR_RETURN(tok, io::ReadWholeFile(tokenizer_path));
   }
   std::optional<std::string_view> tok_view;
   if (!tokenizer_path.empty()) tok_view = tok;

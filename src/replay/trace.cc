@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "replay/trace_internal.h"
+#include "io/posix_file.h"
 
 namespace flatkv::replay {
 namespace internal {
@@ -254,38 +255,6 @@ Result<TraceFormat> Detect(std::string_view text, const std::string& name) {
   return handler.format();
 }
 
-Result<std::string> ReadWholeFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "open " + path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    Status s = Status::FromErrno(errno, "fstat " + path);
-    ::close(fd);
-    return s;
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxTraceBytes) {
-    ::close(fd);
-    return Status::InvalidArgument(path + ": " + std::to_string(st.st_size) + " bytes is larger than the " +
-                                   std::to_string(kMaxTraceBytes) + "-byte limit for a trace");
-  }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t r = ::read(fd, out.data() + done, out.size() - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      Status s = Status::FromErrno(errno, "read " + path + " at " + std::to_string(done));
-      ::close(fd);
-      return s;
-    }
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  out.resize(done);
-  return out;
-}
-
 bool IsTraceFileName(const std::string& file) {
   auto ends = [&](std::string_view suffix) {
     return file.size() > suffix.size() && file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -322,7 +291,7 @@ Result<Trace> ParseTrace(std::string_view bytes, const std::string& name, TraceF
 }
 
 Result<Trace> ReadTrace(const std::string& path, TraceFormat format) {
-  FLATKV_ASSIGN_OR_RETURN(std::string bytes, internal::ReadWholeFile(path));
+  FLATKV_ASSIGN_OR_RETURN(std::string bytes, io::ReadWholeFile(path, internal::kMaxTraceBytes));
   return ParseTrace(bytes, path, format);
 }
 

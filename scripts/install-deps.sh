@@ -4,7 +4,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git python3  # python3: the CLI end-to-end test
   clang lld libclang-rt-14-dev          # ThreadSanitizer and libFuzzer builds
   liburing-dev libzstd-dev libxxhash-dev libssl-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -25,10 +25,28 @@
 //     first SSD object. A read object is promoted back into DRAM (its SSD
 //     copy stays in its bucket until the bucket is evicted).
 //
+// IoMode::kReal performs the bucket I/O on real files under config.dir, every
+// size divided by config.scale (the model's accounting, and so its hits, stay
+// unscaled): demoted records are appended in eviction order to
+// <dir>/<bucket id>.bucket with write() + fsync (pending records are written
+// when an insert ends, when their bucket closes, or before one of them is
+// read); an SSD hit is one buffered pread per object at its own offset, after
+// posix_fadvise(DONTNEED) on the bucket, into a staging buffer; reclaiming a
+// bucket deletes its file. A value carries its block id, checked on read; a
+// failed or wrong read is a miss (the object is dropped), never wrong data.
+// DRAM hits move no real bytes, as in the files policy's hot cache.
+//
 // Thread-safety: none; driven by one simulator thread.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -56,6 +74,10 @@ constexpr uint64_t kMetaBytesPerKey = kKeyBytes + 24;   // .meta: key + {offset,
 uint64_t AlignDown(uint64_t x, uint64_t a) { return x / a * a; }
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 class TieredPolicy final : public CachePolicy {
  public:
   explicit TieredPolicy(const PolicyConfig& c)
@@ -63,12 +85,18 @@ class TieredPolicy final : public CachePolicy {
         staging_cap_(std::min<uint64_t>(kStagingBytes, c.dram_bytes / 4)),
         pool_cap_(c.dram_bytes - staging_cap_),
         ssd_cap_(c.ssd_bytes),
-        staging_per_obj_(AlignUp(c.block_bytes, kDirectIoAlign) + 2 * kDirectIoAlign) {}
+        staging_per_obj_(AlignUp(c.block_bytes, kDirectIoAlign) + 2 * kDirectIoAlign),
+        real_(c.io == IoMode::kReal),
+        dir_(c.dir),
+        real_key_(static_cast<uint64_t>(double(kKeyBytes) / c.scale)),
+        real_val_(std::max<uint64_t>(sizeof(uint64_t), static_cast<uint64_t>(double(c.block_bytes) / c.scale))),
+        real_staging_(std::max<uint64_t>(real_val_, static_cast<uint64_t>(double(staging_cap_) / c.scale))) {}
 
   std::string_view name() const override { return "tiered"; }
 
   LookupResult Lookup(const Request& req, double now) override {
     LookupResult r;
+    if (real_) r.real_restore_s = 0;
     ReleaseStaging(now);
     // Pass 1: the found prefix; DRAM objects are leased, as the master grants
     // a lease to every key a Get queries before reading.
@@ -102,6 +130,16 @@ class TieredPolicy final : public CachePolicy {
       if (!staging_ok) {
         r.aborted_blocks = ssd_found;  // every SSD object of the found prefix from here on
         break;
+      }
+      if (real_) {
+        double s = 0;
+        if (!ReadObject(req.blocks[i], e, &s)) {  // a failed read is a miss: the object is dropped
+          e.bucket = -1;
+          map_.erase(it);
+          ++evicted_;
+          break;
+        }
+        r.real_restore_s += s;
       }
       const uint64_t start = e.value_off;
       const uint64_t span = AlignUp(start + bb_, kDirectIoAlign) - AlignDown(start, kDirectIoAlign);
@@ -139,6 +177,11 @@ class TieredPolicy final : public CachePolicy {
     w.ssd_requests = pending_ssd_requests_;
     pending_ssd_bytes_ = 0;
     pending_ssd_requests_ = 0;
+    if (real_) {
+      Flush();
+      w.real_write_s = pending_real_write_s_;
+      pending_real_write_s_ = 0;
+    }
     return w;
   }
 
@@ -157,11 +200,15 @@ class TieredPolicy final : public CachePolicy {
     std::multimap<double, uint64_t>::iterator ord;  // valid when in_dram; key: lease timeout
     int64_t bucket = -1;                 // bucket id of the SSD copy, -1 if none
     uint64_t value_off = 0;              // byte offset of the value in its bucket file
+    uint64_t real_off = 0;               // kReal: offset of the value in the real (scaled) bucket file
   };
   struct Bucket {
     std::vector<uint64_t> keys;
     uint64_t data_bytes = 0;             // values only (the grouping limit)
     uint64_t file_bytes = 0;             // records + metadata (what the quota counts)
+    uint64_t real_bytes = 0;             // kReal: records appended so far (scaled), pending included
+    uint64_t real_written = 0;           // kReal: of those, written and fsynced
+    bool real_ok = true;                 // kReal: false once a write to the file failed
   };
   struct Hold {
     double release_s;
@@ -244,6 +291,7 @@ class TieredPolicy final : public CachePolicy {
     Bucket& b = Open();
     e.bucket = first_bucket_id_ + int64_t(buckets_.size()) - 1;
     e.value_off = b.file_bytes - b.keys.size() * kMetaBytesPerKey + kKeyBytes;  // records only, then the key
+    if (real_) AppendRecord(id, e, b);
     b.keys.push_back(id);
     b.data_bytes += bb_;
     b.file_bytes += file;
@@ -256,6 +304,7 @@ class TieredPolicy final : public CachePolicy {
   Bucket& Open() { return buckets_.back(); }
 
   void CloseOpen() {
+    if (real_) Flush();
     if (open_ && !Open().keys.empty()) ++pending_ssd_requests_;  // one WriteBucket per bucket
     open_ = false;
   }
@@ -272,6 +321,10 @@ class TieredPolicy final : public CachePolicy {
       }
     }
     ssd_used_ -= b.file_bytes;
+    if (real_) {
+      if (buckets_.size() == 1 && open_) pending_.clear();  // the open bucket: its pending records go too
+      ::unlink(BucketPath(first_bucket_id_).c_str());
+    }
     buckets_.pop_front();
     ++first_bucket_id_;
     if (buckets_.empty()) open_ = false;
@@ -282,6 +335,90 @@ class TieredPolicy final : public CachePolicy {
   const uint64_t pool_cap_;
   const uint64_t ssd_cap_;
   const uint64_t staging_per_obj_;
+  // ---- kReal -----------------------------------------------------------------
+
+  std::string BucketPath(int64_t bucket) const { return dir_ + "/" + std::to_string(bucket) + ".bucket"; }
+
+  // Queues [key | value] for the open bucket `b`; the value starts with `id`.
+  void AppendRecord(uint64_t id, Entry& e, Bucket& b) {
+    const size_t at = pending_.size();
+    pending_.resize(at + real_key_ + real_val_, 0x5a);
+    std::memcpy(pending_.data() + at, &id, std::min<uint64_t>(real_key_, sizeof(id)));
+    std::memcpy(pending_.data() + at + real_key_, &id, sizeof(id));
+    e.real_off = b.real_bytes + real_key_;
+    b.real_bytes += real_key_ + real_val_;
+  }
+
+  // Writes the open bucket's pending records with write() + fsync; the time
+  // goes to the next InsertResult. A failure marks the bucket unreadable.
+  void Flush() {
+    if (pending_.empty()) return;
+    if (!open_ || buckets_.empty()) {
+      pending_.clear();
+      return;
+    }
+    Bucket& b = Open();
+    const std::string path = BucketPath(first_bucket_id_ + int64_t(buckets_.size()) - 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    bool ok = b.real_ok;
+    const int fd = ok ? ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644) : -1;
+    ok = fd >= 0;
+    uint64_t done = 0;
+    while (ok && done < pending_.size()) {
+      const ssize_t n = ::pwrite(fd, pending_.data() + done, pending_.size() - done,
+                                 static_cast<off_t>(b.real_written + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) ok = false;
+      else done += static_cast<uint64_t>(n);
+    }
+    if (ok && ::fsync(fd) != 0) ok = false;
+    if (fd >= 0) ::close(fd);
+    pending_real_write_s_ += Seconds(t0, std::chrono::steady_clock::now());
+    if (ok) {
+      b.real_written += pending_.size();
+    } else {
+      b.real_ok = false;
+    }
+    pending_.clear();
+  }
+
+  // One buffered pread of `id`'s value at its own offset in its bucket, after
+  // dropping the bucket's cached pages; `*s` gets the read's seconds. False
+  // when the file or the bytes are not there or are not `id`'s.
+  bool ReadObject(uint64_t id, const Entry& e, double* s) {
+    if (e.bucket < first_bucket_id_ || e.bucket >= first_bucket_id_ + int64_t(buckets_.size())) return false;
+    const size_t idx = static_cast<size_t>(e.bucket - first_bucket_id_);
+    if (open_ && idx + 1 == buckets_.size() && e.real_off + real_val_ > buckets_[idx].real_written) Flush();
+    const Bucket& b = buckets_[idx];
+    if (!b.real_ok || e.real_off + real_val_ > b.real_written) return false;
+    if (staging_buf_.empty()) staging_buf_.assign(real_staging_, 0);
+    if (staging_at_ + real_val_ > staging_buf_.size()) staging_at_ = 0;
+    char* dst = staging_buf_.data() + staging_at_;
+    staging_at_ += real_val_;
+    const std::string path = BucketPath(e.bucket);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t done = 0;
+    bool ok = true;
+    while (done < real_val_) {
+      const ssize_t n = ::pread(fd, dst + done, real_val_ - done, static_cast<off_t>(e.real_off + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ok = false;
+        break;
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    *s = Seconds(t0, std::chrono::steady_clock::now());
+    ::close(fd);
+    if (!ok) return false;
+    uint64_t got = 0;
+    std::memcpy(&got, dst, sizeof(got));
+    return got == id;
+  }
+
   const IoModel io_{};  // the run's IoModel is not in PolicyConfig; its defaults time staging holds
 
   std::unordered_map<uint64_t, Entry> map_;
@@ -299,14 +436,29 @@ class TieredPolicy final : public CachePolicy {
   uint64_t migrated_ = 0;
   static constexpr uint64_t kNoBlock = ~0ull;
   uint64_t promoting_ = kNoBlock;
+
+  const bool real_;
+  const std::string dir_;
+  const uint64_t real_key_;      // scaled key bytes of a record
+  const uint64_t real_val_;      // scaled value bytes of a record (at least the id stamp)
+  const uint64_t real_staging_;  // scaled staging buffer bytes
+  std::vector<char> pending_;    // records appended to the open bucket, not yet written
+  double pending_real_write_s_ = 0;
+  std::vector<char> staging_buf_;
+  uint64_t staging_at_ = 0;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<CachePolicy>> MakeTieredPolicy(const PolicyConfig& config) {
   if (config.block_bytes == 0) return Status::InvalidArgument("tiered: block_bytes must be > 0");
-  if (config.io == IoMode::kReal)
-    return Status::NotSupported("tiered: real I/O is not implemented; replay it in kModel (docs/baselines.md)");
+  if (config.io == IoMode::kReal) {
+    if (config.dir.empty()) return Status::InvalidArgument("tiered: kReal needs a scratch directory (config.dir)");
+    if (!(config.scale >= 1.0))
+      return Status::InvalidArgument("tiered: scale must be >= 1, got " + std::to_string(config.scale));
+    if (::mkdir(config.dir.c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::FromErrno(errno, "tiered: mkdir " + config.dir);
+  }
   return std::unique_ptr<CachePolicy>(new TieredPolicy(config));
 }
 

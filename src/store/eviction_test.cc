@@ -132,9 +132,44 @@ TEST(PlacementTest, NoSpaceWhenNothingCanBeEvicted) {
   StoreOptions o = SmallOptions("", 2, 0);
   auto store = Open(o);
   PutChain(*store, 1, 1, 8);  // fills DRAM with one session
+  // A restore in flight pins both extents: nothing may be freed under it.
+  auto restore = store->StartRestore(ChainKeys(1, 8));
+  ASSERT_TRUE(restore.ok());
   Status s = store->Put(1, ChainKeys(9, 4), Payload(*store, 4, 9));
   EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+  EXPECT_EQ(restore.value()->Finish(), 8u);
+  restore.value().reset();
   EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);  // nothing already stored was lost
+}
+
+}  // namespace
+}  // namespace flatkv
+
+namespace flatkv {
+namespace {
+
+// A session alone in a full store makes room from its own least recently
+// used extents (say, history its context no longer includes), not by
+// refusing new blocks and not at the cost of the prefix it keeps reading.
+TEST(EvictionTest, ALoneSessionReclaimsItsOwnLeastRecentlyUsedExtents) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 4);
+  o.dram_capacity_bytes = 0;
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  o.clock = [now] { return *now; };
+  auto store = Open(o);
+  PutChain(*store, 1, 1, 8);  // old history: 2 extents
+  *now += std::chrono::seconds(1);
+  PutChain(*store, 1, 2, 8);  // the live context: 2 extents; the SSD is full
+  *now += std::chrono::seconds(1);
+  EXPECT_EQ(RestoreAll(*store, ChainKeys(2, 8), nullptr), 8u);  // the live context is read again
+  *now += std::chrono::seconds(1);
+  PutChain(*store, 1, 3, 4);  // needs one extent
+  EXPECT_EQ(store->Match(ChainKeys(2, 8)), 8u);
+  EXPECT_EQ(store->Match(ChainKeys(3, 4)), 4u);
+  EXPECT_LT(store->Match(ChainKeys(1, 8)), 8u);
+  EXPECT_EQ(store->Stats().ssd.evicted_extents, 1u);
+  EXPECT_EQ(store->Stats().ssd.extents, 4u);
 }
 
 }  // namespace

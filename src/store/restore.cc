@@ -56,6 +56,7 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       }
       runs_.push_back(r);
       if (std::find(pinned_.begin(), pinned_.end(), e->id) == pinned_.end()) {
+        e->last_access = store->Now();
         e->pins++;
         pinned_.push_back(e->id);
       }

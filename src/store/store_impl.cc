@@ -152,6 +152,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     e->slot = slot;
     e->base = dir.SlotAddress(slot);
     e->session = rec.session;
+    e->last_access = Now();
     e->reserved = dir.geometry().extent_blocks;  // recovered extents take no new blocks
     e->keys.resize(e->reserved);
     e->present.assign(e->reserved, 0);
@@ -264,14 +265,28 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
     for (auto e = s.extents.rbegin(); e != s.extents.rend(); ++e) {  // newest first: keep the prefix usable
       Extent* x = extents_[*e].get();
       if (x->medium != m || x->pins > 0 || x->doomed) continue;
-      const uint64_t blocks = std::count(x->present.begin(), x->present.end(), 1);
-      if (!FreeExtent(x).ok()) return false;
-      counters_.of(m).evicted_extents++;
-      counters_.of(m).evicted_blocks += blocks;
-      return true;
+      return Evict(x);
     }
   }
-  return false;
+  if (idle_only) return false;
+  auto self = sessions_.find(requester);
+  if (self == sessions_.end()) return false;
+  Extent* oldest = nullptr;
+  for (uint64_t id : self->second.extents) {
+    Extent* x = extents_[id].get();
+    if (x->medium != m || x->pins > 0 || x->doomed || id == self->second.open_extent) continue;
+    if (oldest == nullptr || x->last_access < oldest->last_access) oldest = x;
+  }
+  return oldest != nullptr && Evict(oldest);
+}
+
+bool StoreImpl::Evict(Extent* x) {
+  const Medium m = x->medium;
+  const uint64_t blocks = std::count(x->present.begin(), x->present.end(), 1);
+  if (!FreeExtent(x).ok()) return false;
+  counters_.of(m).evicted_extents++;
+  counters_.of(m).evicted_blocks += blocks;
+  return true;
 }
 
 Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint32_t* device) {
@@ -314,6 +329,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint) {
   e->device = device;
   e->slot = slot.value();
   e->session = session;
+  e->last_access = Now();
   const ExtentGeometry& g = Geometry(m, device);
   e->keys.resize(g.extent_blocks);
   e->present.assign(g.extent_blocks, 0);
@@ -410,6 +426,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
         e->pins++;
         pinned.push_back(e);
       }
+      e->last_access = Now();
       inputs.push_back(i);
       slots.push_back({e, e->reserved++});
     }

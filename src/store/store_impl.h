@@ -44,6 +44,7 @@ struct Extent {
   uint32_t reserved = 0;  // block slots handed out to puts
   uint32_t pins = 0;
   bool doomed = false;
+  Clock::time_point last_access;    // last put into it or restore from it
   std::vector<BlockKey> keys;       // per block slot; meaningful where present
   std::vector<uint8_t> present;     // per block slot: indexed
   std::vector<uint64_t> checksums;  // [slot * layers + layer]
@@ -119,7 +120,12 @@ class StoreImpl final : public Store {
   Session& TouchSession(SessionId id) FLATKV_REQUIRES(mu_);
   Result<Extent*> CreateExtent(SessionId session, PutHint hint) FLATKV_REQUIRES(mu_);
   Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device) FLATKV_REQUIRES(mu_);
+  // Frees one extent of medium `m`: the newest extent of the least recently
+  // used other session (only idle ones with `idle_only`); failing that, and
+  // not `idle_only`, the requester's own least recently accessed extent
+  // (a long session's dead history, such as a compacted context).
   bool ReclaimFrom(Medium m, SessionId requester, bool idle_only) FLATKV_REQUIRES(mu_);
+  bool Evict(Extent* x) FLATKV_REQUIRES(mu_);
   Status FreeExtent(Extent* e) FLATKV_REQUIRES(mu_);
   PlacementContext MakeContext(SessionId session, PutHint hint) FLATKV_REQUIRES(mu_);
   void Unpin(Extent* e) FLATKV_REQUIRES(mu_);

@@ -77,7 +77,7 @@ struct StoreOptions {
   IoEngineKind ssd_io = IoEngineKind::kAuto;
   uint32_t ssd_queue_depth = 32;  // io_uring ring entries
   uint32_t ssd_threads = 4;       // thread-pool engine workers
-  uint32_t dram_threads = 2;      // workers copying DRAM hits into windows
+  uint32_t dram_threads = 2;      // workers copying DRAM hits into windows or caller memory
   // Ask for O_DIRECT on segment files (falls back to buffered, with a warning
   // and a stat, where the filesystem refuses it).
   bool use_direct_io = true;

@@ -79,9 +79,10 @@ struct LayerView {
   std::span<const std::byte> data;
 };
 
-// A restore in flight: loads the hit prefix layer by layer into a bounded
-// window. Consume layers in order: WaitLayer(l), use the view,
-// ReleaseLayer(l) (which frees the slot for layer l + window_layers).
+// A restore in flight: loads the hit prefix layer by layer, into a bounded
+// window or the caller's memory (RestoreTarget), at most a window's worth of
+// layers at a time. Consume layers in order: WaitLayer(l), use the view (or
+// the destination), ReleaseLayer(l), which lets the next layer load.
 //
 // If a block fails its checksum or its read fails, that block and every
 // later one become misses: later views carry fewer blocks, and Finish()

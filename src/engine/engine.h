@@ -4,7 +4,7 @@
 //   1. hash the prompt's full blocks into keys in the model's namespace
 //      (model fingerprint, adapter, tenant);
 //   2. restore the longest cached prefix layer by layer through the store's
-//      window, computing layer l of the first new tokens while later layers
+//      straight into its KV pages, computing layer l of the first new tokens while later layers
 //      are still loading;
 //   3. prefill only the rest of the prompt, in chunks;
 //   4. decode, then write every newly completed block back to the store

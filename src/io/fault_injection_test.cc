@@ -32,11 +32,10 @@ constexpr uint64_t kNewSeed = 2;
 class FaultInjectionTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(dir_.ok());
     base_ = test::MakeEngineByName(GetParam());
     if (base_ == nullptr) GTEST_SKIP() << "io_uring is refused on this machine";
     engine_ = std::make_unique<FaultInjectionEngine>(base_);
-    Result<File> file = File::Open(dir_.File("data"), /*create=*/true, /*want_direct=*/true);
+    Result<File> file = File::Open(dir_.Sub("data"), /*create=*/true, /*want_direct=*/true);
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     file_ = std::move(file).value();
     AlignedBuf old(kFileBytes);
@@ -63,7 +62,7 @@ class FaultInjectionTest : public ::testing::TestWithParam<std::string> {
     return rule;
   }
 
-  test::ScratchDir dir_;
+  ::flatkv::testing::TempDir dir_;
   std::shared_ptr<IoEngine> base_;
   std::unique_ptr<FaultInjectionEngine> engine_;
   File file_;
@@ -138,7 +137,7 @@ TEST_P(FaultInjectionTest, TornWriteKeepsTheFirstAlignedHalf) {
 }
 
 TEST_P(FaultInjectionTest, TornSmallWriteOnBufferedFileKeepsHalf) {
-  Result<File> buffered = File::Open(dir_.File("buffered"), /*create=*/true, /*want_direct=*/false);
+  Result<File> buffered = File::Open(dir_.Sub("buffered"), /*create=*/true, /*want_direct=*/false);
   ASSERT_TRUE(buffered.ok()) << buffered.status().ToString();
   engine_->AddRule(Rule(Fault::kTornWrite, Op::kWrite));
   AlignedBuf fresh(4096);

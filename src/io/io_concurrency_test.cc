@@ -36,11 +36,10 @@ struct Slot {
 class IoConcurrencyTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(dir_.ok());
     // A small queue depth, so that io_uring requests also wait in its queue.
     engine_ = test::MakeEngineByName(GetParam(), /*queue_depth=*/4, /*threads=*/3);
     if (engine_ == nullptr) GTEST_SKIP() << "io_uring is refused on this machine";
-    Result<File> file = File::Open(dir_.File("data"), /*create=*/true, /*want_direct=*/true);
+    Result<File> file = File::Open(dir_.Sub("data"), /*create=*/true, /*want_direct=*/true);
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     file_ = std::move(file).value();
     for (int i = 0; i < kThreads * kPerThread; ++i) slots_.push_back(std::make_unique<Slot>(kSize));
@@ -77,7 +76,7 @@ class IoConcurrencyTest : public ::testing::TestWithParam<std::string> {
     poller.join();
   }
 
-  test::ScratchDir dir_;
+  ::flatkv::testing::TempDir dir_;
   std::unique_ptr<IoEngine> engine_;
   File file_;
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -31,10 +31,9 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 class IoEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(dir_.ok());
     engine_ = test::MakeEngineByName(GetParam(), /*queue_depth=*/8, /*threads=*/4);
     if (engine_ == nullptr) GTEST_SKIP() << "io_uring is refused on this machine";
-    Result<File> file = File::Open(dir_.File("data"), /*create=*/true, /*want_direct=*/true);
+    Result<File> file = File::Open(dir_.Sub("data"), /*create=*/true, /*want_direct=*/true);
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     file_ = std::move(file).value();
   }
@@ -43,7 +42,7 @@ class IoEngineTest : public ::testing::TestWithParam<std::string> {
     return engine_->Execute(MakeRequest(op, file_.fd(), offset, buf.data(), buf.size()));
   }
 
-  test::ScratchDir dir_;
+  ::flatkv::testing::TempDir dir_;
   std::unique_ptr<IoEngine> engine_;
   File file_;
 };

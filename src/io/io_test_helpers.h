@@ -1,4 +1,4 @@
-// Test helpers for io/ tests: a scratch directory, 4096-aligned buffers,
+// Test helpers for io/ tests (scratch directories come from testing/test_util.h): 4096-aligned buffers,
 // byte patterns, and the engines under test by name.
 // Thread-safety: none beyond what each helper says.
 #pragma once
@@ -17,30 +17,9 @@
 
 #include "io/io_engine.h"
 #include "io/posix_file.h"
+#include "testing/test_util.h"
 
 namespace flatkv::io::test {
-
-// A fresh directory under ::testing::TempDir(), removed with its contents
-// on destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = ::testing::TempDir() + "flatkv_io_XXXXXX";
-    if (::mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  bool ok() const { return !path_.empty(); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // `len` zeroed bytes aligned to 4096, as O_DIRECT needs.
 class AlignedBuf {

@@ -104,6 +104,11 @@ void RestoreImpl::PlanLanding() {
 
 Status RestoreImpl::Begin() {
   if (hit_ == 0) return Status::Ok();
+  // Every layer reads the same pieces: each run, split at max_request_bytes.
+  for (size_t r = 0; r < runs_.size(); ++r) {
+    const uint32_t per = std::max<uint64_t>(1, max_request_ / runs_[r].slot_stride);
+    for (uint32_t j = 0; j < runs_[r].count; j += per) pieces_.push_back({r, j, std::min(per, runs_[r].count - j)});
+  }
   const StoreOptions& o = store_->options();
   const uint64_t layer_bytes = uint64_t{hit_} * lb_;
   slots_ = static_cast<uint32_t>(std::clamp<uint64_t>(std::max<uint64_t>(o.window_layers, o.window_bytes / layer_bytes), 1,
@@ -150,22 +155,13 @@ Status RestoreImpl::Begin() {
 
 void RestoreImpl::Issue(uint32_t layer) {
   // Count every request first, so the layer cannot finalize early.
-  struct Piece {
-    size_t run;
-    uint32_t j0, n;
-  };
-  std::vector<Piece> pieces;
-  for (size_t r = 0; r < runs_.size(); ++r) {
-    const uint32_t per = std::max<uint64_t>(1, max_request_ / runs_[r].slot_stride);
-    for (uint32_t j = 0; j < runs_[r].count; j += per) pieces.push_back({r, j, std::min(per, runs_[r].count - j)});
-  }
   {
     MutexLock lock(&mu_);
     state_[layer].issued = true;
-    state_[layer].pending = static_cast<uint32_t>(pieces.size());
+    state_[layer].pending = static_cast<uint32_t>(pieces_.size());
   }
   std::byte* slot = window_ ? window_->slot(layer % slots_) : nullptr;
-  for (const Piece& p : pieces) {
+  for (const Piece& p : pieces_) {
     const Run& r = runs_[p.run];
     const bool direct = Direct(layer, p.run);
     const uint64_t src = r.src + uint64_t{layer} * r.layer_stride + uint64_t{p.j0} * r.slot_stride;

@@ -58,6 +58,10 @@ class RestoreImpl final : public Restore {
     uint64_t land = 0;         // where the run lands in a window slot
     bool fixup = false;        // landed bytes need moving into place
   };
+  struct Piece {  // one request of a layer: blocks j0..j0+n-1 of run `run`
+    size_t run;
+    uint32_t j0, n;
+  };
   struct LayerState {
     uint32_t pending = 0;
     uint32_t bad = UINT32_MAX;  // first failed block in this layer
@@ -80,6 +84,7 @@ class RestoreImpl final : public Restore {
   uint32_t hit_ = 0;
   std::vector<BlockLocation> locations_;
   std::vector<Run> runs_;
+  std::vector<Piece> pieces_;        // the requests every layer makes
   std::vector<uint64_t> checksums_;  // [block * layers + layer]
   std::vector<uint64_t> pinned_;
   bool verify_dram_;

@@ -19,9 +19,8 @@ int Report(int code, const std::string& msg) {
 }
 
 // Bytes the segment files of `dir` cover: (highest segment number + 1) x
-// the largest segment file. Store::Open ignores extents that lie beyond
-// ssd_capacity_bytes (a writable open also drops them from the manifest),
-// so stats opens with at least this much to see every block. Segment files
+// the largest segment file. Store::Open refuses a capacity smaller than
+// the extents already stored, so stats opens with at least this much. Segment files
 // are named `seg-NNNNNN.dat` (src/media/ssd_dir.h).
 uint64_t SegmentCoverage(const std::string& dir) {
   uint64_t max_index = 0, max_size = 0;

@@ -16,6 +16,7 @@ namespace io {
 class IoEngine;
 }
 class PlacementPolicy;
+class Codec;
 
 enum class IoEngineKind : uint8_t {
   kAuto = 0,        // io_uring when the kernel allows it, else the thread pool
@@ -91,6 +92,20 @@ struct StoreOptions {
   bool read_only = false;
   // Verify checksums of DRAM hits too (SSD hits are always verified).
   bool verify_dram_reads = false;
+
+  // The codec new blocks are stored with, unless a Put names its own
+  // (PutOptions::codec); null (the default) stores raw slices, unframed, at
+  // a fixed stride: the original format. With a codec, each layer slice is
+  // kept encoded (packed, variable size) on both media, checksummed as
+  // encoded, and decoded into the destination during a restore. Smaller
+  // stored bytes mean shorter SSD reads and more blocks per extent, at the
+  // cost of encode time on Put and decode time (on decode_threads) on restore.
+  // A store reopened with a custom (unregistered) codec must be given it
+  // here again to read the extents written with it.
+  std::shared_ptr<const Codec> codec;
+  // Workers decoding restored coded slices, in parallel across blocks, while
+  // later layers load.
+  uint32_t decode_threads = 4;
 
   // Medium placement; null means DefaultPlacement.
   std::shared_ptr<PlacementPolicy> placement;

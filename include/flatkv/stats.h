@@ -20,6 +20,11 @@ struct MediumStats {
   uint64_t evicted_blocks = 0;
   uint64_t queue_depth = 0;      // requests outstanding now
   uint64_t max_queue_depth = 0;  // the most ever outstanding
+  // Blocks indexed on this medium: the bytes they occupy there (encoded
+  // slices for coded blocks, per-put alignment padding excluded) and their
+  // payload before encoding (blocks x BlockBytes()).
+  uint64_t stored_bytes = 0;
+  uint64_t logical_bytes = 0;
 };
 
 struct StoreStats {
@@ -32,6 +37,7 @@ struct StoreStats {
   uint64_t put_blocks = 0;      // blocks written
   uint64_t dedup_blocks = 0;    // blocks put that were already stored
   uint64_t checksum_failures = 0;
+  uint64_t decode_failures = 0;   // coded slices that failed to decode (each a miss, like a checksum failure)
   uint64_t io_errors = 0;
   uint64_t recovered_blocks = 0;  // SSD blocks found by recovery at Open
   uint64_t lost_blocks = 0;       // SSD blocks recovery dropped (missing or short segment)
@@ -41,9 +47,15 @@ struct StoreStats {
   // Restore latency, from Restore() to the last layer loaded, in microseconds.
   double restore_p50_us = 0, restore_p90_us = 0, restore_p99_us = 0, restore_max_us = 0;
 
-  // SSD read amplification: bytes read from SSD / bytes delivered from SSD.
+  // SSD read amplification: bytes read from SSD / bytes delivered from SSD
+  // (delivered bytes are decoded bytes, so coded blocks bring it below 1).
   double ssd_read_amplification() const {
     return ssd.bytes_delivered ? double(ssd.bytes_read) / double(ssd.bytes_delivered) : 0.0;
+  }
+  // logical / stored bytes over both media (1 without codecs; 0 when empty).
+  double compression_ratio() const {
+    const uint64_t stored = dram.stored_bytes + ssd.stored_bytes;
+    return stored ? double(dram.logical_bytes + ssd.logical_bytes) / double(stored) : 0.0;
   }
   // Human-readable, one item a line.
   std::string ToString() const;

@@ -8,8 +8,9 @@
 //
 // Block payload layout (what Put takes and what a restore delivers): a
 // block is `shape.layers` consecutive layer slices of BlockLayerBytes()
-// each. The bytes inside a layer slice are the caller's (the store never
-// interprets them).
+// each. Without a codec the bytes inside a layer slice are the caller's
+// (the store never interprets them); with one, a slice is a SliceLayout
+// tensor (flatkv/codec.h) that is stored encoded and restored decoded.
 //
 // Thread-safety: all methods are thread-safe. A Restore object is used by
 // one consumer thread at a time.
@@ -48,7 +49,8 @@ struct Address {
 };
 
 // Where one hit block lives: the address of its layer-0 slice, and the
-// distance between its consecutive layer slices.
+// distance between its consecutive layer slices (for a coded block: the
+// start of its encoded layer-0 slice; slice l is at most this far further).
 struct BlockLocation {
   Address layer0;
   uint64_t layer_stride = 0;
@@ -56,6 +58,14 @@ struct BlockLocation {
 
 struct PutOptions {
   PutHint hint = PutHint::kAuto;
+  // The codec these blocks are stored with (a namespace's choice); null
+  // means the store's (StoreOptions::codec). An extent holds blocks of one
+  // codec: a session switching codec continues in a new extent.
+  std::shared_ptr<const Codec> codec = nullptr;
+  // Chain index of keys[0], so that codecs know each block's absolute token
+  // position ((first_block + i) * block_tokens); kUnknownBlock when unknown.
+  static constexpr uint32_t kUnknownBlock = 0xFFFFFFFFu;
+  uint32_t first_block = kUnknownBlock;
 };
 
 // Where a restore delivers: by default into the store's bounded window

@@ -14,7 +14,8 @@ namespace {
 constexpr char kMagic[8] = {'F', 'L', 'A', 'T', 'K', 'V', 'M', 'F'};
 constexpr uint32_t kMaxRecordBytes = 1u << 20;
 constexpr uint32_t kHeaderBodyBytes = 68;
-enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3 };
+enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3, kExtentCreateCoded = 4, kBlockPutCoded = 5 };
+constexpr uint32_t kMaxCodecSpecBytes = 256;
 
 void PutU8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
 void PutU16(std::vector<uint8_t>& o, uint16_t v) { for (int i = 0; i < 2; ++i) o.push_back(uint8_t(v >> (8 * i))); }
@@ -64,14 +65,15 @@ size_t BeginRecord(std::vector<uint8_t>& out, RecordType type) {
   return start;
 }
 
-Status ParseHeader(Reader& r, ManifestHeader* h) {
+Status ParseHeader(Reader& r, ManifestHeader* h, uint32_t* version_out) {
   if (!r.Has(16)) return Status::Corruption("manifest: shorter than its header (" + std::to_string(r.remaining()) + " bytes)");
   auto magic = r.Bytes(8);
   if (std::memcmp(magic.data(), kMagic, 8) != 0) return Status::Corruption("manifest: bad magic (not a flatkv manifest)");
   uint32_t version = r.U32();
-  if (version != kManifestVersion)
-    return Status::NotSupported("manifest: version " + std::to_string(version) + " (this build reads version " +
+  if (version < 1 || version > kManifestVersion)
+    return Status::NotSupported("manifest: version " + std::to_string(version) + " (this build reads versions 1 to " +
                                 std::to_string(kManifestVersion) + ")");
+  *version_out = version;
   uint32_t body_len = r.U32();
   if (body_len != kHeaderBodyBytes || !r.Has(body_len + 4))
     return Status::Corruption("manifest: header body length " + std::to_string(body_len) + " (expected " + std::to_string(kHeaderBodyBytes) + ")");
@@ -112,9 +114,9 @@ std::string ManifestHeader::ToString() const {
          " extent_bytes=" + std::to_string(extent_bytes);
 }
 
-void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& h) {
+void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& h, uint32_t version) {
   out.insert(out.end(), kMagic, kMagic + 8);
-  PutU32(out, kManifestVersion);
+  PutU32(out, version);
   PutU32(out, kHeaderBodyBytes);
   size_t body = out.size();
   PutU8(out, uint8_t(h.shape.kind));
@@ -135,23 +137,34 @@ void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& h) {
   PutU32(out, RecordChecksum(out.data() + body, out.size() - body));
 }
 
-void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session) {
-  size_t start = BeginRecord(out, kExtentCreate);
+void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec) {
+  size_t start = BeginRecord(out, codec.empty() ? kExtentCreate : kExtentCreateCoded);
   PutU32(out, ref.segment);
   PutU32(out, ref.slot);
   PutU64(out, session);
+  if (!codec.empty()) {
+    PutU16(out, static_cast<uint16_t>(codec.size()));
+    out.insert(out.end(), codec.begin(), codec.end());
+  }
   FinishRecord(out, start);
 }
 
 void EncodeBlockPut(std::vector<uint8_t>& out, ExtentRef ref, const BlockRecord& block) {
-  size_t start = BeginRecord(out, kBlockPut);
+  const bool coded = !block.offsets.empty();
+  size_t start = BeginRecord(out, coded ? kBlockPutCoded : kBlockPut);
   PutU32(out, ref.segment);
   PutU32(out, ref.slot);
   PutU32(out, block.index);
   PutU64(out, block.key.lo);
   PutU64(out, block.key.hi);
   PutU32(out, static_cast<uint32_t>(block.checksums.size()));
-  for (uint64_t c : block.checksums) PutU64(out, c);
+  for (size_t l = 0; l < block.checksums.size(); ++l) {
+    PutU64(out, block.checksums[l]);
+    if (coded) {
+      PutU32(out, block.offsets[l]);
+      PutU32(out, block.lengths[l]);
+    }
+  }
   FinishRecord(out, start);
 }
 
@@ -165,7 +178,7 @@ void EncodeExtentFree(std::vector<uint8_t>& out, ExtentRef ref) {
 Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
   ManifestContents c;
   Reader r(bytes);
-  FLATKV_RETURN_IF_ERROR(ParseHeader(r, &c.header));
+  FLATKV_RETURN_IF_ERROR(ParseHeader(r, &c.header, &c.version));
   const uint64_t max_slot = c.header.segment_bytes / c.header.extent_bytes;
   uint64_t sequence = 0;
   auto stop = [&](size_t at, std::string why) {
@@ -186,13 +199,27 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
     uint8_t type = p.U8();
     auto need = [&](size_t n) { return p.remaining() == n; };
     std::string problem;
-    if (type == kExtentCreate && need(16)) {
+    const bool coded_type = type == kExtentCreateCoded || type == kBlockPutCoded;
+    if (coded_type && c.version < kManifestVersionCoded) {
+      problem = "coded record type " + std::to_string(type) + " in a version " + std::to_string(c.version) + " log";
+    } else if ((type == kExtentCreate && need(16)) || (type == kExtentCreateCoded && p.remaining() >= 18)) {
       ExtentRef ref{p.U32(), p.U32()};
       uint64_t session = p.U64();
-      if (ref.slot >= max_slot) problem = "extent slot " + std::to_string(ref.slot) + " beyond segment";
+      std::string codec;
+      if (type == kExtentCreateCoded) {
+        const uint16_t n = p.U16();
+        if (n == 0 || n > kMaxCodecSpecBytes || !need(n)) problem = "codec spec of " + std::to_string(n) + " bytes";
+        else {
+          auto spec = p.Bytes(n);
+          codec.assign(reinterpret_cast<const char*>(spec.data()), spec.size());
+        }
+      }
+      if (!problem.empty()) {
+      } else if (ref.slot >= max_slot) problem = "extent slot " + std::to_string(ref.slot) + " beyond segment";
       else if (c.extents.count(ref)) problem = "extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot) + " created twice";
-      else c.extents[ref] = ExtentRecord{session, ++sequence, {}};
-    } else if (type == kBlockPut && p.remaining() >= 32) {
+      else c.extents[ref] = ExtentRecord{session, std::move(codec), ++sequence, {}};
+    } else if ((type == kBlockPut || type == kBlockPutCoded) && p.remaining() >= 32) {
+      const bool coded = type == kBlockPutCoded;
       ExtentRef ref{p.U32(), p.U32()};
       BlockRecord b;
       b.index = p.U32();
@@ -200,14 +227,33 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
       b.key.hi = p.U64();
       uint32_t n = p.U32();
       auto it = c.extents.find(ref);
-      if (n != c.header.shape.layers || !need(8ull * n)) problem = "block record with " + std::to_string(n) + " checksums";
+      const uint64_t max_index = uint64_t{c.header.extent_blocks} * (coded ? kCodedBlocksPerSlot : 1);
+      if (n != c.header.shape.layers || !need((coded ? 16ull : 8ull) * n)) problem = "block record with " + std::to_string(n) + " checksums";
       else if (it == c.extents.end()) problem = "block in unknown extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
-      else if (b.index >= c.header.extent_blocks) problem = "block index " + std::to_string(b.index) + " beyond extent";
+      else if (it->second.codec.empty() == coded)
+        problem = std::string(coded ? "coded block in a raw" : "raw block in a coded") + " extent " +
+                  std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
+      else if (b.index >= max_index) problem = "block index " + std::to_string(b.index) + " beyond extent";
       else {
         b.checksums.resize(n);
-        for (auto& s : b.checksums) s = p.U64();
-        it->second.sequence = ++sequence;
-        it->second.blocks.push_back(std::move(b));
+        if (coded) {
+          b.offsets.resize(n);
+          b.lengths.resize(n);
+        }
+        for (uint32_t l = 0; l < n; ++l) {
+          b.checksums[l] = p.U64();
+          if (!coded) continue;
+          b.offsets[l] = p.U32();
+          b.lengths[l] = p.U32();
+          if (b.lengths[l] == 0 || uint64_t{b.offsets[l]} + b.lengths[l] > c.header.layer_stride)
+            problem = "block " + std::to_string(b.index) + " layer " + std::to_string(l) + ": encoded bytes [" +
+                      std::to_string(b.offsets[l]) + ", +" + std::to_string(b.lengths[l]) + ") outside the layer region of " +
+                      std::to_string(c.header.layer_stride) + " bytes";
+        }
+        if (problem.empty()) {
+          it->second.sequence = ++sequence;
+          it->second.blocks.push_back(std::move(b));
+        }
       }
     } else if (type == kExtentFree && need(8)) {
       ExtentRef ref{p.U32(), p.U32()};
@@ -242,6 +288,7 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
     m->tail_ = bytes.size();
     *contents = ManifestContents{};
     contents->header = header;
+    contents->version = 1;
     contents->good_bytes = bytes.size();
     return m;
   }
@@ -257,6 +304,7 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
     FLATKV_RETURN_IF_ERROR(m->file_.Truncate(contents->good_bytes));
   }
   m->tail_ = contents->good_bytes;
+  m->version_ = contents->version;
   return m;
 }
 
@@ -280,17 +328,20 @@ Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
   return Status::Ok();
 }
 
-Status Manifest::Rewrite(const ManifestContents& contents) {
+Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version) {
   MutexLock lock(&mu_);
   if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+  uint32_t version = std::max(version_, min_version);
+  for (const auto& [ref, e] : contents.extents)
+    if (!e.codec.empty()) version = std::max(version, kManifestVersionCoded);
   std::vector<uint8_t> bytes;
-  EncodeHeader(bytes, contents.header);
+  EncodeHeader(bytes, contents.header, version);
   std::vector<std::pair<uint64_t, ExtentRef>> order;
   for (const auto& [ref, e] : contents.extents) order.push_back({e.sequence, ref});
   std::sort(order.begin(), order.end());
   for (const auto& [seq, ref] : order) {
     const ExtentRecord& e = contents.extents.at(ref);
-    EncodeExtentCreate(bytes, ref, e.session);
+    EncodeExtentCreate(bytes, ref, e.session, e.codec);
     for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);
   }
   const std::string path = dir_ + "/" + kManifestName;
@@ -303,7 +354,25 @@ Status Manifest::Rewrite(const ManifestContents& contents) {
   FLATKV_RETURN_IF_ERROR(io::SyncDir(dir_));
   file_ = std::move(f);
   tail_ = bytes.size();
+  version_ = version;
   return Status::Ok();
+}
+
+Status Manifest::Upgrade(uint32_t version) {
+  MutexLock lock(&mu_);
+  if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+  if (version <= version_) return Status::Ok();
+  std::vector<uint8_t> v;
+  PutU32(v, version);
+  FLATKV_RETURN_IF_ERROR(WriteAll(file_, sizeof kMagic, v));  // the version follows the magic
+  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, file_.fd(), 0, nullptr, 0, nullptr}).WithContext(file_.path()));
+  version_ = version;
+  return Status::Ok();
+}
+
+uint32_t Manifest::version() const {
+  MutexLock lock(&mu_);
+  return version_;
 }
 
 uint64_t Manifest::bytes() const {

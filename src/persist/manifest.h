@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/mutex.h"
@@ -27,7 +28,14 @@
 
 namespace flatkv::persist {
 
-inline constexpr uint32_t kManifestVersion = 1;
+// Version 1: raw extents only. Version 2 adds coded extents (records 4 and
+// 5); a log is written as version 1 until its first coded extent, so a
+// store without codecs keeps the version 1 format.
+inline constexpr uint32_t kManifestVersion = 2;
+inline constexpr uint32_t kManifestVersionCoded = 2;
+// A coded extent holds at most this many blocks per block slot of a raw
+// extent (encoded slices are packed; a block needs only its encoded size).
+inline constexpr uint32_t kCodedBlocksPerSlot = 16;
 inline constexpr char kManifestName[] = "MANIFEST";
 
 // Fixed per directory; a reopen with a different layout is refused.
@@ -53,11 +61,16 @@ struct ExtentRef {
 struct BlockRecord {
   uint32_t index = 0;  // block slot within the extent
   BlockKey key;
-  std::vector<uint64_t> checksums;  // one per layer
+  std::vector<uint64_t> checksums;  // one per layer (coded: over the encoded bytes)
+  // Coded extents only (empty otherwise): per layer, where the encoded
+  // slice starts within the extent's layer region, and its length.
+  std::vector<uint32_t> offsets = {};
+  std::vector<uint32_t> lengths = {};
 };
 
 struct ExtentRecord {
   uint64_t session = 0;
+  std::string codec;      // codec spec of a coded extent; empty = raw slices at slot_stride
   uint64_t sequence = 0;  // position in the log of the extent's last record: LRU order
   std::vector<BlockRecord> blocks;
 };
@@ -65,6 +78,7 @@ struct ExtentRecord {
 // The live state a log describes.
 struct ManifestContents {
   ManifestHeader header;
+  uint32_t version = 1;         // the log's format version
   std::map<ExtentRef, ExtentRecord> extents;
   uint64_t good_bytes = 0;      // length of the valid prefix of the log
   bool torn_tail = false;       // bytes after good_bytes were dropped
@@ -72,10 +86,12 @@ struct ManifestContents {
 };
 
 // Record encoders: append one record to `out`.
-void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session);
+// A non-empty `codec` writes an ExtentCreateCoded record, a block with
+// offsets a BlockPutCoded record (both need a version 2 log).
+void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec = {});
 void EncodeBlockPut(std::vector<uint8_t>& out, ExtentRef ref, const BlockRecord& block);
 void EncodeExtentFree(std::vector<uint8_t>& out, ExtentRef ref);
-void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& header);
+void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& header, uint32_t version = 1);
 
 // Parses a whole log. A bad header is an error; a bad record ends the valid
 // prefix (contents.torn_tail). Records that contradict the header or each
@@ -96,9 +112,14 @@ class Manifest {
 
   // Appends encoded records; with `sync`, fdatasyncs before returning.
   Status Append(std::span<const uint8_t> records, bool sync);
-  // Replaces the log with a snapshot holding `contents`' extents.
-  Status Rewrite(const ManifestContents& contents);
+  // Replaces the log with a snapshot holding `contents`' extents, as version
+  // max(current, min_version, 2 if any extent is coded).
+  Status Rewrite(const ManifestContents& contents, uint32_t min_version = 1);
   uint64_t bytes() const;
+  uint32_t version() const;
+  // Raises the log's version in place (a 4-byte header write, synced), so
+  // records of that version may follow. No-op when already there.
+  Status Upgrade(uint32_t version);
 
  private:
   Manifest(std::string dir, io::IoEngine* engine) : dir_(std::move(dir)), engine_(engine) {}
@@ -110,6 +131,7 @@ class Manifest {
   mutable Mutex mu_;
   io::File file_ FLATKV_GUARDED_BY(mu_);
   uint64_t tail_ FLATKV_GUARDED_BY(mu_) = 0;  // end of the valid log
+  uint32_t version_ FLATKV_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace flatkv::persist

@@ -4,10 +4,43 @@
 #include <cstring>
 #include <set>
 
+#include "codec/codec_internal.h"
 #include "common/checksum.h"
 #include "common/log.h"
 
 namespace flatkv {
+namespace {
+
+// Decoded bytes one decode job produces: small enough to spread a layer
+// over the decode workers, large enough to amortize the queueing.
+constexpr uint64_t kDecodeJobBytes = 1ull << 20;
+
+// Decodes a slice the store kept with `codec`: the header must name this
+// codec and describe `layout` (Corruption naming the field otherwise).
+Status DecodeStored(CodecContext& ctx, const Codec& codec, uint32_t params_bytes, const SliceLayout& layout,
+                    std::span<const std::byte> in, std::span<std::byte> out) {
+  FLATKV_ASSIGN_OR_RETURN(codec::SliceHeader h, codec::ParseHeader(in));
+  const bool mla = layout.shape.kind == AttentionKind::kMla;
+  const uint32_t dim_a = mla ? layout.shape.latent_dim : layout.shape.kv_heads;
+  const uint32_t dim_b = mla ? layout.shape.rope_dim : layout.shape.head_dim;
+  auto mismatch = [](const char* field, uint64_t got, uint64_t want) {
+    return Status::Corruption("encoded slice: " + std::string(field) + " " + std::to_string(got) + ", expected " +
+                              std::to_string(want));
+  };
+  if (h.codec_id != codec.id()) return mismatch("codec id", h.codec_id, codec.id());
+  if (h.kind != layout.shape.kind) return mismatch("attention kind", uint64_t(h.kind), uint64_t(layout.shape.kind));
+  if (h.dtype != layout.shape.dtype) return mismatch("dtype", uint64_t(h.dtype), uint64_t(layout.shape.dtype));
+  if (h.tokens != layout.tokens) return mismatch("tokens", h.tokens, layout.tokens);
+  if (h.dim_a != dim_a || h.dim_b != dim_b) return mismatch("dimensions", uint64_t{h.dim_a} << 32 | h.dim_b, uint64_t{dim_a} << 32 | dim_b);
+  if (h.layer != (layout.layer & 0xFFFF)) return mismatch("layer", h.layer, layout.layer);
+  if (h.params_bytes != params_bytes) return mismatch("parameter bytes", h.params_bytes, params_bytes);
+  SliceLayout l = layout;
+  l.first_position = h.first_position;
+  const size_t start = codec::kHeaderBytes + h.params_bytes;
+  return codec.Decode(ctx, l, in.subspan(start, codec::kHeaderBytes + h.body_bytes - start), out.first(layout.Bytes()));
+}
+
+}  // namespace
 
 HostWindow::HostWindow(StoreImpl* store, uint32_t slots, uint64_t slot_bytes)
     : store_(store), slots_(slots), slot_bytes_(slot_bytes), buffer_(store->AcquireWindow(uint64_t{slots} * slot_bytes)) {}
@@ -43,6 +76,9 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       r.count = 1;
       r.slot_stride = g.slot_stride;
       r.layer_stride = g.layer_stride;
+      r.codec = e->codec;
+      if (r.codec) r.params_bytes = static_cast<uint32_t>(8 * r.codec->Params().size());
+      const uint64_t first = r.codec ? 0 : g.Offset(0, slot);  // coded: the region start
       if (e->medium == Medium::kSsd) {
         auto loc = store->ssd(e->device)->Locate(e->base, /*create=*/false);
         if (!loc.ok()) {
@@ -50,10 +86,11 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
           break;
         }
         r.fd = loc.value().first;
-        r.src = loc.value().second + g.Offset(0, slot);
+        r.src = loc.value().second + first;
       } else {
-        r.src = e->base + g.Offset(0, slot);
+        r.src = e->base + first;
       }
+      any_coded_ = any_coded_ || r.codec != nullptr;
       runs_.push_back(r);
       if (std::find(pinned_.begin(), pinned_.end(), e->id) == pinned_.end()) {
         e->last_access = store->Now();
@@ -61,9 +98,17 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
         pinned_.push_back(e->id);
       }
     }
-    locations_.push_back({Address::Make(e->medium, e->device, e->base + g.Offset(0, slot)), g.layer_stride});
-    checksums_.insert(checksums_.end(), e->checksums.begin() + uint64_t{slot} * layers_,
-                      e->checksums.begin() + uint64_t{slot + 1} * layers_);
+    const uint64_t at = uint64_t{slot} * layers_;
+    if (e->coded()) {
+      locations_.push_back({Address::Make(e->medium, e->device, e->base + e->enc_offset[at]), g.layer_stride});
+      enc_off_.insert(enc_off_.end(), e->enc_offset.begin() + at, e->enc_offset.begin() + at + layers_);
+      enc_len_.insert(enc_len_.end(), e->enc_length.begin() + at, e->enc_length.begin() + at + layers_);
+    } else {
+      locations_.push_back({Address::Make(e->medium, e->device, e->base + g.Offset(0, slot)), g.layer_stride});
+      enc_off_.insert(enc_off_.end(), layers_, 0);
+      enc_len_.insert(enc_len_.end(), layers_, 0);
+    }
+    checksums_.insert(checksums_.end(), e->checksums.begin() + at, e->checksums.begin() + at + layers_);
     store->counters().of(e->medium).hit_blocks++;
     ++hit_;
   }
@@ -90,24 +135,78 @@ RestoreImpl::~RestoreImpl() {
   store_->EndRestore(pinned_, corrupt);
 }
 
-void RestoreImpl::PlanLanding() {
-  uint64_t prev_end = 0;
+uint64_t RestoreImpl::PlanLanding() {
+  const uint64_t layer_bytes = uint64_t{hit_} * lb_;
+  uint64_t prev_end = 0, end = layer_bytes;
   for (Run& r : runs_) {
+    if (r.codec) continue;  // decoded in place
     const uint64_t dst = uint64_t{r.first_block} * lb_;
     uint64_t land = std::max(dst, prev_end);
+    // Coded runs decode into their places while raw runs land: a raw run
+    // that needs moving lands clear of the decoded layer.
+    if (any_coded_ && (land != dst || r.slot_stride != lb_)) land = std::max(land, layer_bytes);
     if (r.medium == Medium::kSsd) land = RoundUp(land, 4096);  // O_DIRECT destination alignment
     r.land = land;
     r.fixup = land != dst || r.slot_stride != lb_;
     prev_end = land + uint64_t{r.count} * r.slot_stride;
+    end = std::max(end, prev_end);
   }
+  uint64_t stage = RoundUp(end, 4096);  // coded SSD pieces' encoded bytes, each its largest layer's span
+  for (Piece& p : pieces_) {
+    const Run& r = runs_[p.run];
+    if (!r.codec || r.medium != Medium::kSsd) continue;
+    p.stage = stage;
+    uint64_t most = 0;
+    for (uint32_t l = 0; l < layers_; ++l) {
+      uint64_t b, e;
+      CodedSpan(r, l, p.j0, p.n, 4096, &b, &e);
+      most = std::max(most, e - b);
+    }
+    stage += most;
+  }
+  return stage;
+}
+
+void RestoreImpl::CodedSpan(const Run& r, uint32_t layer, uint32_t j0, uint32_t n, uint64_t align, uint64_t* begin,
+                            uint64_t* end) const {
+  const uint64_t a = uint64_t{r.first_block + j0} * layers_ + layer;
+  const uint64_t z = uint64_t{r.first_block + j0 + n - 1} * layers_ + layer;
+  *begin = enc_off_[a] / align * align;
+  *end = RoundUp(uint64_t{enc_off_[z]} + enc_len_[z], align);
+}
+
+std::byte* RestoreImpl::Home(uint32_t layer, uint32_t block) {
+  return target_.destination ? Dst(layer, block) : window_->slot(layer % slots_) + uint64_t{block} * lb_;
 }
 
 Status RestoreImpl::Begin() {
   if (hit_ == 0) return Status::Ok();
   // Every layer reads the same pieces: each run, split at max_request_bytes.
   for (size_t r = 0; r < runs_.size(); ++r) {
-    const uint32_t per = std::max<uint64_t>(1, max_request_ / runs_[r].slot_stride);
-    for (uint32_t j = 0; j < runs_[r].count; j += per) pieces_.push_back({r, j, std::min(per, runs_[r].count - j)});
+    const Run& run = runs_[r];
+    if (!run.codec) {
+      const uint32_t per = std::max<uint64_t>(1, max_request_ / run.slot_stride);
+      for (uint32_t j = 0; j < run.count; j += per) pieces_.push_back({r, j, std::min(per, run.count - j)});
+      continue;
+    }
+    // Coded: an SSD piece reads at most max_request_bytes in any layer; a
+    // DRAM piece is one decode job.
+    for (uint32_t j = 0, n; j < run.count; j += n) {
+      for (n = 1; j + n < run.count; ++n) {
+        if (run.medium == Medium::kDram) {
+          if (uint64_t{n + 1} * lb_ > kDecodeJobBytes) break;
+          continue;
+        }
+        bool over = false;
+        for (uint32_t l = 0; l < layers_ && !over; ++l) {
+          uint64_t b, e;
+          CodedSpan(run, l, j, n + 1, 4096, &b, &e);
+          over = e - b > max_request_;
+        }
+        if (over) break;
+      }
+      pieces_.push_back({r, j, n});
+    }
   }
   const StoreOptions& o = store_->options();
   const uint64_t layer_bytes = uint64_t{hit_} * lb_;
@@ -130,20 +229,18 @@ Status RestoreImpl::Begin() {
     for (uint32_t l = 0; l < layers_; ++l)
       for (size_t r = 0; r < runs_.size(); ++r) {
         const Run& run = runs_[r];
-        bool direct = run.medium == Medium::kDram;
+        bool direct = run.medium == Medium::kDram || run.codec;  // coded runs decode into place
         if (!direct) {
           std::byte* first = Dst(l, run.first_block);
           direct = run.slot_stride == lb_ && reinterpret_cast<uintptr_t>(first) % 4096 == 0;
           for (uint32_t j = 1; direct && j < run.count; ++j) direct = Dst(l, run.first_block + j) == first + j * lb_;
         }
         direct_[l * runs_.size() + r] = direct;
-        need_window = need_window || !direct;
+        need_window = need_window || !direct || (run.codec && run.medium == Medium::kSsd);  // staging
       }
   }
   if (need_window) {
-    PlanLanding();
-    uint64_t slot_bytes = layer_bytes;
-    for (const Run& r : runs_) slot_bytes = std::max(slot_bytes, r.land + uint64_t{r.count} * r.slot_stride);
+    const uint64_t slot_bytes = PlanLanding();
     window_ = std::make_unique<HostWindow>(store_, slots_, RoundUp(slot_bytes, 4096));
     if (!window_->ok())
       return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots_) + " x " +
@@ -163,6 +260,10 @@ void RestoreImpl::Issue(uint32_t layer) {
   std::byte* slot = window_ ? window_->slot(layer % slots_) : nullptr;
   for (const Piece& p : pieces_) {
     const Run& r = runs_[p.run];
+    if (r.codec) {
+      IssueCoded(layer, p, slot);
+      continue;
+    }
     const bool direct = Direct(layer, p.run);
     const uint64_t src = r.src + uint64_t{layer} * r.layer_stride + uint64_t{p.j0} * r.slot_stride;
     const uint64_t len = uint64_t{p.n} * r.slot_stride;
@@ -196,6 +297,93 @@ void RestoreImpl::Issue(uint32_t layer) {
   }
 }
 
+void RestoreImpl::IssueCoded(uint32_t layer, const Piece& p, std::byte* slot) {
+  const Run& r = runs_[p.run];
+  MediumCounters& mc = store_->counters().of(r.medium);
+  uint64_t begin, end;
+  CodedSpan(r, layer, p.j0, p.n, r.medium == Medium::kSsd ? 4096 : 1, &begin, &end);
+  const uint64_t region = r.src + uint64_t{layer} * r.layer_stride;
+  mc.read_requests++;
+  mc.bytes_read += end - begin;
+  if (r.medium == Medium::kDram) {
+    const std::byte* from = store_->dram()->At(region + begin);
+    store_->decode_queue()->Submit([this, layer, &r, p, from, begin] { DecodeBlocks(layer, r, p.j0, p.n, from, begin, verify_dram_); });
+    mc.NoteDepth(store_->decode_queue()->outstanding());
+    return;
+  }
+  std::byte* into = slot + p.stage;
+  store_->engine()->Submit({io::Op::kRead, r.fd, region + begin, into, end - begin,
+                            [this, layer, &r, p, into, begin, at = region + begin](Status s) {
+                              if (s.ok()) return SubmitDecodes(layer, r, p.j0, p.n, into, begin, true);
+                              store_->counters().io_errors++;
+                              LogWarning("restore: layer " + std::to_string(layer) + ": " +
+                                         s.WithContext("read at offset " + std::to_string(at)).ToString() +
+                                         "; blocks from " + std::to_string(r.first_block + p.j0) + " on are misses");
+                              Settle(layer, r.first_block + p.j0, {});
+                            }});
+  mc.NoteDepth(store_->engine()->outstanding());
+}
+
+void RestoreImpl::SubmitDecodes(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,
+                                uint64_t region_begin, bool verify) {
+  const uint32_t per = static_cast<uint32_t>(std::max<uint64_t>(1, kDecodeJobBytes / lb_));
+  const uint32_t jobs = (n + per - 1) / per;
+  {
+    MutexLock lock(&mu_);
+    state_[layer].pending += jobs - 1;  // this piece's one pending unit becomes `jobs`
+  }
+  for (uint32_t j = j0; j < j0 + n; j += per) {
+    const uint32_t m = std::min(per, j0 + n - j);
+    store_->decode_queue()->Submit([this, layer, &r, j, m, bytes, region_begin, verify] {
+      DecodeBlocks(layer, r, j, m, bytes, region_begin, verify);
+    });
+  }
+}
+
+void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,
+                               uint64_t region_begin, bool verify) {
+  thread_local CodecContext ctx;
+  Counters& c = store_->counters();
+  const SliceLayout layout{store_->options().shape, store_->options().block_tokens, layer, SliceLayout::kUnknownPosition};
+  uint32_t bad = UINT32_MAX, decoded = 0;
+  std::vector<BlockRef> corrupt;
+  for (uint32_t j = j0; j < j0 + n; ++j) {
+    const uint32_t block = r.first_block + j;
+    const uint64_t at = uint64_t{block} * layers_ + layer;
+    const std::span<const std::byte> in(bytes + (enc_off_[at] - region_begin), enc_len_[at]);
+    std::string problem;
+    if (verify && BlockChecksum(in.data(), in.size()) != checksums_[at]) {
+      c.checksum_failures++;
+      problem = "checksum mismatch";
+    } else if (Status s = DecodeStored(ctx, *r.codec, r.params_bytes, layout, in, std::span(Home(layer, block), lb_));
+               !s.ok()) {
+      c.decode_failures++;
+      problem = "decoding with " + std::string(r.codec->name()) + " failed: " + s.ToString();
+    }
+    if (problem.empty()) {
+      ++decoded;
+      continue;
+    }
+    LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
+               std::string(MediumName(r.medium)) + " extent " + std::to_string(r.extent) + " slot " +
+               std::to_string(r.first_slot + j) + "): " + problem + "; it and every later block are misses");
+    corrupt.push_back({r.extent, r.first_slot + j});
+    bad = block;
+    break;
+  }
+  c.of(r.medium).bytes_delivered += uint64_t{decoded} * lb_;
+  Settle(layer, bad, corrupt);
+}
+
+void RestoreImpl::Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRef>& corrupt) {
+  MutexLock lock(&mu_);
+  LayerState& st = state_[layer];
+  st.bad = std::min(st.bad, bad);
+  corrupt_.insert(corrupt_.end(), corrupt.begin(), corrupt.end());
+  if (--st.pending == 0) FinalizeLayer(layer);
+  cv_.SignalAll();
+}
+
 void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vector<const std::byte*> where, Status status) {
   uint32_t bad = UINT32_MAX;
   std::vector<BlockRef> corrupt;
@@ -220,12 +408,7 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
     }
   }
   if (status.ok()) c.of(r.medium).bytes_delivered += uint64_t{n} * lb_;
-  MutexLock lock(&mu_);
-  LayerState& st = state_[layer];
-  st.bad = std::min(st.bad, bad);
-  corrupt_.insert(corrupt_.end(), corrupt.begin(), corrupt.end());
-  if (--st.pending == 0) FinalizeLayer(layer);
-  cv_.SignalAll();
+  Settle(layer, bad, corrupt);
 }
 
 void RestoreImpl::FinalizeLayer(uint32_t layer) {

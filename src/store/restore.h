@@ -11,6 +11,14 @@
 // read (DRAM too with verify_dram_reads); a failed check or read makes that
 // block and all later ones a miss.
 //
+// Runs of a coded extent read their packed encoded slices: an SSD piece is
+// one aligned read per layer into the window slot's staging area (after the
+// decoded layer), then decode jobs (about kDecodeJobBytes of output each)
+// on the store's decode queue verify and decode each block straight into
+// its place in the window slot or its RestoreTarget destination, while
+// later layers' reads are in flight; DRAM coded pieces are decode jobs
+// reading the arena. A decode failure counts like a checksum failure.
+//
 // Thread-safety: the consumer calls one method at a time; completions run
 // on I/O threads and synchronize with it through mu_.
 #pragma once
@@ -57,10 +65,13 @@ class RestoreImpl final : public Restore {
     uint64_t layer_stride = 0;
     uint64_t land = 0;         // where the run lands in a window slot
     bool fixup = false;        // landed bytes need moving into place
+    std::shared_ptr<const Codec> codec;  // coded extent: src is its layer-0 region start
+    uint32_t params_bytes = 0;     // coded: the codec's parameter bytes in each header
   };
   struct Piece {  // one request of a layer: blocks j0..j0+n-1 of run `run`
     size_t run;
     uint32_t j0, n;
+    uint64_t stage = 0;  // coded SSD: where its encoded bytes land in a window slot
   };
   struct LayerState {
     uint32_t pending = 0;
@@ -68,14 +79,30 @@ class RestoreImpl final : public Restore {
     bool issued = false, ready = false, released = false;
   };
 
-  void PlanLanding();
+  // Plans where raw runs land and coded SSD pieces stage in a window slot;
+  // returns the slot's bytes.
+  uint64_t PlanLanding();
   // Whether run `r` of `layer` goes straight to the caller's destinations.
   bool Direct(uint32_t layer, size_t r) const { return !direct_.empty() && direct_[layer * runs_.size() + r]; }
   std::byte* Dst(uint32_t layer, uint32_t block) const { return dst_[uint64_t{layer} * hit_ + block]; }
   void Issue(uint32_t layer);  // without mu_ held
+  void IssueCoded(uint32_t layer, const Piece& p, std::byte* slot);
   // `where[j]` is where block j0 + j of the run now is.
   void Complete(uint32_t layer, const Run& run, uint32_t j0, std::vector<const std::byte*> where, Status status);
   void FinalizeLayer(uint32_t layer) FLATKV_REQUIRES(mu_);
+  // Coded runs: the aligned byte range [*begin, *end) of the region of
+  // `layer` holding blocks j0..j0+n-1 of `r`, relative to r.src + layer * layer_stride.
+  void CodedSpan(const Run& r, uint32_t layer, uint32_t j0, uint32_t n, uint64_t align, uint64_t* begin,
+                 uint64_t* end) const;
+  // Issues decode jobs for blocks j0..j0+n-1 of `r` whose encoded region
+  // bytes from `region_begin` on are at `bytes`.
+  void SubmitDecodes(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin,
+                     bool verify);
+  // Verifies and decodes, then settles one pending unit of `layer`.
+  void DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin,
+                    bool verify);
+  void Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRef>& corrupt);
+  std::byte* Home(uint32_t layer, uint32_t block);  // where a decoded block goes
   bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight
 
   StoreImpl* store_;
@@ -86,6 +113,8 @@ class RestoreImpl final : public Restore {
   std::vector<Run> runs_;
   std::vector<Piece> pieces_;        // the requests every layer makes
   std::vector<uint64_t> checksums_;  // [block * layers + layer]
+  std::vector<uint32_t> enc_off_, enc_len_;  // coded blocks: [block * layers + layer]
+  bool any_coded_ = false;
   std::vector<uint64_t> pinned_;
   bool verify_dram_;
   uint64_t max_request_;

@@ -9,13 +9,14 @@ void AppendMedium(std::string& out, const char* name, const MediumStats& m) {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
                 "%s: capacity=%llu used=%llu extents=%llu blocks=%llu hit_blocks=%llu written=%llu read=%llu "
-                "delivered=%llu requests=%llu evicted_extents=%llu evicted_blocks=%llu queue_depth=%llu max_queue_depth=%llu\n",
+                "delivered=%llu requests=%llu evicted_extents=%llu evicted_blocks=%llu queue_depth=%llu max_queue_depth=%llu stored=%llu logical=%llu\n",
                 name, (unsigned long long)m.capacity_bytes, (unsigned long long)m.used_bytes,
                 (unsigned long long)m.extents, (unsigned long long)m.blocks, (unsigned long long)m.hit_blocks,
                 (unsigned long long)m.bytes_written, (unsigned long long)m.bytes_read,
                 (unsigned long long)m.bytes_delivered, (unsigned long long)m.read_requests,
                 (unsigned long long)m.evicted_extents, (unsigned long long)m.evicted_blocks,
-                (unsigned long long)m.queue_depth, (unsigned long long)m.max_queue_depth);
+                (unsigned long long)m.queue_depth, (unsigned long long)m.max_queue_depth,
+                (unsigned long long)m.stored_bytes, (unsigned long long)m.logical_bytes);
   out += buf;
 }
 
@@ -25,13 +26,14 @@ void AppendMediumJson(std::string& out, const char* name, const MediumStats& m) 
                 "\"%s\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu,\"extents\":%llu,\"blocks\":%llu,"
                 "\"hit_blocks\":%llu,\"bytes_written\":%llu,\"bytes_read\":%llu,\"bytes_delivered\":%llu,"
                 "\"read_requests\":%llu,\"evicted_extents\":%llu,\"evicted_blocks\":%llu,\"queue_depth\":%llu,"
-                "\"max_queue_depth\":%llu}",
+                "\"max_queue_depth\":%llu,\"stored_bytes\":%llu,\"logical_bytes\":%llu}",
                 name, (unsigned long long)m.capacity_bytes, (unsigned long long)m.used_bytes,
                 (unsigned long long)m.extents, (unsigned long long)m.blocks, (unsigned long long)m.hit_blocks,
                 (unsigned long long)m.bytes_written, (unsigned long long)m.bytes_read,
                 (unsigned long long)m.bytes_delivered, (unsigned long long)m.read_requests,
                 (unsigned long long)m.evicted_extents, (unsigned long long)m.evicted_blocks,
-                (unsigned long long)m.queue_depth, (unsigned long long)m.max_queue_depth);
+                (unsigned long long)m.queue_depth, (unsigned long long)m.max_queue_depth,
+                (unsigned long long)m.stored_bytes, (unsigned long long)m.logical_bytes);
   out += buf;
 }
 
@@ -44,14 +46,14 @@ std::string StoreStats::ToString() const {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
                 "sessions=%llu restores=%llu lookup_blocks=%llu miss_blocks=%llu put_blocks=%llu dedup_blocks=%llu\n"
-                "checksum_failures=%llu io_errors=%llu recovered_blocks=%llu lost_blocks=%llu manifest_bytes=%llu\n"
-                "ssd_read_amplification=%.3f ssd_direct_io=%s ssd_engine=%s\n"
+                "checksum_failures=%llu decode_failures=%llu io_errors=%llu recovered_blocks=%llu lost_blocks=%llu manifest_bytes=%llu\n"
+                "ssd_read_amplification=%.3f compression_ratio=%.3f ssd_direct_io=%s ssd_engine=%s\n"
                 "restore_latency_us p50=%.0f p90=%.0f p99=%.0f max=%.0f\n",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
-                (unsigned long long)checksum_failures, (unsigned long long)io_errors,
+                (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
                 (unsigned long long)recovered_blocks, (unsigned long long)lost_blocks,
-                (unsigned long long)manifest_bytes, ssd_read_amplification(), ssd_direct_io ? "yes" : "no",
+                (unsigned long long)manifest_bytes, ssd_read_amplification(), compression_ratio(), ssd_direct_io ? "yes" : "no",
                 ssd_engine.c_str(), restore_p50_us, restore_p90_us, restore_p99_us, restore_max_us);
   return out + buf;
 }
@@ -64,15 +66,15 @@ std::string StoreStats::ToJson() const {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
                 ",\"sessions\":%llu,\"restores\":%llu,\"lookup_blocks\":%llu,\"miss_blocks\":%llu,\"put_blocks\":%llu,"
-                "\"dedup_blocks\":%llu,\"checksum_failures\":%llu,\"io_errors\":%llu,\"recovered_blocks\":%llu,"
-                "\"lost_blocks\":%llu,\"manifest_bytes\":%llu,\"ssd_read_amplification\":%.6f,\"ssd_direct_io\":%s,"
+                "\"dedup_blocks\":%llu,\"checksum_failures\":%llu,\"decode_failures\":%llu,\"io_errors\":%llu,\"recovered_blocks\":%llu,"
+                "\"lost_blocks\":%llu,\"manifest_bytes\":%llu,\"ssd_read_amplification\":%.6f,\"compression_ratio\":%.6f,\"ssd_direct_io\":%s,"
                 "\"ssd_engine\":\"%s\",\"restore_p50_us\":%.1f,\"restore_p90_us\":%.1f,\"restore_p99_us\":%.1f,"
                 "\"restore_max_us\":%.1f}",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
-                (unsigned long long)checksum_failures, (unsigned long long)io_errors,
+                (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
                 (unsigned long long)recovered_blocks, (unsigned long long)lost_blocks,
-                (unsigned long long)manifest_bytes, ssd_read_amplification(), ssd_direct_io ? "true" : "false",
+                (unsigned long long)manifest_bytes, ssd_read_amplification(), compression_ratio(), ssd_direct_io ? "true" : "false",
                 ssd_engine.c_str(), restore_p50_us, restore_p90_us, restore_p99_us, restore_max_us);
   return out + buf;
 }

@@ -6,36 +6,12 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
+#include "store/latch.h"
 
 namespace flatkv {
 namespace {
 
 constexpr uint64_t kWriteWaveBytes = 64ull << 20;  // staging bytes in flight per Put
-
-// Counts down outstanding async requests and keeps the first error.
-class Latch {
- public:
-  void Add(uint64_t n = 1) {
-    MutexLock lock(&mu_);
-    pending_ += n;
-  }
-  void Done(Status s) {
-    MutexLock lock(&mu_);
-    if (!s.ok() && first_.ok()) first_ = std::move(s);
-    if (--pending_ == 0) cv_.SignalAll();
-  }
-  Status Wait() {
-    MutexLock lock(&mu_);
-    while (pending_ != 0) cv_.Wait(&mu_);
-    return first_;
-  }
-
- private:
-  Mutex mu_;
-  CondVar cv_;
-  uint64_t pending_ FLATKV_GUARDED_BY(mu_) = 0;
-  Status first_ FLATKV_GUARDED_BY(mu_);
-};
 
 Status ValidateOptions(const StoreOptions& o) {
   if (o.block_tokens < 16 || o.block_tokens > 512)
@@ -52,8 +28,8 @@ Status ValidateOptions(const StoreOptions& o) {
   if (o.max_request_bytes < 4096 || o.max_request_bytes % 4096 != 0)
     return Status::InvalidArgument("max_request_bytes=" + std::to_string(o.max_request_bytes) + " (expected a multiple of 4096)");
   if (o.window_layers == 0) return Status::InvalidArgument("window_layers=0 (expected >= 1)");
-  if (o.ssd_queue_depth == 0 || o.ssd_threads == 0 || o.dram_threads == 0)
-    return Status::InvalidArgument("ssd_queue_depth, ssd_threads and dram_threads must be >= 1");
+  if (o.ssd_queue_depth == 0 || o.ssd_threads == 0 || o.dram_threads == 0 || o.decode_threads == 0)
+    return Status::InvalidArgument("ssd_queue_depth, ssd_threads, dram_threads and decode_threads must be >= 1");
   if (o.ssd_dirs.size() > 4095) return Status::InvalidArgument("at most 4095 SSD directories");
   std::unordered_set<std::string> seen;
   for (const auto& d : o.ssd_dirs)
@@ -75,6 +51,7 @@ Result<std::unique_ptr<Store>> StoreImpl::Open(const StoreOptions& options) {
 Status StoreImpl::Init() {
   placement_ = options_.placement ? options_.placement : std::make_shared<DefaultPlacement>();
   dram_queue_ = std::make_unique<DramQueue>(options_.dram_threads);
+  decode_queue_ = std::make_unique<DramQueue>(options_.decode_threads);
   if (!options_.ssd_dirs.empty()) {
     engine_ = options_.ssd_engine;
     if (!engine_) {
@@ -153,7 +130,23 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     e->base = dir.SlotAddress(slot);
     e->session = rec.session;
     e->last_access = Now();
-    e->reserved = dir.geometry().extent_blocks;  // recovered extents take no new blocks
+    e->capacity = dir.geometry().extent_blocks;
+    if (!rec.codec.empty()) {
+      auto codec = CodecForSpec(rec.codec);
+      if (!codec.ok()) {
+        dir.slots().Release(slot);
+        return codec.status().WithContext(dir.path() + ": extent " + std::to_string(ref.segment) + "/" +
+                                          std::to_string(ref.slot) + " (nothing was changed)");
+      }
+      e->codec = codec.value();
+      e->codec_spec = rec.codec;
+      e->capacity = 0;
+      for (const auto& b : rec.blocks) e->capacity = std::max(e->capacity, b.index + 1);
+      e->enc_offset.assign(uint64_t{e->capacity} * layers, 0);
+      e->enc_length.assign(uint64_t{e->capacity} * layers, 0);
+    }
+    e->reserved = e->capacity;  // recovered extents take no new blocks
+    e->full = true;
     e->keys.resize(e->reserved);
     e->present.assign(e->reserved, 0);
     e->checksums.assign(uint64_t{e->reserved} * layers, 0);
@@ -162,8 +155,12 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
       e->present[b.index] = 1;
       e->keys[b.index] = b.key;
       std::copy(b.checksums.begin(), b.checksums.end(), e->checksums.begin() + uint64_t{b.index} * layers);
+      if (e->coded()) {
+        std::copy(b.offsets.begin(), b.offsets.end(), e->enc_offset.begin() + uint64_t{b.index} * layers);
+        std::copy(b.lengths.begin(), b.lengths.end(), e->enc_length.begin() + uint64_t{b.index} * layers);
+      }
       index_[b.key] = {e->id, b.index};
-      ++ssd_blocks_;
+      CountBlock(*e, b.index, +1);
       ++counters_.recovered_blocks;
     }
     Session& s = TouchSession(rec.session);
@@ -209,11 +206,17 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
     for (uint64_t id : sessions_[*it].extents) {
       const Extent& e = *extents_.at(id);
       if (e.medium != Medium::kSsd || e.device != device) continue;
-      persist::ExtentRecord rec{e.session, ++sequence, {}};
-      for (uint32_t i = 0; i < e.reserved; ++i)
-        if (e.present[i])
-          rec.blocks.push_back({i, e.keys[i], {e.checksums.begin() + uint64_t{i} * layers,
-                                               e.checksums.begin() + uint64_t{i + 1} * layers}});
+      persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}};
+      for (uint32_t i = 0; i < e.reserved; ++i) {
+        if (!e.present[i]) continue;
+        const uint64_t from = uint64_t{i} * layers, to = uint64_t{i + 1} * layers;
+        persist::BlockRecord b{i, e.keys[i], {e.checksums.begin() + from, e.checksums.begin() + to}, {}, {}};
+        if (e.coded()) {
+          b.offsets.assign(e.enc_offset.begin() + from, e.enc_offset.begin() + to);
+          b.lengths.assign(e.enc_length.begin() + from, e.enc_length.begin() + to);
+        }
+        rec.blocks.push_back(std::move(b));
+      }
       snapshot.extents[dir.RefOf(e.slot)] = std::move(rec);
     }
   }
@@ -312,7 +315,8 @@ Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint32_t
   return Status::NoSpace("ssd: every extent is in use and none can be evicted");
 }
 
-Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint) {
+Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const std::shared_ptr<const Codec>& codec,
+                                        const std::string& spec) {
   Medium m = placement_->Choose(MakeContext(session, hint));
   if (m == Medium::kDram && !dram_) m = Medium::kSsd;
   if (m != Medium::kDram && ssd_.empty()) m = Medium::kDram;
@@ -331,17 +335,26 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint) {
   e->session = session;
   e->last_access = Now();
   const ExtentGeometry& g = Geometry(m, device);
-  e->keys.resize(g.extent_blocks);
-  e->present.assign(g.extent_blocks, 0);
-  e->checksums.assign(uint64_t{g.extent_blocks} * g.layers, 0);
+  if (codec) {  // per-slot vectors grow as slots are reserved
+    e->codec = codec;
+    e->codec_spec = spec;
+    e->capacity = g.extent_blocks * persist::kCodedBlocksPerSlot;
+    e->fill.assign(g.layers, 0);
+  } else {
+    e->capacity = g.extent_blocks;
+    e->keys.resize(g.extent_blocks);
+    e->present.assign(g.extent_blocks, 0);
+    e->checksums.assign(uint64_t{g.extent_blocks} * g.layers, 0);
+  }
   if (m == Medium::kDram) {
     e->base = dram_->SlotOffset(e->slot);
   } else {
     SsdDir& dir = *ssd_[device];
     e->base = dir.SlotAddress(e->slot);
     std::vector<uint8_t> rec;
-    persist::EncodeExtentCreate(rec, dir.RefOf(e->slot), session);
+    persist::EncodeExtentCreate(rec, dir.RefOf(e->slot), session, spec);
     Status s = dir.Locate(e->base, /*create=*/true).status();
+    if (s.ok() && codec) s = dir.manifest().Upgrade(persist::kManifestVersionCoded);
     if (s.ok()) s = dir.manifest().Append(rec, options_.sync_writes);
     if (!s.ok()) {
       dir.slots().Release(e->slot);
@@ -371,7 +384,7 @@ Status StoreImpl::FreeExtent(Extent* e) {
     if (!e->present[i]) continue;
     auto it = index_.find(e->keys[i]);
     if (it != index_.end() && it->second.extent == e->id) index_.erase(it);
-    (e->medium == Medium::kDram ? dram_blocks_ : ssd_blocks_)--;
+    CountBlock(*e, i, -1);
   }
   auto sit = sessions_.find(e->session);
   if (sit != sessions_.end()) {
@@ -397,6 +410,8 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
   if (data.size() != keys.size() * block_bytes)
     return Status::InvalidArgument("put: data is " + std::to_string(data.size()) + " bytes, expected " +
                                    std::to_string(keys.size()) + " blocks x " + std::to_string(block_bytes) + " bytes");
+  if (const auto& codec = options.codec ? options.codec : options_.codec)
+    return PutCoded(session, keys, data, options, codec);
   std::vector<size_t> inputs;                      // index into keys/data of each block to write
   std::vector<std::pair<Extent*, uint32_t>> slots;  // where each goes
   std::vector<Extent*> pinned;
@@ -414,7 +429,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
       }
       Session& s = sessions_[session];
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
-      if (e == nullptr || e->doomed || e->reserved == e->keys.size()) {
+      if (e == nullptr || e->doomed || e->coded() || e->reserved == e->capacity) {
         auto created = CreateExtent(session, options.hint);
         if (!created.ok()) {
           alloc_status = created.status().WithContext("put: block " + std::to_string(i));
@@ -443,7 +458,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     for (size_t k = 0; k < inputs.size(); ++k) {
       auto [e, slot] = slots[k];
       if (e->medium != Medium::kSsd) continue;
-      persist::BlockRecord b{slot, keys[inputs[k]], {sums.begin() + k * layers, sums.begin() + (k + 1) * layers}};
+      persist::BlockRecord b{slot, keys[inputs[k]], {sums.begin() + k * layers, sums.begin() + (k + 1) * layers}, {}, {}};
       persist::EncodeBlockPut(records[e->device], ssd_[e->device]->RefOf(e->slot), b);
     }
     for (uint32_t d = 0; d < ssd_.size() && status.ok(); ++d)
@@ -458,7 +473,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
       e->present[slot] = 1;
       e->keys[slot] = key;
       std::copy(sums.begin() + k * layers, sums.begin() + (k + 1) * layers, e->checksums.begin() + uint64_t{slot} * layers);
-      (e->medium == Medium::kDram ? dram_blocks_ : ssd_blocks_)++;
+      CountBlock(*e, slot, +1);
       counters_.put_blocks++;
       counters_.of(e->medium).bytes_written += BlockBytes();
     }
@@ -597,6 +612,10 @@ StoreStats StoreImpl::Stats() const {
     }
     st.dram.blocks = dram_blocks_;
     st.ssd.blocks = ssd_blocks_;
+    st.dram.stored_bytes = dram_stored_;
+    st.ssd.stored_bytes = ssd_stored_;
+    st.dram.logical_bytes = dram_blocks_ * BlockBytes();
+    st.ssd.logical_bytes = ssd_blocks_ * BlockBytes();
     st.sessions = sessions_.size();
   }
   st.dram.queue_depth = dram_queue_->outstanding();
@@ -610,6 +629,7 @@ StoreStats StoreImpl::Stats() const {
   st.put_blocks = counters_.put_blocks;
   st.dedup_blocks = counters_.dedup_blocks;
   st.checksum_failures = counters_.checksum_failures;
+  st.decode_failures = counters_.decode_failures;
   st.io_errors = counters_.io_errors;
   st.recovered_blocks = counters_.recovered_blocks;
   st.lost_blocks = counters_.lost_blocks;
@@ -618,6 +638,40 @@ StoreStats StoreImpl::Stats() const {
   st.restore_p99_us = counters_.restore_latency.Percentile(0.99);
   st.restore_max_us = counters_.restore_latency.Max();
   return st;
+}
+
+uint64_t StoreImpl::StoredBytes(const Extent& e, uint32_t slot) const {
+  if (!e.coded()) return BlockBytes();
+  const uint32_t layers = options_.shape.layers;
+  uint64_t n = 0;
+  for (uint32_t l = 0; l < layers; ++l) n += e.enc_length[uint64_t{slot} * layers + l];
+  return n;
+}
+
+void StoreImpl::CountBlock(const Extent& e, uint32_t slot, int sign) {
+  const uint64_t bytes = StoredBytes(e, slot);
+  uint64_t& blocks = e.medium == Medium::kDram ? dram_blocks_ : ssd_blocks_;
+  uint64_t& stored = e.medium == Medium::kDram ? dram_stored_ : ssd_stored_;
+  if (sign > 0) {
+    blocks++;
+    stored += bytes;
+  } else {
+    blocks--;
+    stored -= bytes;
+  }
+}
+
+Result<std::shared_ptr<const Codec>> StoreImpl::CodecForSpec(const std::string& spec) {
+  if (options_.codec && options_.codec->Spec() == spec) return options_.codec;
+  auto it = codecs_.find(spec);
+  if (it != codecs_.end()) return it->second;
+  auto made = MakeCodec(spec);
+  if (!made.ok())
+    return Status::NotSupported("stored with codec '" + spec + "', which this build cannot make (" +
+                                made.status().message() + "); pass it as StoreOptions::codec");
+  std::shared_ptr<const Codec> codec = std::move(made).value();
+  codecs_[spec] = codec;
+  return codec;
 }
 
 AlignedBuffer StoreImpl::AcquireWindow(uint64_t bytes) {
@@ -657,7 +711,7 @@ void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vecto
     auto idx = index_.find(e->keys[ref.slot]);
     if (idx != index_.end() && idx->second.extent == e->id) index_.erase(idx);
     e->present[ref.slot] = 0;
-    (e->medium == Medium::kDram ? dram_blocks_ : ssd_blocks_)--;
+    CountBlock(*e, ref.slot, -1);
   }
   for (uint64_t id : pinned) {
     auto it = extents_.find(id);

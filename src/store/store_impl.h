@@ -16,14 +16,17 @@
 #include <atomic>
 #include <chrono>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/aligned_buffer.h"
 #include "common/histogram.h"
 #include "common/mutex.h"
+#include "flatkv/codec.h"
 #include "flatkv/store.h"
 #include "io/io_engine.h"
 #include "media/dram_arena.h"
@@ -42,12 +45,23 @@ struct Extent {
   uint64_t base = 0;    // address offset of (layer 0, block slot 0)
   SessionId session = 0;
   uint32_t reserved = 0;  // block slots handed out to puts
+  uint32_t capacity = 0;  // block slots it may hold (raw: extent_blocks)
   uint32_t pins = 0;
   bool doomed = false;
   Clock::time_point last_access;    // last put into it or restore from it
   std::vector<BlockKey> keys;       // per block slot; meaningful where present
   std::vector<uint8_t> present;     // per block slot: indexed
   std::vector<uint64_t> checksums;  // [slot * layers + layer]
+  // A coded extent (codec != null) packs each block's encoded layer slices
+  // into the layer regions (l * layer_stride ...), a put's batch starting
+  // aligned; the per-slot vectors above grow as slots are reserved.
+  std::shared_ptr<const Codec> codec;
+  std::string codec_spec;
+  bool full = false;                 // a block did not fit: takes no more
+  std::vector<uint64_t> fill;        // per layer: bytes of the region handed out
+  std::vector<uint32_t> enc_offset;  // [slot * layers + layer]: within the layer region
+  std::vector<uint32_t> enc_length;  // [slot * layers + layer]
+  bool coded() const { return codec != nullptr; }
 };
 
 struct BlockRef {
@@ -76,7 +90,7 @@ struct MediumCounters {
 struct Counters {
   MediumCounters dram, ssd;
   std::atomic<uint64_t> restores{0}, lookup_blocks{0}, miss_blocks{0}, put_blocks{0}, dedup_blocks{0},
-      checksum_failures{0}, io_errors{0}, recovered_blocks{0}, lost_blocks{0};
+      checksum_failures{0}, decode_failures{0}, io_errors{0}, recovered_blocks{0}, lost_blocks{0};
   LatencyHistogram restore_latency;
   MediumCounters& of(Medium m) { return m == Medium::kDram ? dram : ssd; }
 };
@@ -104,6 +118,7 @@ class StoreImpl final : public Store {
   SsdDir* ssd(uint32_t device) { return ssd_[device].get(); }
   io::IoEngine* engine() { return engine_.get(); }
   DramQueue* dram_queue() { return dram_queue_.get(); }
+  DramQueue* decode_queue() { return decode_queue_.get(); }
   Counters& counters() { return counters_; }
   // Drops pins taken by StartRestore and removes blocks that failed their
   // checksum (`corrupt`: key and extent id) from the index.
@@ -118,7 +133,22 @@ class StoreImpl final : public Store {
   Status Recover(uint32_t device, const persist::ManifestContents& contents);
 
   Session& TouchSession(SessionId id) FLATKV_REQUIRES(mu_);
-  Result<Extent*> CreateExtent(SessionId session, PutHint hint) FLATKV_REQUIRES(mu_);
+  // `codec` null: a raw extent; else a coded one of spec `spec`.
+  Result<Extent*> CreateExtent(SessionId session, PutHint hint, const std::shared_ptr<const Codec>& codec = nullptr,
+                               const std::string& spec = {}) FLATKV_REQUIRES(mu_);
+  // Put with a codec (store_coded.cc): encodes outside the lock, reserves
+  // packed room, writes each extent's batch as one request per layer.
+  Status PutCoded(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
+                  const PutOptions& options, const std::shared_ptr<const Codec>& codec);
+  // Writes each batch of coded slices (slots[j]'s layer l: ptrs/offs/lens
+  // [j * layers + l]): memcpy for DRAM, one aligned write per layer for SSD.
+  Status WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<uint32_t>& offs,
+                    const std::vector<uint32_t>& lens, const std::vector<const std::byte*>& ptrs);
+  // The codec of a recovered extent of spec `spec`.
+  Result<std::shared_ptr<const Codec>> CodecForSpec(const std::string& spec) FLATKV_REQUIRES(mu_);
+  // Bytes block `slot` of `e` occupies on its medium (encoded bytes if coded).
+  uint64_t StoredBytes(const Extent& e, uint32_t slot) const;
+  void CountBlock(const Extent& e, uint32_t slot, int sign) FLATKV_REQUIRES(mu_);
   Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device) FLATKV_REQUIRES(mu_);
   // Frees one extent of medium `m`: the newest extent of the least recently
   // used other session (only idle ones with `idle_only`); failing that, and
@@ -142,6 +172,7 @@ class StoreImpl final : public Store {
   std::shared_ptr<PlacementPolicy> placement_;
   std::shared_ptr<io::IoEngine> engine_;
   std::unique_ptr<DramQueue> dram_queue_;
+  std::unique_ptr<DramQueue> decode_queue_;
   std::unique_ptr<DramArena> dram_;
   std::vector<std::unique_ptr<SsdDir>> ssd_;
   Counters counters_;
@@ -156,6 +187,9 @@ class StoreImpl final : public Store {
   std::list<SessionId> lru_ FLATKV_GUARDED_BY(mu_);
   uint64_t dram_blocks_ FLATKV_GUARDED_BY(mu_) = 0;
   uint64_t ssd_blocks_ FLATKV_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::shared_ptr<const Codec>> codecs_ FLATKV_GUARDED_BY(mu_);  // by spec, for recovery
+  uint64_t dram_stored_ FLATKV_GUARDED_BY(mu_) = 0;  // StoredBytes of indexed DRAM blocks
+  uint64_t ssd_stored_ FLATKV_GUARDED_BY(mu_) = 0;
 
   Mutex window_mu_;
   std::vector<AlignedBuffer> window_pool_ FLATKV_GUARDED_BY(window_mu_);

@@ -1,0 +1,268 @@
+// StoreImpl::PutCoded: a Put with a codec. Blocks are encoded first,
+// outside the lock (one CodecContext per thread); then room is reserved in
+// the session's open coded extent: each block's encoded layer slices are
+// packed into the extent's layer regions, a put's batch starting aligned
+// (4 KiB on SSD, 64 bytes in DRAM), so on SSD a batch is one aligned write
+// per layer, padded once at its end. Format: docs/format_segment.md.
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "common/checksum.h"
+#include "store/latch.h"
+#include "store/store_impl.h"
+
+namespace flatkv {
+namespace {
+
+constexpr uint64_t kSsdAlign = 4096;
+constexpr uint64_t kDramAlign = 64;
+constexpr uint64_t kWriteWaveBytes = 64ull << 20;  // staging bytes in flight per Put
+
+uint64_t BatchAlign(Medium m) { return m == Medium::kSsd ? kSsdAlign : kDramAlign; }
+
+}  // namespace
+
+Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
+                           const PutOptions& options, const std::shared_ptr<const Codec>& codec) {
+  const uint32_t layers = options_.shape.layers;
+  const uint64_t block_bytes = BlockBytes();
+  const std::string spec = codec->Spec();
+  std::vector<size_t> todo;  // keys not stored yet
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return Status::FailedPrecondition("put: store is closed");
+    if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
+    std::unordered_set<BlockKey, BlockKeyHash> seen;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (index_.count(keys[i]) || !seen.insert(keys[i]).second) {
+        counters_.dedup_blocks++;
+        continue;
+      }
+      todo.push_back(i);
+    }
+  }
+  if (todo.empty()) return Status::Ok();
+
+  // Encode, outside the lock, each slice into room for its bound.
+  SliceLayout layout{options_.shape, options_.block_tokens, 0, SliceLayout::kUnknownPosition};
+  if (Status s = codec->Supports(layout); !s.ok()) return s.WithContext("put: codec " + spec);
+  std::vector<uint64_t> bound(layers), bound_at(layers + 1, 0);
+  for (uint32_t l = 0; l < layers; ++l) {
+    layout.layer = l;
+    bound[l] = codec->MaxEncodedSize(layout);
+    bound_at[l + 1] = bound_at[l] + bound[l];
+  }
+  const uint64_t per_block = bound_at[layers];
+  std::unique_ptr<std::byte[]> enc(new std::byte[todo.size() * per_block]);
+  std::vector<uint32_t> len(todo.size() * layers);
+  std::vector<uint64_t> sums(todo.size() * layers);
+  thread_local CodecContext ctx;
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const uint64_t position = options.first_block == PutOptions::kUnknownBlock
+                                  ? SliceLayout::kUnknownPosition
+                                  : (uint64_t{options.first_block} + todo[k]) * options_.block_tokens;
+    layout.first_position = position < SliceLayout::kUnknownPosition ? uint32_t(position) : SliceLayout::kUnknownPosition;
+    for (uint32_t l = 0; l < layers; ++l) {
+      layout.layer = l;
+      std::byte* out = enc.get() + k * per_block + bound_at[l];
+      auto n = codec->Encode(ctx, layout, data.subspan(todo[k] * block_bytes + l * block_layer_bytes_, block_layer_bytes_),
+                             std::span(out, bound[l]));
+      const std::string where = "put: block " + std::to_string(todo[k]) + " layer " + std::to_string(l) + ", codec " + spec;
+      if (!n.ok()) return n.status().WithContext(where);
+      if (*n == 0 || *n > bound[l])
+        return Status::Aborted(where + ": encoded " + std::to_string(*n) + " bytes, outside (0, " +
+                               std::to_string(bound[l]) + "] (a codec bug)");
+      len[k * layers + l] = static_cast<uint32_t>(*n);
+      sums[k * layers + l] = BlockChecksum(out, *n);
+    }
+  }
+
+  // Reserve packed room: a block goes to the open extent when it is of this
+  // codec and every layer slice fits, else to a new extent.
+  std::vector<size_t> inputs;                       // index into todo of each block written
+  std::vector<std::pair<Extent*, uint32_t>> slots;  // where each goes
+  std::vector<uint32_t> offs;                       // [input * layers + layer]: offset in the layer region
+  std::vector<Extent*> pinned;
+  Status alloc_status;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return Status::FailedPrecondition("put: store is closed");
+    TouchSession(session);
+    Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
+    for (size_t k = 0; k < todo.size(); ++k) {
+      if (index_.count(keys[todo[k]])) {  // a concurrent put stored it meanwhile
+        counters_.dedup_blocks++;
+        continue;
+      }
+      const uint32_t* lk = &len[k * layers];
+      auto fits = [&](const Extent* x) FLATKV_REQUIRES(mu_) {
+        if (x->doomed || x->full || x->codec_spec != spec || x->reserved >= x->capacity) return false;
+        const uint64_t stride = Geometry(x->medium, x->device).layer_stride;
+        if (stride > UINT32_MAX) return false;
+        for (uint32_t l = 0; l < layers; ++l) {
+          const uint64_t start = x == batch ? x->fill[l] : RoundUp(x->fill[l], BatchAlign(x->medium));
+          if (start + lk[l] > stride) return false;
+        }
+        return true;
+      };
+      Session& s = sessions_[session];
+      Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
+      if (e == nullptr || !fits(e)) {
+        if (e != nullptr) e->full = true;
+        auto created = CreateExtent(session, options.hint, codec, spec);
+        if (!created.ok()) {
+          alloc_status = created.status().WithContext("put: block " + std::to_string(todo[k]));
+          break;
+        }
+        e = created.value();
+        if (!fits(e)) {
+          e->full = true;
+          alloc_status = Status::InvalidArgument(
+              "put: block " + std::to_string(todo[k]) + ": its encoded layer slices (up to " +
+              std::to_string(*std::max_element(lk, lk + layers)) + " bytes with codec " + spec +
+              ") do not fit an empty extent's layer region of " +
+              std::to_string(Geometry(e->medium, e->device).layer_stride) + " bytes; raise the extent layer bytes");
+          break;
+        }
+      }
+      if (e != batch) {
+        for (uint32_t l = 0; l < layers; ++l) e->fill[l] = RoundUp(e->fill[l], BatchAlign(e->medium));
+        batch = e;
+      }
+      if (std::find(pinned.begin(), pinned.end(), e) == pinned.end()) {
+        e->pins++;
+        pinned.push_back(e);
+      }
+      e->last_access = Now();
+      const uint32_t slot = e->reserved++;
+      e->keys.resize(slot + 1);
+      e->present.resize(slot + 1, 0);
+      e->checksums.resize(uint64_t{slot + 1} * layers);
+      e->enc_offset.resize(uint64_t{slot + 1} * layers);
+      e->enc_length.resize(uint64_t{slot + 1} * layers);
+      for (uint32_t l = 0; l < layers; ++l) {
+        e->enc_offset[uint64_t{slot} * layers + l] = static_cast<uint32_t>(e->fill[l]);
+        e->enc_length[uint64_t{slot} * layers + l] = lk[l];
+        offs.push_back(static_cast<uint32_t>(e->fill[l]));
+        e->fill[l] += lk[l];
+      }
+      inputs.push_back(k);
+      slots.push_back({e, slot});
+    }
+  }
+
+  std::vector<const std::byte*> ptrs(inputs.size() * layers);
+  std::vector<uint32_t> lens(inputs.size() * layers);
+  for (size_t j = 0; j < inputs.size(); ++j)
+    for (uint32_t l = 0; l < layers; ++l) {
+      ptrs[j * layers + l] = enc.get() + inputs[j] * per_block + bound_at[l];
+      lens[j * layers + l] = len[inputs[j] * layers + l];
+    }
+  Status status = inputs.empty() ? Status::Ok() : WriteCoded(slots, offs, lens, ptrs);
+  if (status.ok()) {  // log SSD blocks; only then are they visible
+    std::vector<std::vector<uint8_t>> records(ssd_.size());
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      auto [e, slot] = slots[j];
+      if (e->medium != Medium::kSsd) continue;
+      const size_t k = inputs[j];
+      persist::BlockRecord b{slot, keys[todo[k]],
+                             {sums.begin() + k * layers, sums.begin() + (k + 1) * layers},
+                             {offs.begin() + j * layers, offs.begin() + (j + 1) * layers},
+                             {lens.begin() + j * layers, lens.begin() + (j + 1) * layers}};
+      persist::EncodeBlockPut(records[e->device], ssd_[e->device]->RefOf(e->slot), b);
+    }
+    for (uint32_t d = 0; d < ssd_.size() && status.ok(); ++d)
+      if (!records[d].empty()) status = ssd_[d]->manifest().Append(records[d], options_.sync_writes);
+  }
+  MutexLock lock(&mu_);
+  if (status.ok()) {
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      auto [e, slot] = slots[j];
+      const size_t k = inputs[j];
+      const BlockKey& key = keys[todo[k]];
+      if (!index_.try_emplace(key, BlockRef{e->id, slot}).second) continue;  // a concurrent put won
+      e->present[slot] = 1;
+      e->keys[slot] = key;
+      std::copy(sums.begin() + k * layers, sums.begin() + (k + 1) * layers, e->checksums.begin() + uint64_t{slot} * layers);
+      CountBlock(*e, slot, +1);
+      counters_.put_blocks++;
+      counters_.of(e->medium).bytes_written += block_bytes;
+    }
+  }
+  for (Extent* e : pinned) Unpin(e);
+  return status.ok() ? alloc_status : status;
+}
+
+Status StoreImpl::WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<uint32_t>& offs,
+                             const std::vector<uint32_t>& lens, const std::vector<const std::byte*>& ptrs) {
+  const uint32_t layers = options_.shape.layers;
+  uint64_t total = 0;
+  for (uint32_t n : lens) total += n;
+  AlignedBuffer staging;
+  uint64_t staged = 0;
+  Latch latch;
+  std::vector<int> synced;
+  Status status;
+  size_t j = 0;
+  while (j < slots.size() && status.ok()) {
+    // A batch: this put's blocks in one extent, packed back to back per layer.
+    size_t n = 1;
+    while (j + n < slots.size() && slots[j + n].first == slots[j].first) ++n;
+    Extent* e = slots[j].first;
+    const ExtentGeometry& g = Geometry(e->medium, e->device);
+    if (e->medium == Medium::kDram) {
+      for (uint32_t l = 0; l < layers; ++l)
+        for (size_t m = j; m < j + n; ++m)
+          std::memcpy(dram_->At(e->base + l * g.layer_stride + offs[m * layers + l]), ptrs[m * layers + l], lens[m * layers + l]);
+      j += n;
+      continue;
+    }
+    auto loc = ssd_[e->device]->Locate(e->base, true);
+    if (!loc.ok()) {
+      status = loc.status();
+      break;
+    }
+    auto [fd, file_base] = loc.value();
+    if (std::find(synced.begin(), synced.end(), fd) == synced.end()) synced.push_back(fd);
+    for (uint32_t l = 0; l < layers && status.ok(); ++l) {
+      const uint64_t start = offs[j * layers + l];
+      const uint64_t last = (j + n - 1) * layers + l;
+      const uint64_t end = uint64_t{offs[last]} + lens[last];
+      const uint64_t bytes = RoundUp(end - start, kSsdAlign);
+      if (staged + bytes > staging.size()) {  // wave full (or none yet): wait for it, then reuse or grow the buffer
+        status = latch.Wait();
+        staged = 0;
+        if (!status.ok()) break;
+        if (staging.size() < bytes) {
+          ReleaseWindow(std::move(staging));
+          staging = AcquireWindow(std::max(bytes, std::min(kWriteWaveBytes, total + slots.size() * kSsdAlign)));
+        }
+      }
+      std::byte* dst = staging.data() + staged;
+      staged += bytes;
+      for (size_t m = j; m < j + n; ++m)
+        std::memcpy(dst + (offs[m * layers + l] - start), ptrs[m * layers + l], lens[m * layers + l]);
+      std::memset(dst + (end - start), 0, bytes - (end - start));
+      latch.Add();
+      const uint64_t off = file_base + l * g.layer_stride + start;
+      engine_->Submit({io::Op::kWrite, fd, off, dst, bytes, [&latch, this, off](Status s) {
+                         if (!s.ok()) counters_.io_errors++;
+                         latch.Done(s.WithContext("write segment at offset " + std::to_string(off)));
+                       }});
+      counters_.ssd.NoteDepth(engine_->outstanding());
+    }
+    j += n;
+  }
+  Status waited = latch.Wait();
+  if (status.ok()) status = waited;
+  if (status.ok() && options_.sync_writes)
+    for (int fd : synced) {
+      status = engine_->Execute({io::Op::kSync, fd, 0, nullptr, 0, nullptr});
+      if (!status.ok()) break;
+    }
+  if (staging.size() > 0) ReleaseWindow(std::move(staging));
+  return status;
+}
+
+}  // namespace flatkv

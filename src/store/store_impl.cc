@@ -44,7 +44,11 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) { return
 Result<std::unique_ptr<Store>> StoreImpl::Open(const StoreOptions& options) {
   FLATKV_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<StoreImpl> store(new StoreImpl(options));
-  FLATKV_RETURN_IF_ERROR(store->Init());
+  if (Status s = store->Init(); !s.ok()) {
+    MutexLock lock(&store->mu_);
+    store->closed_ = true;  // a half-opened store writes nothing back (no manifest rewrite)
+    return s;
+  }
   return std::unique_ptr<Store>(std::move(store));
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/test_util.h"
+
 namespace flatkv::persist {
 namespace {
 
@@ -94,6 +96,82 @@ TEST(ManifestTest, ContradictoryRecordsEndTheValidPrefix) {
   EXPECT_TRUE(c->torn_tail);
   EXPECT_EQ(c->good_bytes, good);
   EXPECT_NE(c->tail_problem.find("unknown extent"), std::string::npos);
+}
+
+std::vector<uint8_t> CodedLog(uint32_t version) {
+  std::vector<uint8_t> b;
+  EncodeHeader(b, Header(), version);
+  EncodeExtentCreate(b, {0, 0}, 7);
+  EncodeBlockPut(b, {0, 0}, {0, {1, 2}, {11, 12}});
+  EncodeExtentCreate(b, {0, 1}, 7, "pred:eps=0.01");
+  // Slots beyond extent_blocks: a coded extent packs more blocks.
+  EncodeBlockPut(b, {0, 1}, {9, {3, 4}, {13, 14}, {0, 0}, {900, 1200}});
+  EncodeBlockPut(b, {0, 1}, {10, {5, 6}, {15, 16}, {900, 1200}, {700, 800}});
+  return b;
+}
+
+TEST(ManifestTest, CodedRecordsRoundTripInAVersion2Log) {
+  auto bytes = CodedLog(2);
+  auto c = ParseManifest(bytes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->version, 2u);
+  EXPECT_FALSE(c->torn_tail) << c->tail_problem;
+  EXPECT_EQ(c->extents.at({0, 0}).codec, "");
+  const ExtentRecord& e = c->extents.at({0, 1});
+  EXPECT_EQ(e.codec, "pred:eps=0.01");
+  ASSERT_EQ(e.blocks.size(), 2u);
+  EXPECT_EQ(e.blocks[1].index, 10u);
+  EXPECT_EQ(e.blocks[1].offsets, (std::vector<uint32_t>{900, 1200}));
+  EXPECT_EQ(e.blocks[1].lengths, (std::vector<uint32_t>{700, 800}));
+  EXPECT_EQ(e.blocks[1].checksums, (std::vector<uint64_t>{15, 16}));
+  // Every truncation still parses to a valid prefix.
+  for (size_t n = 100; n < bytes.size(); ++n) ASSERT_TRUE(ParseManifest(std::span(bytes).first(n)).ok()) << n;
+}
+
+TEST(ManifestTest, CodedRecordsAreRejectedInAVersion1LogAndWhenInconsistent) {
+  auto c = ParseManifest(CodedLog(1));
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->torn_tail);
+  EXPECT_NE(c->tail_problem.find("version 1"), std::string::npos) << c->tail_problem;
+  EXPECT_EQ(c->extents.size(), 1u);  // the raw extent before it survives
+
+  auto bad = [](const BlockRecord& block, bool coded_extent) {
+    std::vector<uint8_t> b;
+    EncodeHeader(b, Header(), 2);
+    EncodeExtentCreate(b, {0, 0}, 7, coded_extent ? "raw" : "");
+    EncodeBlockPut(b, {0, 0}, block);
+    auto c = ParseManifest(b);
+    EXPECT_TRUE(c.ok() && c->torn_tail);
+    return c.ok() ? c->tail_problem : std::string();
+  };
+  EXPECT_NE(bad({0, {1, 2}, {1, 2}, {0, 0}, {10, 10}}, false).find("coded block in a raw"), std::string::npos);
+  EXPECT_NE(bad({0, {1, 2}, {1, 2}}, true).find("raw block in a coded"), std::string::npos);
+  EXPECT_NE(bad({0, {1, 2}, {1, 2}, {0, 4 * 4096 - 10}, {10, 11}}, true).find("outside the layer region"), std::string::npos);
+  EXPECT_NE(bad({4 * kCodedBlocksPerSlot, {1, 2}, {1, 2}, {0, 0}, {10, 10}}, true).find("beyond extent"), std::string::npos);
+}
+
+TEST(ManifestTest, UpgradeRaisesTheVersionInPlace) {
+  testing::TempDir dir;
+  auto engine = io::MakeThreadPoolEngine(1);
+  ManifestContents contents;
+  {
+    auto m = Manifest::Open(dir.path(), Header(), engine.get(), &contents);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m.value()->version(), 1u);
+    std::vector<uint8_t> rec;
+    EncodeExtentCreate(rec, {0, 0}, 3);
+    ASSERT_TRUE(m.value()->Append(rec, false).ok());
+    ASSERT_TRUE(m.value()->Upgrade(kManifestVersionCoded).ok());
+    rec.clear();
+    EncodeExtentCreate(rec, {0, 1}, 3, "raw");
+    ASSERT_TRUE(m.value()->Append(rec, false).ok());
+  }
+  auto m = Manifest::Open(dir.path(), Header(), engine.get(), &contents);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m.value()->version(), 2u);
+  EXPECT_FALSE(contents.torn_tail) << contents.tail_problem;
+  ASSERT_EQ(contents.extents.size(), 2u);
+  EXPECT_EQ(contents.extents.at({0, 1}).codec, "raw");
 }
 
 }  // namespace

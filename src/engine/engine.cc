@@ -39,7 +39,14 @@ Result<Engine> Engine::Create(const model::Model& model, Store* store, const Eng
       return Status::InvalidArgument("engine: the store holds {" + so.shape.ToString() + "} but the model needs {" +
                                      ShapeFor(model.config).ToString() + "}");
   }
-  return Engine(model, store, o);
+  Engine engine(model, store, o);
+  if (!o.codec.empty()) {
+    auto codec = MakeCodec(o.codec);
+    if (!codec.ok()) return codec.status().WithContext("engine: codec");
+    FLATKV_RETURN_IF_ERROR(codec.value()->Supports({ShapeFor(model.config), o.block_tokens}).WithContext("engine: codec " + o.codec));
+    engine.codec_ = std::move(codec).value();
+  }
+  return engine;
 }
 
 Engine::Engine(const model::Model& model, Store* store, const EngineOptions& options)
@@ -199,7 +206,8 @@ Status Engine::PutNewBlocks(SessionId session, std::span<const int> context, uin
   for (uint32_t b = cached_blocks; b < full; ++b)
     for (int l = 0; l < layers; ++l)
       std::memcpy(data.data() + (uint64_t{b - cached_blocks} * layers + l) * page, cache_.PageBytes(l, b).data(), page);
-  FLATKV_RETURN_IF_ERROR(store_->Put(session, std::span(keys).subspan(cached_blocks), data));
+  FLATKV_RETURN_IF_ERROR(store_->Put(session, std::span(keys).subspan(cached_blocks), data,
+                                     {PutHint::kAuto, codec_, cached_blocks}));
   result.stored_blocks = full - cached_blocks;
   return Status::Ok();
 }

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/store.h"
 #include "model/kv_cache.h"
@@ -40,6 +41,7 @@ struct EngineOptions {
   std::string adapter_id;        // namespace: the adapter (empty = base model)
   std::string tenant_salt;       // namespace: the tenant
   HashKind hash = HashKind::kXxh3;
+  std::string codec;             // this namespace's codec spec for new blocks ("pred:eps=0.02"); empty = the store's
 };
 
 struct GenerateOptions {
@@ -113,6 +115,7 @@ class Engine {
   BlockKey ns_;
   model::Transformer transformer_;
   model::KvCache cache_;
+  std::shared_ptr<const Codec> codec_;  // from options_.codec; null = the store's
 };
 
 }  // namespace flatkv::engine

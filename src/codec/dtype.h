@@ -2,8 +2,9 @@
 // the working type of every lossy codec. Scalar reference here; the bulk
 // converters dispatch to AVX2/F16C (dtype_avx2.cc) at run time.
 //
-// f32 -> f16/bf16 rounds to nearest even; NaN stays NaN; f16 overflows to
-// infinity. Thread-safety: pure functions.
+// f32 -> f16/bf16 rounds to nearest even; f16 overflows to infinity. NaNs
+// keep their payload's top bits (never quieted), so f16/bf16 -> f32 ->
+// f16/bf16 is the identity on every bit pattern. Thread-safety: pure functions.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +30,8 @@ inline uint32_t FloatToBits(float f) {
 inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(uint32_t(h) << 16); }
 inline uint16_t FloatToBf16(float f) {
   uint32_t u = FloatToBits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u)  // NaN: keep the payload's top bits, stay a NaN
+    return (u & 0x007F0000u) ? uint16_t(u >> 16) : uint16_t((u >> 16) | 0x40);
   u += 0x7FFFu + ((u >> 16) & 1);
   return uint16_t(u >> 16);
 }
@@ -47,7 +49,10 @@ inline uint16_t FloatToHalf(float f) {
   const uint32_t u = FloatToBits(f);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000);
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return uint16_t(sign | 0x7E00 | ((a >> 13) & 0x3FF));  // NaN
+  if (a > 0x7F800000u) {  // NaN: keep the payload's top bits, stay a NaN
+    const uint16_t m = uint16_t((a >> 13) & 0x3FF);
+    return uint16_t(sign | 0x7C00 | (m ? m : 0x200));
+  }
   if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00);                      // rounds to >= 65520: inf
   if (a >= 0x38800000u) {                                                    // normal half
     const uint32_t r = a - 0x38000000u;                                      // rebias exponent 127 -> 15

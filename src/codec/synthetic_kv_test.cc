@@ -90,7 +90,6 @@ TEST(CodecDtype, Avx2MatchesScalarOnAwkwardSizes) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       const uint32_t u = uint32_t(s >> 32);
       in[i] = (i % 5 == 0) ? BitsToFloat(u) : float(int32_t(u)) * 1e-9f;  // includes inf/nan/subnormals
-      if (std::isnan(in[i])) in[i] = 1.5f;
     }
     for (DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
       std::vector<std::byte> a(n * 4 + 1), b(n * 4 + 1);

@@ -55,7 +55,12 @@ struct CodecParamInfo {
   bool integer = false;
 };
 
-// Scratch memory for one thread's encodes and decodes. Reusing one across
+namespace codec {
+struct ContextAccess;
+}
+
+// Scratch memory for one thread's encodes and decodes (and the decoders
+// DecodeSlice made for the (codec, parameters) pairs it has seen). Reusing one across
 // calls avoids allocations on the hot path.
 class CodecContext {
  public:
@@ -68,6 +73,7 @@ class CodecContext {
   std::byte* Scratch(int i, size_t bytes);
 
  private:
+  friend struct codec::ContextAccess;
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
 };

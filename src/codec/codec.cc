@@ -3,6 +3,8 @@
 #include <cstring>
 #include <mutex>
 
+#include <zstd.h>
+
 #include "codec/codec_internal.h"
 
 namespace flatkv {
@@ -13,8 +15,19 @@ struct CodecContext::Buffers {
     size_t bytes = 0;
   };
   Slot slots[8];
+  ZSTD_CCtx* cctx = nullptr;
+  ZSTD_DCtx* dctx = nullptr;
+  // Decoders DecodeSlice made, by codec id and raw parameter bytes.
+  struct Decoder {
+    uint8_t id;
+    std::vector<std::byte> params;
+    std::unique_ptr<Codec> codec;
+  };
+  std::vector<Decoder> decoders;
   ~Buffers() {
     for (Slot& s : slots) std::free(s.data);
+    ZSTD_freeCCtx(cctx);
+    ZSTD_freeDCtx(dctx);
   }
 };
 
@@ -47,6 +60,38 @@ std::string Codec::Spec() const {
 }
 
 namespace codec {
+
+void* ContextAccess::ZstdCCtx(CodecContext& ctx) {
+  auto& b = *ctx.buffers_;
+  if (!b.cctx) b.cctx = ZSTD_createCCtx();
+  if (!b.cctx) std::abort();
+  return b.cctx;
+}
+
+void* ContextAccess::ZstdDCtx(CodecContext& ctx) {
+  auto& b = *ctx.buffers_;
+  if (!b.dctx) b.dctx = ZSTD_createDCtx();
+  if (!b.dctx) std::abort();
+  return b.dctx;
+}
+
+const Codec* ContextAccess::CachedDecoder(CodecContext& ctx, uint8_t id, std::span<const std::byte> params) {
+  for (const auto& d : ctx.buffers_->decoders)
+    if (d.id == id && d.params.size() == params.size() &&
+        (params.empty() || std::memcmp(d.params.data(), params.data(), params.size()) == 0))
+      return d.codec.get();
+  return nullptr;
+}
+
+const Codec* ContextAccess::AddDecoder(CodecContext& ctx, uint8_t id, std::span<const std::byte> params,
+                                       std::unique_ptr<Codec> codec) {
+  auto& list = ctx.buffers_->decoders;
+  constexpr size_t kMaxCached = 16;  // a context sees few distinct settings
+  if (list.size() >= kMaxCached) list.erase(list.begin());
+  list.push_back({id, std::vector<std::byte>(params.begin(), params.end()), std::move(codec)});
+  return list.back().codec.get();
+}
+
 namespace {
 
 template <typename T>
@@ -151,7 +196,9 @@ Result<double> CodecBase::GetParam(std::string_view name) const {
 
 const std::vector<CodecFactory>& Registry() {
   static const std::vector<CodecFactory> registry = {
-      {0, "raw", &MakeRawCodec},
+      {0, "raw", &MakeRawCodec},           {1, "int8", &MakeInt8Codec},   {2, "kivi", &MakeKiviCodec},
+      {3, "hadamard-int4", &MakeHadamardCodec}, {4, "turbo", &MakeTurboCodec}, {5, "pred", &MakePredCodec},
+      {6, "mla", &MakeMlaCodec},
   };
   return registry;
 }
@@ -211,20 +258,26 @@ Status DecodeSlice(CodecContext& ctx, const SliceLayout& expected, std::span<con
   if (h.dim_b != (mla ? expected.shape.rope_dim : expected.shape.head_dim))
     return mismatch(mla ? "rope_dim" : "head_dim", h.dim_b, mla ? expected.shape.rope_dim : expected.shape.head_dim);
   if (out.size() < expected.Bytes()) return Status::InvalidArgument("DecodeSlice: output smaller than the slice");
-  const codec::CodecFactory* factory = nullptr;
-  for (const auto& f : codec::Registry())
-    if (f.id == h.codec_id) factory = &f;
-  if (!factory) return Status::Corruption("encoded slice: unknown codec id " + std::to_string(h.codec_id));
-  std::unique_ptr<Codec> codec = factory->make();
-  const auto params = codec->Params();
-  if (h.params_bytes != 8 * params.size())
-    return Status::Corruption("encoded slice: " + std::string(factory->name) + " expects " +
-                              std::to_string(8 * params.size()) + " parameter bytes, header has " +
-                              std::to_string(h.params_bytes));
-  for (size_t i = 0; i < params.size(); ++i) {
-    double v;
-    std::memcpy(&v, in.data() + codec::kHeaderBytes + 8 * i, 8);
-    FLATKV_RETURN_IF_ERROR(codec->SetParam(params[i].name, v));
+  const std::span<const std::byte> param_bytes = in.subspan(codec::kHeaderBytes, h.params_bytes);
+  const Codec* codec = codec::ContextAccess::CachedDecoder(ctx, h.codec_id, param_bytes);
+  if (!codec) {
+    const codec::CodecFactory* factory = nullptr;
+    for (const auto& f : codec::Registry())
+      if (f.id == h.codec_id) factory = &f;
+    if (!factory) return Status::Corruption("encoded slice: unknown codec id " + std::to_string(h.codec_id));
+    std::unique_ptr<Codec> made = factory->make();
+    const auto params = made->Params();
+    if (h.params_bytes != 8 * params.size())
+      return Status::Corruption("encoded slice: " + std::string(factory->name) + " expects " +
+                                std::to_string(8 * params.size()) + " parameter bytes, header has " +
+                                std::to_string(h.params_bytes));
+    for (size_t i = 0; i < params.size(); ++i) {
+      double v;
+      std::memcpy(&v, in.data() + codec::kHeaderBytes + 8 * i, 8);
+      Status st = made->SetParam(params[i].name, v);
+      if (!st.ok()) return Status::Corruption("encoded slice: " + st.message());
+    }
+    codec = codec::ContextAccess::AddDecoder(ctx, h.codec_id, param_bytes, std::move(made));
   }
   SliceLayout layout = expected;
   layout.first_position = h.first_position;

@@ -1,42 +1,62 @@
-// raw: the slice as it is, behind the header. The baseline every other
-// codec is measured against, and what a store without a codec keeps.
+// raw: the slice as it is, behind the header, optionally converted to
+// another float type (dtype=1 f16, 2 bf16, 3 f32; 0 keeps the input's).
+// The baseline every other codec is measured against, and what a store
+// without a codec keeps. Body: the elements in the stored dtype.
 #include <cstring>
 
 #include "codec/codec_internal.h"
+#include "codec/dtype.h"
 
 namespace flatkv::codec {
 namespace {
 
 class RawCodec final : public CodecBase {
  public:
-  RawCodec() : CodecBase({}) {}
+  RawCodec() : CodecBase({{"dtype", "stored element type: 0 as input, 1 f16, 2 bf16, 3 f32", 0, 3, 0, true}}) {}
   std::string_view name() const override { return "raw"; }
   uint8_t id() const override { return 0; }
   Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
   uint64_t MaxEncodedSize(const SliceLayout& layout) const override {
-    return HeaderAndParamsBytes(*this) + layout.Bytes();
+    return HeaderAndParamsBytes(*this) + layout.Elements() * DTypeBytes(Stored(layout));
   }
   bool FixedSize() const override { return true; }
-  bool Lossless() const override { return true; }
+  // f32 holds every f16 and bf16 value exactly.
+  bool Lossless() const override { return param(0) == 0 || param(0) == 3; }
 
   Result<size_t> Encode(CodecContext&, const SliceLayout& layout, std::span<const std::byte> in,
                         std::span<std::byte> out) const override {
-    if (in.size() != layout.Bytes() || out.size() < MaxEncodedSize(layout))
-      return Status::InvalidArgument("raw encode: input of " + std::to_string(in.size()) + " bytes for a " +
-                                     std::to_string(layout.Bytes()) + "-byte slice, or output too small");
-    const size_t h = WriteHeader(*this, layout, out);
-    std::memcpy(out.data() + h, in.data(), in.size());
-    SetBodyBytes(out, uint32_t(h - kHeaderBytes + in.size()));
-    return h + in.size();
+    FLATKV_ASSIGN_OR_RETURN(const size_t h, BeginEncode(*this, layout, in, out));
+    const size_t body = Convert(layout.shape.dtype, in.data(), Stored(layout), out.data() + h, layout.Elements());
+    SetBodyBytes(out, uint32_t(h - kHeaderBytes + body));
+    return h + body;
   }
 
   Status Decode(CodecContext&, const SliceLayout& layout, std::span<const std::byte> in,
                 std::span<std::byte> out) const override {
-    if (in.size() != layout.Bytes())
-      return Status::Corruption("raw decode: body of " + std::to_string(in.size()) + " bytes, expected " +
-                                std::to_string(layout.Bytes()));
-    std::memcpy(out.data(), in.data(), in.size());
+    const DType stored = Stored(layout);
+    if (in.size() != layout.Elements() * DTypeBytes(stored))
+      return BodyCorrupt("raw", "body of " + std::to_string(in.size()) + " bytes, expected " +
+                                    std::to_string(layout.Elements() * DTypeBytes(stored)));
+    Convert(stored, in.data(), layout.shape.dtype, out.data(), layout.Elements());
     return Status::Ok();
+  }
+
+ private:
+  DType Stored(const SliceLayout& layout) const { return param(0) == 0 ? layout.shape.dtype : DType(int(param(0))); }
+
+  // Converts n elements; returns the bytes written.
+  static size_t Convert(DType from, const std::byte* in, DType to, std::byte* out, uint64_t n) {
+    if (from == to) {
+      std::memcpy(out, in, n * DTypeBytes(from));
+      return n * DTypeBytes(from);
+    }
+    float buf[1024];
+    for (uint64_t i = 0; i < n; i += 1024) {
+      const size_t m = size_t(std::min<uint64_t>(1024, n - i));
+      ToFloat(from, in + i * DTypeBytes(from), buf, m);
+      FromFloat(to, buf, out + i * DTypeBytes(to), m);
+    }
+    return n * DTypeBytes(to);
   }
 };
 

@@ -1,0 +1,267 @@
+// Round trips, error bounds and malformed input for every codec.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "codec/codec_internal.h"
+#include "codec/dtype.h"
+#include "codec/synthetic_kv.h"
+
+namespace flatkv::codec {
+namespace {
+
+SliceLayout Mha(uint32_t heads, uint32_t dim, DType dt, uint32_t tokens, uint32_t first = 0) {
+  SliceLayout l;
+  l.shape = KvShape::Mha(2, heads, dim, dt);
+  l.tokens = tokens;
+  l.first_position = first;
+  l.layer = 1;
+  return l;
+}
+SliceLayout Mla(uint32_t latent, uint32_t rope, DType dt, uint32_t tokens) {
+  SliceLayout l;
+  l.shape = KvShape::Mla(2, latent, rope, dt);
+  l.tokens = tokens;
+  return l;
+}
+
+std::vector<SliceLayout> Layouts() {
+  std::vector<SliceLayout> out;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    out.push_back(Mha(4, 8, dt, 16));     // stories260K
+    out.push_back(Mha(4, 8, dt, 13, 5));  // odd tokens
+    out.push_back(Mla(64, 16, dt, 16));
+  }
+  out.push_back(Mha(8, 128, DType::kBF16, 16, 64));  // Llama-3.1-8B
+  out.push_back(Mha(2, 128, DType::kF16, 64));
+  out.push_back(Mha(3, 6, DType::kF32, 7));  // awkward: non-power-of-two head_dim
+  return out;
+}
+
+std::vector<float> Floats(const SliceLayout& l, std::span<const std::byte> b) {
+  std::vector<float> f(l.Elements());
+  ToFloat(l.shape.dtype, b.data(), f.data(), f.size());
+  return f;
+}
+
+struct Roundtrip {
+  std::vector<std::byte> in, enc, out;
+  size_t size = 0;
+};
+
+Roundtrip RunCodec(const Codec& c, const SliceLayout& l, uint64_t seed) {
+  Roundtrip r;
+  r.in.resize(l.Bytes());
+  FillSyntheticKv(l, seed, r.in);
+  r.enc.resize(c.MaxEncodedSize(l));
+  CodecContext ctx;
+  auto n = c.Encode(ctx, l, r.in, r.enc);
+  EXPECT_TRUE(n.ok()) << c.Spec() << ": " << n.status().ToString();
+  if (!n.ok()) return r;
+  r.size = *n;
+  EXPECT_LE(r.size, c.MaxEncodedSize(l));
+  if (c.FixedSize()) {
+    EXPECT_EQ(r.size, c.MaxEncodedSize(l));
+  }
+  r.enc.resize(r.size);
+  r.out.resize(l.Bytes());
+  Status st = DecodeSlice(ctx, l, r.enc, r.out);
+  EXPECT_TRUE(st.ok()) << c.Spec() << ": " << st.ToString();
+  return r;
+}
+
+double RelMse(const SliceLayout& l, const Roundtrip& r) {
+  const auto a = Floats(l, r.in), b = Floats(l, r.out);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(a[i]) * a[i];
+  }
+  return num / std::max(den, 1e-30);
+}
+
+TEST(Codec, RegistryNamesAndIdsAreStable) {
+  EXPECT_EQ(CodecNames(), (std::vector<std::string>{"raw", "int8", "kivi", "hadamard-int4", "turbo", "pred", "mla"}));
+  for (const auto& f : Registry()) EXPECT_EQ(f.make()->id(), f.id) << f.name;
+}
+
+TEST(Codec, LosslessRoundTripsAreBitExact) {
+  for (const char* spec : {"raw", "raw:dtype=3", "pred", "pred:rope_theta=10000", "pred:coder=1", "pred:coder=2",
+                           "pred:coder=3", "pred:predictor=0"}) {
+    auto c = MakeCodec(spec);
+    ASSERT_TRUE(c.ok()) << spec;
+    ASSERT_TRUE((*c)->Lossless());
+    for (const SliceLayout& l : Layouts()) {
+      const Roundtrip r = RunCodec(**c, l, 11);
+      EXPECT_EQ(r.in, r.out) << spec << " " << l.shape.ToString() << " tokens " << l.tokens;
+    }
+  }
+}
+
+TEST(Codec, LossyRoundTripsStayWithinTheirErrorBudget) {
+  const std::vector<std::pair<std::string, double>> cases = {
+      {"raw:dtype=2", 1e-4},   {"raw:dtype=1", 1e-5},   {"int8", 1e-3},      {"kivi:bits=4", 0.02},
+      {"kivi:bits=2", 0.3},    {"hadamard-int4", 0.02}, {"turbo:bits=4", 0.02}, {"turbo:bits=3", 0.06},
+      {"turbo:bits=2", 0.2},   {"mla", 0.02},           {"pred:eps=0.01", 1e-3}};
+  for (const auto& [spec, bound] : cases) {
+    auto c = MakeCodec(spec);
+    ASSERT_TRUE(c.ok()) << spec;
+    for (const SliceLayout& l : Layouts()) {
+      if (!(*c)->Supports(l).ok()) {
+        EXPECT_EQ(l.shape.kind, AttentionKind::kMha) << spec;  // only mla refuses, and only MHA
+        continue;
+      }
+      const Roundtrip r = RunCodec(**c, l, 5);
+      EXPECT_LT(RelMse(l, r), bound) << spec << " " << l.shape.ToString() << " tokens " << l.tokens;
+    }
+  }
+}
+
+TEST(Codec, LossyCodecsShrinkTheSlice) {
+  const SliceLayout l = Mha(8, 128, DType::kBF16, 16);
+  for (const auto& [spec, max_bits] : std::vector<std::pair<std::string, double>>{
+           {"int8", 8.3}, {"kivi:bits=4", 5.6}, {"kivi:bits=2", 3.6}, {"hadamard-int4", 4.6}, {"turbo:bits=3", 3.2}}) {
+    auto c = MakeCodec(spec);
+    const Roundtrip r = RunCodec(**c, l, 2);
+    EXPECT_LT(8.0 * r.size / l.Elements(), max_bits) << spec;
+  }
+}
+
+// Data that stresses the bound: random magnitudes over many decades,
+// subnormals, exact ties, infinities and NaNs.
+std::vector<std::byte> NastyData(const SliceLayout& l, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> f(l.Elements());
+  for (size_t i = 0; i < f.size(); ++i) {
+    const uint64_t r = rng();
+    switch (r % 8) {
+      case 0: f[i] = std::ldexp(float(int32_t(r >> 32)) / 2147483648.0f, int((r >> 8) % 60) - 30); break;
+      case 1: f[i] = float(int((r >> 8) % 64) - 32) * 0.005f; break;  // ties at eps multiples
+      case 2: f[i] = BitsToFloat(uint32_t(r >> 16)); break;          // anything, incl. NaN/Inf
+      case 3: f[i] = 1e-40f * float((r >> 8) % 7); break;             // subnormal
+      default: f[i] = (i > 0 ? f[i - 1] : 0.0f) + float(int32_t(r >> 40)) * 1e-9f;
+    }
+  }
+  std::vector<std::byte> b(l.Bytes());
+  FromFloat(l.shape.dtype, f.data(), b.data(), f.size());
+  return b;
+}
+
+TEST(Codec, PredHoldsItsErrorBoundOnEveryElement) {
+  for (double eps : {0.0, 1e-6, 0.001, 0.01, 0.1, 2.0}) {
+    for (const char* extra : {"", ",rope_theta=500000", ",predictor=0"}) {
+      auto c = MakeCodec("pred:eps=" + std::to_string(eps) + extra);
+      ASSERT_TRUE(c.ok());
+      for (const SliceLayout& l : Layouts()) {
+        for (int data = 0; data < 2; ++data) {
+          std::vector<std::byte> in = data ? NastyData(l, 3) : std::vector<std::byte>(l.Bytes());
+          if (!data) FillSyntheticKv(l, 9, in);
+          std::vector<std::byte> enc((*c)->MaxEncodedSize(l)), out(l.Bytes());
+          CodecContext ctx;
+          auto n = (*c)->Encode(ctx, l, in, enc);
+          ASSERT_TRUE(n.ok()) << n.status().ToString();
+          ASSERT_TRUE(DecodeSlice(ctx, l, std::span(enc).first(*n), out).ok());
+          if (eps == 0) {
+            ASSERT_EQ(in, out) << l.shape.ToString();
+            continue;
+          }
+          const auto a = Floats(l, in), b = Floats(l, out);
+          for (size_t i = 0; i < a.size(); ++i) {
+            if (std::isnan(a[i])) {
+              ASSERT_TRUE(std::isnan(b[i]));
+              continue;
+            }
+            ASSERT_TRUE(a[i] == b[i] || std::fabs(double(a[i]) - double(b[i])) <= eps)
+                << "eps " << eps << extra << " " << l.shape.ToString() << " element " << i << ": " << a[i] << " -> "
+                << b[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Codec, SpecsAndParameterErrors) {
+  EXPECT_FALSE(MakeCodec("zip").ok());
+  EXPECT_NE(MakeCodec("zip").status().message().find("known: raw"), std::string::npos);
+  EXPECT_FALSE(MakeCodec("kivi:bits=5").ok());
+  EXPECT_FALSE(MakeCodec("kivi:bits=2.5").ok());
+  EXPECT_FALSE(MakeCodec("kivi:nope=1").ok());
+  EXPECT_FALSE(MakeCodec("kivi:bits").ok());
+  EXPECT_FALSE(MakeCodec("kivi:bits=x").ok());
+  EXPECT_FALSE(MakeCodec("pred:eps=-1").ok());
+  auto k3 = MakeCodec("kivi:bits=3");
+  ASSERT_TRUE(k3.ok());
+  EXPECT_FALSE((*k3)->Supports(Mha(4, 8, DType::kF32, 4)).ok());
+  EXPECT_FALSE((*MakeCodec("mla"))->Supports(Mha(4, 8, DType::kF32, 4)).ok());
+  auto c = MakeCodec("pred:eps=0.5,coder=2");
+  ASSERT_TRUE(c.ok());
+  auto again = MakeCodec((*c)->Spec());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->Spec(), (*c)->Spec());
+  // Encode argument errors.
+  const SliceLayout l = Mha(4, 8, DType::kF32, 4);
+  std::vector<std::byte> in(l.Bytes()), out((*c)->MaxEncodedSize(l));
+  CodecContext ctx;
+  EXPECT_FALSE((*c)->Encode(ctx, l, std::span(in).first(3), out).ok());
+  EXPECT_FALSE((*c)->Encode(ctx, l, in, std::span(out).first(10)).ok());
+}
+
+TEST(Codec, DecodeSliceChecksTheHeader) {
+  auto c = MakeCodec("kivi");
+  const SliceLayout l = Mha(4, 8, DType::kBF16, 16);
+  Roundtrip r = RunCodec(**c, l, 1);
+  CodecContext ctx;
+  std::vector<std::byte> out(l.Bytes());
+  for (SliceLayout other : {Mha(4, 8, DType::kF16, 16), Mha(4, 8, DType::kBF16, 15), Mha(2, 8, DType::kBF16, 16),
+                            Mha(4, 16, DType::kBF16, 16)}) {
+    out.resize(other.Bytes());
+    Status st = DecodeSlice(ctx, other, r.enc, out);
+    EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
+  }
+  out.resize(l.Bytes());
+  auto bad = r.enc;
+  bad[0] = std::byte{0};  // magic
+  EXPECT_EQ(DecodeSlice(ctx, l, bad, out).code(), Code::kCorruption);
+  bad = r.enc;
+  bad[5] = std::byte{99};  // codec id
+  EXPECT_EQ(DecodeSlice(ctx, l, bad, out).code(), Code::kCorruption);
+  bad = r.enc;
+  const double nine = 9;  // bits=9 out of range
+  std::memcpy(bad.data() + kHeaderBytes, &nine, 8);
+  EXPECT_EQ(DecodeSlice(ctx, l, bad, out).code(), Code::kCorruption);
+  // The context caches decoders per parameter set; both still decode.
+  auto c2 = MakeCodec("kivi:bits=2");
+  Roundtrip r2 = RunCodec(**c2, l, 1);
+  std::vector<std::byte> o1(l.Bytes()), o2(l.Bytes());
+  ASSERT_TRUE(DecodeSlice(ctx, l, r.enc, o1).ok());
+  ASSERT_TRUE(DecodeSlice(ctx, l, r2.enc, o2).ok());
+  EXPECT_EQ(o1, r.out);
+  EXPECT_EQ(o2, r2.out);
+}
+
+TEST(Codec, TruncatedAndDamagedSlicesAreRejectedWithoutCrashing) {
+  const std::vector<std::string> specs = {"raw",          "raw:dtype=1",  "int8", "kivi:bits=2", "hadamard-int4",
+                                          "turbo:bits=3", "pred",         "pred:eps=0.01", "pred:coder=1", "mla"};
+  for (const auto& spec : specs) {
+    auto c = MakeCodec(spec);
+    const SliceLayout l = spec == "mla" ? Mla(16, 8, DType::kBF16, 5) : Mha(2, 8, DType::kBF16, 5);
+    Roundtrip r = RunCodec(**c, l, 4);
+    CodecContext ctx;
+    std::vector<std::byte> out(l.Bytes());
+    for (size_t len = 0; len < r.enc.size(); ++len)
+      EXPECT_FALSE(DecodeSlice(ctx, l, std::span(r.enc).first(len), out).ok()) << spec << " len " << len;
+    std::mt19937 rng(7);
+    for (int i = 0; i < 300; ++i) {
+      auto bad = r.enc;
+      const size_t at = kHeaderBytes + rng() % (bad.size() - kHeaderBytes);
+      bad[at] ^= std::byte(1 + rng() % 255);
+      (void)DecodeSlice(ctx, l, bad, out);  // may succeed (lossy bodies); must not crash
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flatkv::codec

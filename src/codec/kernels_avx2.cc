@@ -1,0 +1,98 @@
+// AVX2 versions of codec/kernels.h; bit-identical to the scalar reference.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "codec/kernels.h"
+
+namespace flatkv::codec {
+namespace scalar {
+extern const Kernels kKernels;
+}
+namespace avx2 {
+namespace {
+
+// One 8-wide vector through the in-register stages h = 1, 2, 4.
+inline __m256 Fwht8(__m256 v) {
+  __m256 s = _mm256_permute_ps(v, 0xB1);
+  v = _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xAA);
+  s = _mm256_permute_ps(v, 0x4E);
+  v = _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xCC);
+  s = _mm256_permute2f128_ps(v, v, 1);
+  return _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xF0);
+}
+
+void FwhtBlocks(float* x, size_t n, size_t block) {
+  for (size_t b = 0; b < n; b += block) {
+    float* v = x + b;
+    for (size_t i = 0; i < block; i += 8) _mm256_storeu_ps(v + i, Fwht8(_mm256_loadu_ps(v + i)));
+    for (size_t h = 8; h < block; h *= 2)
+      for (size_t i = 0; i < block; i += 2 * h)
+        for (size_t j = i; j < i + h; j += 8) {
+          const __m256 a = _mm256_loadu_ps(v + j), c = _mm256_loadu_ps(v + j + h);
+          _mm256_storeu_ps(v + j, _mm256_add_ps(a, c));
+          _mm256_storeu_ps(v + j + h, _mm256_sub_ps(a, c));
+        }
+  }
+}
+
+void SignFwht(float* x, const float* sign, size_t n, size_t block, float scale) {
+  if (block < 8) return scalar::kKernels.sign_fwht(x, sign, n, block, scale);
+  for (size_t i = 0; i < n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sign + i)));
+  FwhtBlocks(x, n, block);
+  const __m256 s = _mm256_set1_ps(scale);
+  for (size_t i = 0; i < n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), s));
+}
+
+void FwhtSign(float* x, const float* sign, size_t n, size_t block, float scale) {
+  if (block < 8) return scalar::kKernels.fwht_sign(x, sign, n, block, scale);
+  FwhtBlocks(x, n, block);
+  const __m256 s = _mm256_set1_ps(scale);
+  for (size_t i = 0; i < n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sign + i)), s));
+}
+
+// Eight codes starting at code index i (i * bits a multiple of 8).
+inline __m256 Codes8(const uint8_t* packed, int bits, size_t i) {
+  const uint8_t* p = packed + i * size_t(bits) / 8;
+  if (bits == 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(w))));
+  }
+  uint32_t w = 0;
+  std::memcpy(&w, p, size_t(bits));
+  const __m256i shifts = bits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)
+                                   : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i v = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w)), shifts),
+                                     _mm256_set1_epi32((1 << bits) - 1));
+  return _mm256_cvtepi32_ps(v);
+}
+
+void DequantScalar(const uint8_t* packed, int bits, size_t first, size_t n, float lo, float step, float* out) {
+  size_t i = 0;
+  if ((bits == 2 || bits == 4 || bits == 8) && (first * size_t(bits)) % 8 == 0) {
+    const __m256 l = _mm256_set1_ps(lo), s = _mm256_set1_ps(step);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(l, _mm256_mul_ps(s, Codes8(packed, bits, first + i))));
+  }
+  if (i < n) scalar::kKernels.dequant_scalar(packed, bits, first + i, n - i, lo, step, out + i);
+}
+
+void DequantVec(const uint8_t* packed, int bits, size_t first, size_t n, const float* lo, const float* step,
+                float* out) {
+  size_t i = 0;
+  if ((bits == 2 || bits == 4 || bits == 8) && (first * size_t(bits)) % 8 == 0)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(lo + i),
+                                              _mm256_mul_ps(_mm256_loadu_ps(step + i), Codes8(packed, bits, first + i))));
+  if (i < n) scalar::kKernels.dequant_vec(packed, bits, first + i, n - i, lo + i, step + i, out + i);
+}
+
+}  // namespace
+
+extern const Kernels kKernels;
+const Kernels kKernels = {&SignFwht, &FwhtSign, &DequantScalar, &DequantVec};
+
+}  // namespace avx2
+}  // namespace flatkv::codec

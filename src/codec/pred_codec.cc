@@ -1,0 +1,354 @@
+// pred: error-bounded predictive coding. Guarantees |x - x_hat| <= eps for
+// every element, measured against the input's values in its own dtype
+// (eps = 0: bit-exact).
+//
+// Each part of the slice (K and V; MLA latent and rope key) is coded row
+// by row (token by token). A row's prediction P comes from the previous
+// row's reconstruction (predictor=1; 0 predicts zero). On key parts with
+// rope_theta > 0 the previous key is first rotated forward by one
+// position at each RoPE frequency (channel pairs (2f, 2f+1) of a head by
+// theta^(-2f/head_dim), the interleaved convention of src/model): that is
+// predicting in the un-RoPE'd frame without needing absolute positions.
+// The rotation coefficients are rounded to multiples of 2^-16 so that
+// encoder and decoder agree across libm implementations.
+//
+// eps > 0: q = round((x - P) / (2 eps)), x_hat = dtype(P + q * 2eps) (f32
+// arithmetic, no FMA); if |x - x_hat| > eps (rounding, overflow, NaN/Inf,
+// |q| >= 2^30) the element is escaped and stored raw, so x_hat = x.
+// eps = 0: the integer difference of the order-preserving integer images
+// of x's bits and of dtype(P)'s bits, modulo 2^(bits of the dtype).
+// Either way each element becomes an integer z >= 0 (zigzag) and a token
+// byte: 0 = raw escape (value bytes in the extra stream), z + 1 when below
+// 255, else 255 and varint(z + 1 - 255) in the extra stream.
+//
+// Body: u8 reserved (0); per part: u8 coder (0 stored, 1 rANS (rans.h),
+// 2 zstd), u32 length, the coded token bytes (rows * width of them);
+// then the extra stream: u8 coder (0 stored, 2 zstd), u32 raw length,
+// u32 coded length, the bytes. coder=0 (auto) keeps the smallest of rANS,
+// zstd and stored per part.
+#include <zstd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "codec/codec_internal.h"
+#include "codec/dtype.h"
+#include "codec/rans.h"
+
+namespace flatkv::codec {
+namespace {
+
+constexpr uint8_t kStored = 0, kRans = 1, kZstd = 2;
+
+uint32_t Mono16(uint16_t u) { return (u & 0x8000u) ? uint16_t(~u) : uint16_t(u | 0x8000u); }
+uint16_t Unmono16(uint32_t m) { return (m & 0x8000u) ? uint16_t(m & 0x7FFFu) : uint16_t(~m); }
+uint32_t Mono32(uint32_t u) { return (u & 0x80000000u) ? ~u : (u | 0x80000000u); }
+uint32_t Unmono32(uint32_t m) { return (m & 0x80000000u) ? (m & 0x7FFFFFFFu) : ~m; }
+
+uint32_t ElementBits(DType dt, float v) {
+  return dt == DType::kF32 ? FloatToBits(v) : dt == DType::kF16 ? FloatToHalf(v) : FloatToBf16(v);
+}
+float BitsToElement(DType dt, uint32_t b) {
+  return dt == DType::kF32 ? BitsToFloat(b) : dt == DType::kF16 ? HalfToFloat(uint16_t(b)) : Bf16ToFloat(uint16_t(b));
+}
+
+void PutVarint(std::vector<uint8_t>& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(uint8_t(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(uint8_t(v));
+}
+
+// Per-channel rotation for one step of RoPE: for even channel c of a pair,
+// P[c] = a * cs[c] - b * sn[c], P[c+1] = a * sn[c] + b * cs[c].
+struct RopeStep {
+  std::vector<float> cs, sn;  // width entries (valid at even in-head channels)
+  bool on = false;
+};
+
+RopeStep MakeRopeStep(const Section& s, double theta) {
+  RopeStep r;
+  if (!s.key || theta <= 0 || s.head_dim < 2) return r;
+  r.on = true;
+  r.cs.assign(s.width, 1.0f);
+  r.sn.assign(s.width, 0.0f);
+  for (uint32_t c = 0; c < s.width; ++c) {
+    const uint32_t in_head = c % s.head_dim;
+    if (in_head % 2 || in_head + 1 >= s.head_dim) continue;
+    const double freq = std::pow(theta, -double(in_head) / s.head_dim);
+    r.cs[c] = float(std::nearbyint(std::cos(freq) * 65536.0) / 65536.0);
+    r.sn[c] = float(std::nearbyint(std::sin(freq) * 65536.0) / 65536.0);
+  }
+  return r;
+}
+
+// The prediction row for row `t` from the reconstructed previous row.
+void Predict(const Section& s, const float* y, uint32_t t, int predictor, const RopeStep& rope, float* pred) {
+  if (t == 0 || predictor == 0) {
+    std::fill_n(pred, s.width, 0.0f);
+    return;
+  }
+  const float* prev = y + s.At(t - 1, 0);
+  if (!rope.on) {
+    std::copy_n(prev, s.width, pred);
+    return;
+  }
+  for (uint32_t c = 0; c < s.width; ++c) {
+    const uint32_t in_head = c % s.head_dim;
+    if (in_head % 2 == 0 && in_head + 1 < s.head_dim) {
+      const float a = prev[c], b = prev[c + 1];
+      pred[c] = a * rope.cs[c] - b * rope.sn[c];
+      pred[c + 1] = a * rope.sn[c] + b * rope.cs[c];
+      ++c;
+    } else {
+      pred[c] = prev[c];
+    }
+  }
+}
+
+class PredCodec final : public LossyCodec {
+ public:
+  PredCodec()
+      : LossyCodec({{"eps", "absolute error bound per element (0 = lossless)", 0, 1e9, 0, false},
+                    {"predictor", "0 none, 1 previous token", 0, 1, 1, true},
+                    {"rope_theta", "RoPE base for key prediction (0 = off)", 0, 1e9, 0, false},
+                    {"coder", "0 auto (smallest), 1 rANS, 2 zstd, 3 stored", 0, 3, 0, true},
+                    {"zstd_level", "zstd level for coder 0/2", 1, 19, 3, true}}) {}
+  std::string_view name() const override { return "pred"; }
+  uint8_t id() const override { return 5; }
+  Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
+  bool FixedSize() const override { return false; }
+  bool Lossless() const override { return param(0) == 0; }
+
+  // Bytes the last Encode's parts took with each coder (for benchmarks):
+  // filled only when the caller passes a non-null pointer via SetStats.
+  struct CoderSizes {
+    uint64_t rans = 0, zstd = 0, stored = 0;
+  };
+
+ protected:
+  uint64_t BodyBound(const SliceLayout& layout) const override {
+    const uint64_t n = layout.Elements();
+    return 1 + 2 * (5 + std::max<uint64_t>(n, RansBound(n)) + ZSTD_compressBound(n)) + 9 + 6 * n + ZSTD_compressBound(6 * n);
+  }
+
+  bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& w) const override {
+    const uint64_t n = layout.Elements();
+    const DType dt = layout.shape.dtype;
+    const double eps = param(0);
+    const float step = float(2 * eps);
+    auto* y = reinterpret_cast<float*>(ctx.Scratch(1, n * sizeof(float) + 4));
+    auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
+    std::vector<uint8_t> extra;
+    const Sections p = SplitSlice(layout);
+    if (!w.Put<uint8_t>(0)) return false;
+    uint64_t tok_at = 0;
+    uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(4, RansBound(n) + ZSTD_compressBound(n) + 64));
+    uint8_t* scratch = reinterpret_cast<uint8_t*>(ctx.Scratch(5, RansBound(n) + 64));
+    for (const Section& s : p.part) {
+      const RopeStep rope = MakeRopeStep(s, param(2));
+      auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
+      uint8_t* tok = tokens + tok_at;
+      for (uint32_t t = 0; t < s.rows; ++t) {
+        Predict(s, y, t, int(param(1)), rope, pred);
+        for (uint32_t c = 0; c < s.width; ++c) {
+          const uint64_t at = s.At(t, c);
+          const float v = x[at];
+          uint64_t z;
+          bool raw = false;
+          if (eps == 0) {
+            const uint32_t pb = ElementBits(dt, pred[c]), xb = ElementBits(dt, v);
+            if (dt == DType::kF32) {
+              const int32_t d = int32_t(Mono32(xb) - Mono32(pb));
+              z = (uint32_t(d) << 1) ^ uint32_t(d >> 31);
+            } else {
+              const int16_t d = int16_t(uint16_t(Mono16(uint16_t(xb)) - Mono16(uint16_t(pb))));
+              z = uint16_t((uint16_t(d) << 1) ^ uint16_t(d >> 15));
+            }
+            y[at] = v;
+          } else {
+            const double qd = std::nearbyint((double(v) - double(pred[c])) / double(step));
+            raw = true;
+            if (std::fabs(qd) < 1073741824.0) {
+              const int32_t q = int32_t(qd);
+              const float r = RoundToDType(dt, pred[c] + float(q) * step);
+              if (std::fabs(double(v) - double(r)) <= eps) {
+                raw = false;
+                y[at] = r;
+                z = (uint32_t(q) << 1) ^ uint32_t(q >> 31);
+              }
+            }
+            if (raw) {
+              y[at] = v;
+              const uint32_t b = ElementBits(dt, v);
+              for (uint32_t i = 0; i < DTypeBytes(dt); ++i) extra.push_back(uint8_t(b >> (8 * i)));
+              *tok++ = 0;
+              continue;
+            }
+          }
+          if (z + 1 < 255) {
+            *tok++ = uint8_t(z + 1);
+          } else {
+            *tok++ = 255;
+            PutVarint(extra, z + 1 - 255);
+          }
+        }
+      }
+      const uint64_t m = uint64_t(s.rows) * s.width;
+      if (!WriteCoded(ctx, tokens + tok_at, m, coded, scratch, w)) return false;
+      tok_at += m;
+    }
+    // The extra stream: zstd when it pays.
+    size_t zlen = 0;
+    uint8_t* z = reinterpret_cast<uint8_t*>(ctx.Scratch(6, ZSTD_compressBound(extra.size()) + 1));
+    if (!extra.empty()) {
+      zlen = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(ContextAccess::ZstdCCtx(ctx)), z,
+                               ZSTD_compressBound(extra.size()), extra.data(), extra.size(), int(param(4)));
+      if (ZSTD_isError(zlen)) zlen = SIZE_MAX;
+    }
+    const bool use_z = !extra.empty() && zlen < extra.size();
+    return w.Put<uint8_t>(use_z ? kZstd : kStored) && w.Put<uint32_t>(uint32_t(extra.size())) &&
+           w.Put<uint32_t>(uint32_t(use_z ? zlen : extra.size())) &&
+           w.Append(use_z ? z : extra.data(), use_z ? zlen : extra.size());
+  }
+
+  Status DecodeFloats(CodecContext& ctx, const SliceLayout& layout, ByteReader& r, float* y) const override {
+    const uint64_t n = layout.Elements();
+    const DType dt = layout.shape.dtype;
+    const double eps = param(0);
+    const float step = float(2 * eps);
+    uint8_t reserved;
+    if (!r.Get(reserved) || reserved != 0) return BodyCorrupt("pred", "bad reserved byte");
+    auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
+    const Sections p = SplitSlice(layout);
+    uint64_t tok_at = 0;
+    for (const Section& s : p.part) {
+      FLATKV_RETURN_IF_ERROR(ReadCoded(ctx, r, uint64_t(s.rows) * s.width, tokens + tok_at));
+      tok_at += uint64_t(s.rows) * s.width;
+    }
+    uint8_t ecoder;
+    uint32_t elen, eclen;
+    if (!r.Get(ecoder) || !r.Get(elen) || !r.Get(eclen) || (ecoder != kStored && ecoder != kZstd) ||
+        elen > 6 * n + 16 || (ecoder == kStored && eclen != elen))
+      return BodyCorrupt("pred", "bad extra-stream header");
+    const uint8_t* ebytes = r.Take(eclen);
+    if (!ebytes) return BodyCorrupt("pred", "truncated extra stream");
+    if (ecoder == kZstd) {
+      auto* buf = reinterpret_cast<uint8_t*>(ctx.Scratch(6, elen + 1));
+      const size_t got = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(ContextAccess::ZstdDCtx(ctx)), buf, elen, ebytes, eclen);
+      if (ZSTD_isError(got) || got != elen) return BodyCorrupt("pred", "bad zstd extra stream");
+      ebytes = buf;
+    }
+    const uint8_t* e = ebytes;
+    const uint8_t* e_end = ebytes + elen;
+    const uint32_t esize = DTypeBytes(dt);
+    tok_at = 0;
+    for (const Section& s : p.part) {
+      const RopeStep rope = MakeRopeStep(s, param(2));
+      auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
+      const uint8_t* tok = tokens + tok_at;
+      for (uint32_t t = 0; t < s.rows; ++t) {
+        Predict(s, y, t, int(param(1)), rope, pred);
+        float* out = y + s.At(t, 0);
+        for (uint32_t c = 0; c < s.width; ++c) {
+          const uint8_t b = *tok++;
+          uint64_t z;
+          if (b == 0) {
+            if (eps == 0 || size_t(e_end - e) < esize) return BodyCorrupt("pred", "bad raw escape");
+            uint32_t bits = 0;
+            for (uint32_t i = 0; i < esize; ++i) bits |= uint32_t(e[i]) << (8 * i);
+            e += esize;
+            out[c] = BitsToElement(dt, bits);
+            continue;
+          }
+          if (b < 255) {
+            z = b - 1;
+          } else {
+            uint64_t v = 0;
+            int shift = 0;
+            for (;;) {
+              if (e == e_end || shift > 35) return BodyCorrupt("pred", "bad varint in extra stream");
+              const uint8_t byte = *e++;
+              v |= uint64_t(byte & 0x7F) << shift;
+              shift += 7;
+              if (!(byte & 0x80)) break;
+            }
+            z = v + 254;
+          }
+          if (eps == 0) {
+            const uint32_t pb = ElementBits(dt, pred[c]);
+            if (dt == DType::kF32) {
+              const uint32_t d = uint32_t(z >> 1) ^ (0u - uint32_t(z & 1));
+              out[c] = BitsToFloat(Unmono32(Mono32(pb) + d));
+            } else {
+              const uint16_t d = uint16_t(uint16_t(z >> 1) ^ uint16_t(0u - uint32_t(z & 1)));
+              out[c] = BitsToElement(dt, Unmono16(uint16_t(Mono16(uint16_t(pb)) + d)));
+            }
+          } else {
+            const int32_t q = int32_t(uint32_t(z >> 1) ^ (0u - uint32_t(z & 1)));
+            out[c] = RoundToDType(dt, pred[c] + float(q) * step);
+          }
+        }
+      }
+      tok_at += uint64_t(s.rows) * s.width;
+    }
+    if (e != e_end) return BodyCorrupt("pred", std::to_string(e_end - e) + " unused extra-stream bytes");
+    return Status::Ok();
+  }
+
+ private:
+  bool WriteCoded(CodecContext& ctx, const uint8_t* tok, uint64_t m, uint8_t* coded, uint8_t* scratch,
+                  ByteWriter& w) const {
+    const int coder = int(param(3));
+    size_t rans = SIZE_MAX, zs = SIZE_MAX;
+    uint8_t* rans_out = coded;
+    uint8_t* zstd_out = coded + RansBound(m) + 32;
+    if (m && (coder == 0 || coder == 1)) {
+      rans = RansEncode(tok, m, rans_out, RansBound(m) + 32, scratch);
+      if (rans == 0) rans = SIZE_MAX;
+    }
+    if (m && (coder == 0 || coder == 2)) {
+      zs = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(ContextAccess::ZstdCCtx(ctx)), zstd_out, ZSTD_compressBound(m), tok,
+                             m, int(param(4)));
+      if (ZSTD_isError(zs)) zs = SIZE_MAX;
+    }
+    uint8_t which = kStored;
+    size_t len = m;
+    const uint8_t* src = tok;
+    if (rans <= len && (coder == 0 || coder == 1)) which = kRans, len = rans, src = rans_out;
+    if (zs < len || (coder == 2 && zs != SIZE_MAX)) which = kZstd, len = zs, src = zstd_out;
+    if (coder == 1 && rans != SIZE_MAX) which = kRans, len = rans, src = rans_out;
+    return w.Put<uint8_t>(which) && w.Put<uint32_t>(uint32_t(len)) && w.Append(src, len);
+  }
+
+  Status ReadCoded(CodecContext& ctx, ByteReader& r, uint64_t m, uint8_t* out) const {
+    uint8_t which;
+    uint32_t len;
+    if (!r.Get(which) || !r.Get(len)) return BodyCorrupt("pred", "truncated part header");
+    const uint8_t* src = r.Take(len);
+    if (!src) return BodyCorrupt("pred", "part of " + std::to_string(len) + " bytes is truncated");
+    switch (which) {
+      case kStored:
+        if (len != m) return BodyCorrupt("pred", "stored part of " + std::to_string(len) + " bytes, expected " + std::to_string(m));
+        std::memcpy(out, src, m);
+        return Status::Ok();
+      case kRans:
+        if (!RansDecode(src, len, out, m)) return BodyCorrupt("pred", "bad rANS stream");
+        return Status::Ok();
+      case kZstd: {
+        const size_t got = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(ContextAccess::ZstdDCtx(ctx)), out, m, src, len);
+        if (ZSTD_isError(got) || got != m) return BodyCorrupt("pred", "bad zstd part");
+        return Status::Ok();
+      }
+      default:
+        return BodyCorrupt("pred", "unknown coder " + std::to_string(which));
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> MakePredCodec() { return std::make_unique<PredCodec>(); }
+
+}  // namespace flatkv::codec

@@ -1,0 +1,132 @@
+#include "codec/rans.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace flatkv::codec {
+namespace {
+
+constexpr uint32_t kScaleBits = 12;
+constexpr uint32_t kTotal = 1u << kScaleBits;
+constexpr uint32_t kLow = 1u << 23;
+
+// Normalises counts to frequencies summing to kTotal, each present symbol >= 1.
+void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
+  uint32_t sum = 0;
+  int largest = -1;
+  for (int s = 0; s < 256; ++s) {
+    freq[s] = 0;
+    if (!count[s]) continue;
+    freq[s] = std::max<uint32_t>(1, uint32_t(count[s] * kTotal / n));
+    sum += freq[s];
+    if (largest < 0 || count[s] > count[largest]) largest = s;
+  }
+  // Fix the total on the largest symbols (never dropping one to zero).
+  while (sum != kTotal) {
+    if (sum < kTotal) {
+      freq[largest] += kTotal - sum;
+      sum = kTotal;
+    } else {
+      int best = -1;
+      for (int s = 0; s < 256; ++s)
+        if (freq[s] > 1 && (best < 0 || freq[s] > freq[best])) best = s;
+      const uint32_t take = std::min(sum - kTotal, freq[best] - 1);
+      freq[best] -= take;
+      sum -= take;
+    }
+  }
+}
+
+}  // namespace
+
+size_t RansBound(size_t n) { return n == 0 ? 0 : 2 + 3 * 256 + 16 + n + n / 2 + 16; }
+
+size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t* scratch) {
+  if (n == 0) return 0;
+  uint64_t count[256] = {};
+  for (size_t i = 0; i < n; ++i) ++count[in[i]];
+  uint32_t freq[256], cum[257];
+  Normalise(count, n, freq);
+  cum[0] = 0;
+  for (int s = 0; s < 256; ++s) cum[s + 1] = cum[s] + freq[s];
+  // Encode backwards into the end of scratch.
+  const size_t scratch_size = RansBound(n);
+  uint8_t* end = scratch + scratch_size;
+  uint8_t* p = end;
+  uint32_t state[4] = {kLow, kLow, kLow, kLow};
+  for (size_t i = n; i-- > 0;) {
+    const uint8_t s = in[i];
+    uint32_t& x = state[i & 3];
+    const uint32_t f = freq[s];
+    const uint32_t x_max = ((kLow >> kScaleBits) << 8) * f;
+    while (x >= x_max) {
+      if (p == scratch) return 0;
+      *--p = uint8_t(x);
+      x >>= 8;
+    }
+    x = ((x / f) << kScaleBits) + (x % f) + cum[s];
+  }
+  uint16_t m = 0;
+  for (int s = 0; s < 256; ++s) m += freq[s] != 0;
+  const size_t stream = size_t(end - p);
+  const size_t total = 2 + 3 * size_t(m) + 16 + stream;
+  if (total > cap) return 0;
+  uint8_t* o = out;
+  std::memcpy(o, &m, 2);
+  o += 2;
+  for (int s = 0; s < 256; ++s) {
+    if (!freq[s]) continue;
+    *o++ = uint8_t(s);
+    const uint16_t f = uint16_t(freq[s]);
+    std::memcpy(o, &f, 2);
+    o += 2;
+  }
+  std::memcpy(o, state, 16);
+  o += 16;
+  std::memcpy(o, p, stream);
+  return total;
+}
+
+bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
+  if (n == 0) return len == 0;
+  if (len < 2) return false;
+  uint16_t m;
+  std::memcpy(&m, in, 2);
+  if (m < 1 || m > 256 || len < 2 + 3 * size_t(m) + 16) return false;
+  uint32_t freq[256] = {}, cum[256] = {};
+  uint8_t slot_sym[kTotal];
+  uint32_t sum = 0;
+  const uint8_t* p = in + 2;
+  for (int i = 0; i < m; ++i, p += 3) {
+    const uint8_t s = p[0];
+    uint16_t f;
+    std::memcpy(&f, p + 1, 2);
+    if (f == 0 || freq[s] != 0 || sum + f > kTotal) return false;
+    freq[s] = f;
+    cum[s] = sum;
+    std::memset(slot_sym + sum, s, f);
+    sum += f;
+  }
+  if (sum != kTotal) return false;
+  uint32_t state[4];
+  std::memcpy(state, p, 16);
+  p += 16;
+  for (uint32_t x : state)
+    if (x < kLow) return false;
+  const uint8_t* end = in + len;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t& x = state[i & 3];
+    const uint32_t slot = x & (kTotal - 1);
+    const uint8_t s = slot_sym[slot];
+    out[i] = s;
+    x = freq[s] * (x >> kScaleBits) + slot - cum[s];
+    while (x < kLow) {
+      if (p == end) return false;
+      x = (x << 8) | *p++;
+    }
+  }
+  // The encoder started from kLow in every state: anything else is damage.
+  return p == end && state[0] == kLow && state[1] == kLow && state[2] == kLow && state[3] == kLow;
+}
+
+}  // namespace flatkv::codec

@@ -1,0 +1,25 @@
+// An order-0 rANS entropy coder for byte streams (after Duda, and Giesen's
+// ryg_rans): 32-bit states with byte-wise renormalisation, four states
+// interleaved (symbol i uses state i % 4) so the decoder's dependency
+// chains overlap, probabilities quantized to 12 bits.
+//
+// Stream: u16 number of distinct symbols m (1..256); m times (u8 symbol,
+// u16 frequency), frequencies summing to 4096; four u32 final states; the
+// renormalisation bytes. An empty input encodes to zero bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flatkv::codec {
+
+// Bytes RansEncode may write for n input bytes (its worst case).
+size_t RansBound(size_t n);
+// Encodes in[0, n) into out (capacity cap >= RansBound(n) is always
+// enough); returns the bytes written. `scratch` holds RansBound(n) bytes.
+size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t* scratch);
+// Decodes exactly n bytes from in[0, len); false when the stream is
+// malformed or truncated (never reads or writes out of bounds).
+bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n);
+
+}  // namespace flatkv::codec

@@ -266,6 +266,8 @@ TEST(StoreCodecTest, AStoreWithoutCodecsKeepsTheVersion1Manifest) {
   auto second = Open(o);
   EXPECT_EQ(second->Match(ChainKeys(1, 4)), 4u);
   EXPECT_EQ(second->Match(ChainKeys(2, 2)), 2u);
+  const SliceLayout layout{o.shape, o.block_tokens};
+  EXPECT_EQ(second->Stats().ssd.stored_bytes, 4 * second->BlockBytes() + 2 * o.shape.layers * Raw()->MaxEncodedSize(layout));
 }
 
 TEST(StoreCodecTest, ASessionSwitchingCodecsRestoresAcrossThem) {

@@ -88,6 +88,7 @@ Status StoreImpl::Init() {
         options_.block_tokens = contents.header.block_tokens;
       }
       ssd_.push_back(std::move(dir).value());
+      block_layer_bytes_ = options_.shape.BytesPerTokenLayer() * options_.block_tokens;  // recovery counts bytes
       FLATKV_RETURN_IF_ERROR(Recover(d, contents));
     }
   }

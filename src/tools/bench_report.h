@@ -13,9 +13,10 @@
 
 namespace flatkv::tools {
 
-// The runs, in the order tables list them.
-inline constexpr std::array<std::string_view, 6> kRunNames = {
-    "memcpy", "raw_direct_read", "dram_restore", "ssd_restore", "files_per_block", "rocksdb"};
+// The runs, in the order tables list them. ssd_codec_restore runs only
+// with --codec (ssd_restore with the blocks stored encoded).
+inline constexpr std::array<std::string_view, 7> kRunNames = {
+    "memcpy", "raw_direct_read", "dram_restore", "ssd_restore", "files_per_block", "rocksdb", "ssd_codec_restore"};
 
 // One session size's measurements.
 struct SizeResult {
@@ -42,7 +43,8 @@ double MedianGbps(const SizeResult& size, std::string_view run);
 std::string FormatTable(const BenchReport& report);
 
 // {memcpy_gbps, raw_direct_read_gbps, dram_restore_gbps, ssd_restore_gbps,
-//  files_per_block_gbps, rocksdb_gbps, ssd_over_raw, dram_over_memcpy} for
+//  files_per_block_gbps, rocksdb_gbps, ssd_codec_restore_gbps, ssd_over_raw,
+//  dram_over_memcpy, codec_over_raw_restore_time} for
 // the largest size measured (null where a run was not measured), plus
 // `sizes` (one row per size) and `config`.
 nlohmann::json ToJson(const BenchReport& report);

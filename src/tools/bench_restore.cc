@@ -15,6 +15,11 @@
 //                    backend): write()+fsync, read back by buffered pread of each whole file.
 //   rocksdb          RocksDB, default options, block cache off: one value per block under its
 //                    16-byte key, Get into a PinnableSlice, memcpy into the destination.
+//   ssd_codec_restore  with --codec SPEC only: ssd_restore with the session stored encoded by
+//                    SPEC (decoded into the destination on the store's decode workers). The
+//                    payload of every run is then synthetic KV shaped like a real model's
+//                    (codec/synthetic_kv.h), not random bytes, so compression means something;
+//                    a lossy codec's run is verified against its own decoded bytes.
 //
 // A session of S MiB is max(1, S / block_bytes) blocks. Blocks are 64 tokens
 // unless the session is smaller than one such block; then block_tokens is
@@ -37,6 +42,8 @@
 #include <map>
 #include <memory>
 
+#include "codec/synthetic_kv.h"
+#include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/shape.h"
 #include "tools/bench_report.h"
@@ -83,7 +90,8 @@ SizePlan PlanSize(const KvShape& shape, uint64_t mib, uint32_t fixed_block_token
   return p;
 }
 
-std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, const PageCacheEvictor* ev) {
+std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, const PageCacheEvictor* ev,
+                                                  const std::shared_ptr<const Codec>& codec) {
   const std::vector<std::string>& names = args.runs;
   std::vector<std::unique_ptr<RestoreRun>> runs;
   for (std::string_view n : kRunNames) {
@@ -94,6 +102,7 @@ std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, 
     if (n == "ssd_restore") runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers));
     if (n == "files_per_block") runs.push_back(MakeFilesPerBlockRun(ev));
     if (n == "rocksdb") runs.push_back(MakeRocksDbRun(ev));
+    if (n == "ssd_codec_restore" && codec) runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers, codec));
   }
   return runs;
 }
@@ -114,9 +123,21 @@ void InstallSignalHandlers() {
 }
 
 // Measures one size: set every run up, time `reps` interleaved repetitions, tear down.
+// Fills the session with synthetic KV: block b's layer l slice is tokens
+// b * block_tokens... of layer l of one continuous sequence.
+void FillSynthetic(const KvShape& shape, const SizePlan& plan, std::span<std::byte> out, uint64_t seed) {
+  const uint64_t lb = plan.block_bytes / shape.layers;
+  for (uint32_t b = 0; b < plan.blocks; ++b)
+    for (uint32_t l = 0; l < shape.layers; ++l) {
+      const SliceLayout layout{shape, plan.block_tokens, l, b * plan.block_tokens};
+      codec::FillSyntheticKv(layout, seed + l, out.subspan(uint64_t{b} * plan.block_bytes + l * lb, lb));
+    }
+  std::memset(out.data() + plan.bytes, 0, plan.padded - plan.bytes);
+}
+
 Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, const std::string& dir,
                    PrefaultedBuffer& src, PrefaultedBuffer& dst, std::vector<std::unique_ptr<RestoreRun>>& runs,
-                   SizeResult& out) {
+                   bool synthetic, SizeResult& out) {
   BenchSession s;
   s.shape = shape;
   s.block_tokens = plan.block_tokens;
@@ -126,7 +147,11 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
   s.bytes = src.first(plan.bytes);
   s.padded_bytes = plan.padded;
   s.dir = dir;
-  FillRandom(src.first(plan.padded), 0x5E5510Eull + plan.requested_mib);
+  if (synthetic) {
+    FillSynthetic(shape, plan, src.first(plan.padded), 0x5E5510Eull + plan.requested_mib);
+  } else {
+    FillRandom(src.first(plan.padded), 0x5E5510Eull + plan.requested_mib);
+  }
   // Synthetic tokens (a 128k vocabulary) chained into keys; the namespace
   // names the size so no two sizes share a key.
   std::vector<uint32_t> tokens(uint64_t{plan.blocks} * plan.block_tokens);
@@ -188,7 +213,9 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
       if (!seconds.ok()) return seconds.status().WithContext(name + " rep " + std::to_string(rep));
       cpu_per_gb[name].push_back(cpu / (double(plan.bytes) / 1e9));
       if (verify) {
-        FLATKV_RETURN_IF_ERROR(VerifyDestination(s, r.layout(), dest).WithContext(name + " rep " + std::to_string(rep) + " verify"));
+        BenchSession want = s;
+        if (!r.Expected().empty()) want.bytes = r.Expected();
+        FLATKV_RETURN_IF_ERROR(VerifyDestination(want, r.layout(), dest).WithContext(name + " rep " + std::to_string(rep) + " verify"));
       }
       out.gbps[name].push_back(double(plan.bytes) / std::max(*seconds, 1e-9) / 1e9);
     }
@@ -228,6 +255,16 @@ int RunChecked(const BenchRestoreArgs& args) {
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   const uint32_t reps = args.reps ? args.reps : (args.quick ? 3 : 5);
   if (args.drop_caches && ::geteuid() != 0) return Usage("--drop-caches: needs root (writes /proc/sys/vm/drop_caches)");
+  std::shared_ptr<const Codec> codec;
+  if (!args.codec.empty()) {
+    auto made = MakeCodec(args.codec);
+    if (!made.ok()) return Usage("--codec: " + made.status().message());
+    codec = std::move(made).value();
+    if (Status st = codec->Supports({*shape, args.block_tokens ? args.block_tokens : kDefaultBlockTokens}); !st.ok())
+      return Usage("--codec " + args.codec + " with --shape " + args.shape + ": " + st.message());
+  } else if (std::find(args.runs.begin(), args.runs.end(), "ssd_codec_restore") != args.runs.end()) {
+    return Usage("--runs ssd_codec_restore: needs --codec SPEC");
+  }
   const std::string parent = args.dir.empty() ? "/var/tmp" : args.dir;
 
   std::vector<SizePlan> plans;
@@ -236,7 +273,8 @@ int RunChecked(const BenchRestoreArgs& args) {
     plans.push_back(PlanSize(*shape, mib, args.block_tokens));
     max_padded = std::max(max_padded, plans.back().padded);
   }
-  const uint64_t mem_need = 3 * max_padded + (512ull << 20);  // source, destination, DRAM arena, slack
+  // Source, destination, DRAM arena, slack; a lossy codec's expected bytes.
+  const uint64_t mem_need = (codec && !codec->Lossless() ? 4 : 3) * max_padded + (512ull << 20);
   const uint64_t mem_avail = MemAvailableBytes();
   if (mem_avail != 0 && mem_need > mem_avail) {
     return Usage("--sizes-mib: the largest session (" + std::to_string(max_padded >> 20) + " MiB) needs about " +
@@ -280,6 +318,8 @@ int RunChecked(const BenchRestoreArgs& args) {
                    {"gbps", "1e9 bytes per second"},
                    {"summary", "top-level *_gbps and ratios are for the largest session measured"},
                    {"cpus_online", ::sysconf(_SC_NPROCESSORS_ONLN)},
+                   {"codec", codec ? codec->Spec() : std::string()},
+                   {"payload", codec ? "synthetic KV (codec/synthetic_kv.h)" : "random bytes"},
                    {"loadavg_1m_at_start", LoadAverage()}};
 
   std::fprintf(stderr, "flatkv bench restore: %s, %zu sizes, dir %s (%s), page cache: %s\n", args.shape.c_str(),
@@ -288,7 +328,7 @@ int RunChecked(const BenchRestoreArgs& args) {
   if (!src.ok()) return Fail("source buffer: " + src.status().ToString());
   auto dst = PrefaultedBuffer::Allocate(max_padded);
   if (!dst.ok()) return Fail("destination buffer: " + dst.status().ToString());
-  auto runs = MakeRuns(args, &evictor);
+  auto runs = MakeRuns(args, &evictor, codec);
 
   for (const SizePlan& plan : plans) {
     SizeResult out;
@@ -303,7 +343,7 @@ int RunChecked(const BenchRestoreArgs& args) {
     if (auto st = RemoveAll(dir); !st.ok()) return Fail(st.ToString());
     if (std::error_code ec; !std::filesystem::create_directory(dir, ec)) return Fail("mkdir " + dir + ": " + ec.message());
     const double t0 = NowSeconds();
-    Status st = MeasureSize(plan, *shape, out.reps, dir, *src, *dst, runs, out);
+    Status st = MeasureSize(plan, *shape, out.reps, dir, *src, *dst, runs, codec != nullptr, out);
     if (!st.ok()) return Fail(std::to_string(plan.requested_mib) + " MiB session: " + st.ToString());
     if (auto rm = RemoveAll(dir); !rm.ok()) std::fprintf(stderr, "warning: %s\n", rm.ToString().c_str());
     std::fprintf(stderr, "  %6llu MiB: %u blocks x %u tokens, %u reps, %.1f s; ssd %.2f GB/s, raw %.2f GB/s\n",
@@ -368,6 +408,9 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   cmd->add_option("--window-layers", a.window_layers,
                   "StoreOptions::window_layers for dram_restore and ssd_restore (default: the store's default)")
       ->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--codec", a.codec,
+                  "Also restore the session stored with this codec (ssd_codec_restore; e.g. pred, kivi:bits=2) "
+                  "and fill every run's session with synthetic KV");
   cmd->add_flag("--drop-caches", a.drop_caches,
                 "Also write 1 to /proc/sys/vm/drop_caches before page-cache reads (needs root)");
   return cmd;

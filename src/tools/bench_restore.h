@@ -24,6 +24,10 @@ struct BenchRestoreArgs {
   uint32_t raw_request_kib = 4096;  // raw_direct_read request size
   uint32_t raw_queue_depth = 8;     // raw_direct_read requests in flight
   uint32_t window_layers = 0;       // StoreOptions::window_layers for the store runs; 0: its default
+  // Codec spec: adds ssd_codec_restore (the session stored with this codec)
+  // and fills the session with synthetic KV (codec/synthetic_kv.h) instead
+  // of random bytes, for every run.
+  std::string codec;
 };
 
 // Adds `restore` to `bench`, parsing into `args`.

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/placement.h"
 #include "flatkv/shape.h"
@@ -65,6 +66,9 @@ class RestoreRun {
   virtual std::vector<std::string> CachedFiles() const { return {}; }
   // Facts about this run for the report (engine, flags, counters).
   virtual nlohmann::json Describe() const { return nlohmann::json::object(); }
+  // What the destination must hold when it is not the session's bytes (a
+  // lossy codec's decoded session, block-major); empty: the session's bytes.
+  virtual std::span<const std::byte> Expected() const { return {}; }
 };
 
 // Checks `dst` holds the session in `layout`; names the first differing block and layer.
@@ -76,8 +80,10 @@ std::unique_ptr<RestoreRun> MakeMemcpyRun();
 // per request, `queue_depth` in flight through io_uring.
 std::unique_ptr<RestoreRun> MakeRawDirectReadRun(uint64_t request_bytes, uint32_t queue_depth);
 // A flatkv Store holding the session on one medium (kDram or kSsd).
-// `window_layers` overrides StoreOptions::window_layers when nonzero.
-std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers = 0);
+// `window_layers` overrides StoreOptions::window_layers when nonzero. With
+// a codec the run is ssd_codec_restore (SSD) and the blocks are stored encoded.
+std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers = 0,
+                                         std::shared_ptr<const Codec> codec = nullptr);
 // One file per block, written with write()+fsync and read with buffered pread.
 std::unique_ptr<RestoreRun> MakeFilesPerBlockRun(const PageCacheEvictor* evictor);
 // RocksDB with default options, one value per block under its 16-byte key.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "flatkv/codec.h"
 #include "flatkv/options.h"
 #include "flatkv/store.h"
 #include "tools/bench_runs.h"
@@ -22,10 +23,15 @@ uint64_t ExtentBytes(uint64_t layer_target, uint64_t block_layer_bytes, uint64_t
 
 class StoreRun final : public RestoreRun {
  public:
-  StoreRun(Medium medium, uint32_t window_layers) : medium_(medium), window_layers_(window_layers) {}
+  StoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec)
+      : medium_(medium), window_layers_(window_layers), codec_(std::move(codec)) {}
   ~StoreRun() override { (void)Teardown(); }
 
-  std::string_view name() const override { return medium_ == Medium::kDram ? "dram_restore" : "ssd_restore"; }
+  std::string_view name() const override {
+    if (codec_) return medium_ == Medium::kDram ? "dram_codec_restore" : "ssd_codec_restore";
+    return medium_ == Medium::kDram ? "dram_restore" : "ssd_restore";
+  }
+  std::span<const std::byte> Expected() const override { return expected_; }
   DestLayout layout() const override { return DestLayout::kLayerMajor; }
 
   Status Setup(const BenchSession& s) override {
@@ -36,9 +42,17 @@ class StoreRun final : public RestoreRun {
     o.shape = s.shape;
     o.block_tokens = s.block_tokens;
     o.placement = std::make_shared<FixedPlacement>(medium_);
+    o.codec = codec_;
     if (window_layers_ != 0) o.window_layers = window_layers_;
     window_layers_used_ = o.window_layers;
-    const uint64_t total = s.bytes.size();
+    // Encoded blocks may exceed their raw size (headers, incompressible
+    // data), up to the codec's bound.
+    uint64_t total = s.bytes.size();
+    if (codec_) {
+      const SliceLayout layout{s.shape, s.block_tokens};
+      total = std::max(total, uint64_t{s.blocks} * s.shape.layers * codec_->MaxEncodedSize(layout));
+      FLATKV_RETURN_IF_ERROR(ExpectDecoded(s));
+    }
     if (medium_ == Medium::kDram) {
       // Room for the session rounded up to whole extents, plus slack.
       const uint64_t extent = ExtentBytes(o.dram_extent_layer_bytes, s.block_layer_bytes, s.block_bytes);
@@ -47,7 +61,7 @@ class StoreRun final : public RestoreRun {
     } else {
       const uint64_t extent = ExtentBytes(o.ssd_extent_layer_bytes, s.block_layer_bytes, s.block_bytes);
       o.dram_capacity_bytes = 0;
-      o.ssd_dirs = {s.dir + "/flatkv"};
+      o.ssd_dirs = {s.dir + (codec_ ? "/flatkv-codec" : "/flatkv")};
       o.ssd_capacity_bytes =
           std::max(o.ssd_capacity_bytes, RoundUp(total + 2 * extent + o.segment_bytes, o.segment_bytes));
     }
@@ -70,7 +84,9 @@ class StoreRun final : public RestoreRun {
     }
     for (uint32_t b = 0; b < s.blocks; b += kPutChunkBlocks) {
       const uint32_t n = std::min(kPutChunkBlocks, s.blocks - b);
-      Status st = store_->Put(kSession, std::span(s.keys).subspan(b, n), s.bytes.subspan(b * s.block_bytes, n * s.block_bytes));
+      PutOptions po;
+      po.first_block = b;
+      Status st = store_->Put(kSession, std::span(s.keys).subspan(b, n), s.bytes.subspan(b * s.block_bytes, n * s.block_bytes), po);
       if (!st.ok()) return st.WithContext(std::string(name()) + ": Put of blocks " + std::to_string(b) + ".." + std::to_string(b + n));
     }
     const uint32_t matched = store_->Match(s.keys);
@@ -85,6 +101,28 @@ class StoreRun final : public RestoreRun {
                                         std::to_string(s.blocks) + " blocks landed on " + std::string(MediumName(medium_)));
     }
     base_stats_ = st;
+    return Status::Ok();
+  }
+
+  // A lossy codec's restore delivers its decoded bytes: compute them, untimed.
+  Status ExpectDecoded(const BenchSession& s) {
+    expected_.clear();
+    if (codec_->Lossless()) return Status::Ok();
+    expected_.resize(s.bytes.size());
+    SliceLayout layout{s.shape, s.block_tokens};
+    CodecContext ctx;
+    std::vector<std::byte> enc;
+    for (uint32_t b = 0; b < s.blocks; ++b)
+      for (uint32_t l = 0; l < s.shape.layers; ++l) {
+        layout.layer = l;
+        layout.first_position = b * s.block_tokens;  // as Setup's Puts give it (first_block)
+        enc.resize(codec_->MaxEncodedSize(layout));
+        const uint64_t at = uint64_t{b} * s.block_bytes + uint64_t{l} * s.block_layer_bytes;
+        auto n = codec_->Encode(ctx, layout, s.bytes.subspan(at, s.block_layer_bytes), enc);
+        if (!n.ok()) return n.status().WithContext(std::string(name()) + ": encode");
+        FLATKV_RETURN_IF_ERROR(DecodeSlice(ctx, layout, std::span(enc).first(*n), std::span(expected_).subspan(at, s.block_layer_bytes))
+                                   .WithContext(std::string(name()) + ": decode"));
+      }
     return Status::Ok();
   }
 
@@ -156,6 +194,14 @@ class StoreRun final : public RestoreRun {
                         {"io_errors", st.io_errors},
                         {"restore_p50_us", st.restore_p50_us},
                         {"time_share", PhaseShares()}};
+    j["stored_bytes"] = m.stored_bytes;
+    j["logical_bytes"] = m.logical_bytes;
+    j["compression_ratio"] = m.stored_bytes ? double(m.logical_bytes) / double(m.stored_bytes) : 0.0;
+    j["bytes_read_per_restore"] = restores_ ? double(m.bytes_read - base.bytes_read) / double(restores_) : 0.0;
+    if (codec_) {
+      j["codec"] = codec_->Spec();
+      j["decode_failures"] = st.decode_failures;
+    }
     if (medium_ == Medium::kSsd) {
       j["ssd_direct_io"] = st.ssd_direct_io;
       j["ssd_engine"] = st.ssd_engine;
@@ -169,6 +215,8 @@ class StoreRun final : public RestoreRun {
  private:
   const Medium medium_;
   const uint32_t window_layers_;  // 0: the StoreOptions default
+  const std::shared_ptr<const Codec> codec_;  // null: raw
+  std::vector<std::byte> expected_;           // a lossy codec's decoded session; empty otherwise
   uint32_t window_layers_used_ = 0;
   const BenchSession* session_ = nullptr;
   std::unique_ptr<Store> store_;
@@ -197,8 +245,8 @@ class StoreRun final : public RestoreRun {
 
 }  // namespace
 
-std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers) {
-  return std::make_unique<StoreRun>(medium, window_layers);
+std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec) {
+  return std::make_unique<StoreRun>(medium, window_layers, std::move(codec));
 }
 
 }  // namespace flatkv::tools

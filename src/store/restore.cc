@@ -135,9 +135,9 @@ RestoreImpl::~RestoreImpl() {
   store_->EndRestore(pinned_, corrupt);
 }
 
-uint64_t RestoreImpl::PlanLanding() {
+uint64_t RestoreImpl::PlanLanding(bool layer_area) {
   const uint64_t layer_bytes = uint64_t{hit_} * lb_;
-  uint64_t prev_end = 0, end = layer_bytes;
+  uint64_t prev_end = 0, end = layer_area ? layer_bytes : 0;
   for (Run& r : runs_) {
     if (r.codec) continue;  // decoded in place
     const uint64_t dst = uint64_t{r.first_block} * lb_;
@@ -213,6 +213,7 @@ Status RestoreImpl::Begin() {
   slots_ = static_cast<uint32_t>(std::clamp<uint64_t>(std::max<uint64_t>(o.window_layers, o.window_bytes / layer_bytes), 1,
                                                       layers_));
   bool need_window = true;
+  bool layer_area = true;  // a slot holds the layer itself (else only coded SSD pieces' staging)
   if (target_.destination) {
     dst_.resize(uint64_t{layers_} * hit_);
     for (uint32_t l = 0; l < layers_; ++l)
@@ -226,6 +227,7 @@ Status RestoreImpl::Begin() {
     // read in place when their destinations form one aligned range.
     direct_.assign(uint64_t{layers_} * runs_.size(), 0);
     need_window = false;
+    layer_area = false;
     for (uint32_t l = 0; l < layers_; ++l)
       for (size_t r = 0; r < runs_.size(); ++r) {
         const Run& run = runs_[r];
@@ -237,10 +239,11 @@ Status RestoreImpl::Begin() {
         }
         direct_[l * runs_.size() + r] = direct;
         need_window = need_window || !direct || (run.codec && run.medium == Medium::kSsd);  // staging
+        layer_area = layer_area || !direct;
       }
   }
   if (need_window) {
-    const uint64_t slot_bytes = PlanLanding();
+    const uint64_t slot_bytes = PlanLanding(layer_area);
     window_ = std::make_unique<HostWindow>(store_, slots_, RoundUp(slot_bytes, 4096));
     if (!window_->ok())
       return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots_) + " x " +

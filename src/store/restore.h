@@ -81,7 +81,7 @@ class RestoreImpl final : public Restore {
 
   // Plans where raw runs land and coded SSD pieces stage in a window slot;
   // returns the slot's bytes.
-  uint64_t PlanLanding();
+  uint64_t PlanLanding(bool layer_area);
   // Whether run `r` of `layer` goes straight to the caller's destinations.
   bool Direct(uint32_t layer, size_t r) const { return !direct_.empty() && direct_[layer * runs_.size() + r]; }
   std::byte* Dst(uint32_t layer, uint32_t block) const { return dst_[uint64_t{layer} * hit_ + block]; }

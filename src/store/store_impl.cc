@@ -93,6 +93,9 @@ Status StoreImpl::Init() {
     }
   }
   block_layer_bytes_ = options_.shape.BytesPerTokenLayer() * options_.block_tokens;
+  if (options_.codec)
+    FLATKV_RETURN_IF_ERROR(options_.codec->Supports({options_.shape, options_.block_tokens})
+                               .WithContext("codec " + options_.codec->Spec()));
   if (options_.dram_capacity_bytes > 0) {
     FLATKV_ASSIGN_OR_RETURN(ExtentGeometry g, ExtentGeometry::Make(options_.shape, options_.block_tokens,
                                                                   options_.dram_extent_layer_bytes,

@@ -55,6 +55,7 @@ Status QuestDecode(const F16Cache& cache, const QuestIndex& index, int n_heads, 
   const uint32_t want = std::min(index.pages, std::max<uint32_t>(1, (o.token_budget + pt - 1) / pt));
   std::vector<Partial> parts(static_cast<size_t>(n_heads));
   std::vector<uint64_t> pages_read(cache.n_kv_heads), tokens_read(cache.n_kv_heads);
+  std::vector<std::vector<uint32_t>> pages(cache.n_kv_heads);
   ParallelFor(o.decode.threads, static_cast<size_t>(cache.n_kv_heads), [&](size_t item) {
     const int kvh = static_cast<int>(item);
     const float* qg = q.data() + static_cast<size_t>(kvh) * group * d;
@@ -96,6 +97,7 @@ Status QuestDecode(const F16Cache& cache, const QuestIndex& index, int n_heads, 
       i = j;
     }
     pages_read[kvh] = order.size();
+    if (stats) pages[kvh] = order;
     tokens_read[kvh] = tokens;
   });
   for (int h = 0; h < n_heads; ++h)
@@ -103,6 +105,7 @@ Status QuestDecode(const F16Cache& cache, const QuestIndex& index, int n_heads, 
   if (stats) {
     stats->pages_read = std::accumulate(pages_read.begin(), pages_read.end(), uint64_t{0});
     stats->tokens_read = std::accumulate(tokens_read.begin(), tokens_read.end(), uint64_t{0});
+    stats->pages = std::move(pages);
   }
   return Status::Ok();
 }

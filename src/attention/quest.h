@@ -40,6 +40,7 @@ struct QuestOptions {
 struct QuestStats {
   uint64_t pages_read = 0;       // over KV heads
   uint64_t tokens_read = 0;
+  std::vector<std::vector<uint32_t>> pages;  // per KV head: the pages read, ascending
 };
 
 [[nodiscard]] Status QuestDecode(const F16Cache& cache, const QuestIndex& index, int n_heads, std::span<const float> q,

@@ -16,8 +16,6 @@ uint64_t SplitMix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// h(x) = x / (e^x - 1), h(0) = 1.
-double H(double x) { return x < 1e-12 ? 1.0 : x / std::expm1(x); }
 
 }  // namespace
 
@@ -58,11 +56,13 @@ Status CertifiedDecode(const F16Cache& cache, const SamplerIndex& index, int n_h
   const int group = n_heads / cache.n_kv_heads, d = cache.head_dim;
   const uint32_t n = cache.n_tokens;
   const double p_level = o.delta / o.levels;  // union bound over the grid
+  const double eps = o.epsilon;
   std::vector<HeadCertificate> cert(n_heads);
   ParallelFor(o.decode.threads, static_cast<size_t>(cache.n_kv_heads), [&](size_t item) {
     const int kvh = static_cast<int>(item);
     const float* qg = q.data() + static_cast<size_t>(kvh) * group * d;
     const float* vn = index.vnorm.data() + static_cast<size_t>(kvh) * n;
+    const uint16_t* v = cache.v_row(kvh, 0);
     // 1. Every score, in chunks (the kernel writes [G][chunk]).
     std::vector<float> w(static_cast<size_t>(group) * n), tmp;
     constexpr uint32_t kChunk = 2048;
@@ -73,68 +73,72 @@ Status CertifiedDecode(const F16Cache& cache, const SamplerIndex& index, int n_h
       k.scores(qg, group, cache.k_row(kvh, t0), m, d, scale, tmp.data());
       for (int h = 0; h < group; ++h) std::copy_n(tmp.data() + size_t(h) * m, m, w.data() + size_t(h) * n + t0);
     }
-    // 2. The race's noise, shared by the group: r_i = max(1 / E_i, 1 / cap).
+    // 2. The race's noise, shared by the group's heads (each head's
+    //    inclusions are still independent across keys): r = max(1/E, 1/cap).
     std::vector<float> r(n);
-    const uint64_t stream = SplitMix(o.seed ^ (uint64_t(kvh) << 48));
-    for (uint32_t i = 0; i < n; ++i) {
-      const double u = (static_cast<double>(SplitMix(stream + i) >> 11) + 0.5) * 0x1.0p-53;  // (0, 1)
-      r[i] = static_cast<float>(std::max(1.0 / -std::log(u), 1.0 / o.cap));
-    }
+    const auto seed = static_cast<uint32_t>(SplitMix(o.seed * 0x100000001B3ull + static_cast<uint64_t>(kvh)));
+    k.race_rates(seed, 0, n, static_cast<float>(1.0 / o.cap), r.data());
     float vmax = 0;
     for (uint32_t i = 0; i < n; ++i) vmax = std::max(vmax, vn[i]);
-    std::vector<uint8_t> lev(n);
-    std::vector<double> acc(d);
+    std::vector<uint32_t> idx(n);
+    std::vector<float> coef(n), acc(d);
     for (int g = 0; g < group; ++g) {
       const int h = kvh * group + g;
       float* wh = w.data() + static_cast<size_t>(g) * n;
       k.exp_shift(wh, n, *std::max_element(wh, wh + n));
-      double z = 0, wv = 0, buckets[256] = {};
-      k.sampler_pass(wh, r.data(), vn, n, lev.data(), &z, &wv, buckets);
+      double z = 0, wv = 0, wvv = 0;
+      k.weight_sums(wh, vn, n, &z, &wv, &wvv);
+      // Bernstein radius at level l (tau = 2^-l): sigma^2 <= tau * sum over
+      // w < cap tau of w ||v||^2 (h <= 1), L = cap tau max ||v||. Both fall
+      // with l, so the radius does too.
+      auto radius = [&](int l) {
+        const double tau = std::ldexp(1.0, -l);
+        const double sigma2 = tau * k.masked_wvv(wh, vn, n, static_cast<float>(o.cap * tau));
+        return BernsteinRadius(sigma2, o.cap * tau * vmax, p_level);
+      };
+      // The first level whose radius could certify when ||N|| <= upper.
+      auto first_level = [&](int from, double upper) {
+        int lo = from, hi = o.levels;  // answer in [lo, hi]; hi = none
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (radius(mid) * (1 + eps) <= eps * upper) hi = mid;
+          else lo = mid + 1;
+        }
+        return lo;
+      };
       HeadCertificate& c = cert[h];
       bool done = false;
-      for (int l = 0; l < o.levels && !done; ++l) {
-        if (o.force_level >= 0 && l != o.force_level) continue;
-        const double tau = std::ldexp(1.0, -l);
-        double sigma2 = 0;
-        for (int b = 0; b < 256; ++b) {
-          if (buckets[b] == 0) continue;
-          const double lo = std::bit_cast<float>(static_cast<uint32_t>(b) << 22);
-          if (lo >= o.cap * tau) continue;  // always read: no variance
-          sigma2 += tau * buckets[b] * H(lo / tau);
+      double upper = wv;  // ||N|| <= sum w ||v||
+      int l = o.force_level >= 0 ? o.force_level : first_level(0, upper);
+      while (l < o.levels && !done) {
+        // Any stopping rule is covered: the union bound holds for every level at once.
+        const double tau = std::ldexp(1.0, -l), t = radius(l);
+        const uint32_t m = k.select(wh, r.data(), n, static_cast<float>(tau), idx.data());
+        for (uint32_t s = 0; s < m; ++s) {  // Horvitz-Thompson weights w / pi
+          const double x = wh[idx[s]] / tau;
+          const double pi = wh[idx[s]] >= o.cap * tau ? 1.0 : -std::expm1(-x);
+          coef[s] = static_cast<float>(wh[idx[s]] / pi);
         }
-        const double t = BernsteinRadius(sigma2, o.cap * tau * vmax, p_level);
-        // Skip levels that cannot certify even if ||N^|| reached sum w ||v||
-        // (a deterministic choice, so the union bound still covers it).
-        if (o.force_level < 0 && t * (1 + o.epsilon) > o.epsilon * wv) continue;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        uint32_t sampled = 0;
-        for (uint32_t i = 0; i < n; ++i) {
-          if (lev[i] > l) continue;
-          const double wi = wh[i], pi = wi >= o.cap * tau ? 1.0 : -std::expm1(-wi / tau);
-          const double f = wi / pi;
-          const uint16_t* row = cache.v_row(kvh, i);
-          for (int j = 0; j < d; ++j) acc[j] += f * HalfToFloat(row[j]);
-          ++sampled;
-        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        k.gather(idx.data(), coef.data(), m, v, d, acc.data());
         double norm = 0;
-        for (double a : acc) norm += a * a;
+        for (float a : acc) norm += double(a) * a;
         norm = std::sqrt(norm);
-        const bool ok = t * (1 + o.epsilon) <= o.epsilon * norm;
-        if (!ok && o.force_level < 0) continue;
-        c.level = l;
-        c.sampled = sampled;
-        c.bound = norm > t ? t / (norm - t) : INFINITY;
-        c.certified = ok;
-        for (int j = 0; j < d; ++j) out[static_cast<size_t>(h) * d + j] = static_cast<float>(acc[j] / z);
-        done = true;
+        const bool ok = t * (1 + eps) <= eps * norm;
+        if (ok || o.force_level >= 0) {
+          c = HeadCertificate{l, m, norm > t ? t / (norm - t) : INFINITY, ok};
+          for (int j = 0; j < d; ++j) out[static_cast<size_t>(h) * d + j] = static_cast<float>(acc[j] / z);
+          done = true;
+          break;
+        }
+        upper = std::min(upper, norm + t);  // ||N|| < ||N^|| + t on the good event
+        l = first_level(l + 1, upper);
       }
       if (done) continue;
       // Exact fallback: every value row.
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (uint32_t i = 0; i < n; ++i) {
-        const uint16_t* row = cache.v_row(kvh, i);
-        for (int j = 0; j < d; ++j) acc[j] += double(wh[i]) * HalfToFloat(row[j]);
-      }
+      for (uint32_t i = 0; i < n; ++i) idx[i] = i;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      k.gather(idx.data(), wh, n, v, d, acc.data());
       c = HeadCertificate{-1, n, 0.0, true};
       for (int j = 0; j < d; ++j) out[static_cast<size_t>(h) * d + j] = static_cast<float>(acc[j] / z);
     }

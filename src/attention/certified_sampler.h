@@ -5,16 +5,17 @@
 //
 //   1. Read every key (scores are exact, so Z is exact), not every value.
 //   2. Exponential race: draw E_i ~ Exp(1) independently (fresh per call,
-//      from `seed`); at threshold tau key i is sampled iff w_i / E_i >= tau,
+//      from `seed`; E = -ln U with U a 24-bit uniform, so E is exact in
+//      distribution up to that grid); at threshold tau key i is sampled iff w_i / E_i >= tau,
 //      i.e. with probability pi_i = 1 - exp(-w_i / tau) (about w_i / tau:
 //      sampling in proportion to attention weight), and always when
 //      w_i >= cap * tau (pi_i := 1, which bounds every term).
 //   3. Horvitz-Thompson: N^ = sum over sampled i of w_i v_i / pi_i is
 //      unbiased for N; its error is a sum of independent zero-mean vectors
 //      X_i with ||X_i|| <= L = cap * tau * max ||v|| and
-//      sum E||X_i||^2 = tau * sum w_i ||v_i||^2 h(w_i / tau) <= sigma^2,
-//      h(x) = x / (e^x - 1), bounded from half-octave bucket sums of
-//      w ||v||^2 (h is decreasing). Pinelis' Bernstein inequality in a
+//      sum E||X_i||^2 = tau * sum w_i ||v_i||^2 h(w_i / tau) <= sigma^2 =
+//      tau * sum_{w_i < cap tau} w_i ||v_i||^2, as h(x) = x / (e^x - 1) <= 1
+//      (keys read surely add nothing). Pinelis' Bernstein inequality in a
 //      Hilbert space gives P(||N^ - N|| >= t) <= 2 exp(-t^2 / (2 sigma^2 +
 //      2 L t / 3)) = delta / levels for the t solved from it.
 //   4. tau runs down a geometric grid 1, 1/2, 1/4, ... (levels of it); the

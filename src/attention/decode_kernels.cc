@@ -35,30 +35,50 @@ void Accumulate(const float* p, uint32_t p_stride, int g, const uint16_t* v, uin
 }
 
 
-void SamplerPass(const float* w, const float* r, const float* vn, uint32_t n, uint8_t* lev, double* z, double* wv,
-                 double* buckets) {
-  float zs = 0, ws = 0;
+void RaceRates(uint32_t seed, uint32_t i0, uint32_t n, float inv_cap, float* r) {
   for (uint32_t i = 0; i < n; ++i) {
-    zs += w[i];
-    ws += w[i] * vn[i];
-    const int e = static_cast<int>(std::bit_cast<uint32_t>(w[i] * r[i]) >> 23);  // biased exponent (x >= 0)
-    lev[i] = static_cast<uint8_t>(std::clamp(127 - e, 0, 255));
+    const float u = (static_cast<float>(Hash32(seed, i0 + i) >> 8) + 0.5f) * 0x1.0p-24f;
+    r[i] = std::max(1.0f / -std::log(u), inv_cap);
   }
-  *z += zs;
-  *wv += ws;
-  // Four interleaved copies break the dependency on a popular bucket.
-  double b4[4][256] = {};
-  uint32_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int c = 0; c < 4; ++c) b4[c][std::bit_cast<uint32_t>(w[i + c]) >> 22] += double(w[i + c]) * vn[i + c] * vn[i + c];
-  for (; i < n; ++i) b4[0][std::bit_cast<uint32_t>(w[i]) >> 22] += double(w[i]) * vn[i] * vn[i];
-  for (int b = 0; b < 256; ++b) buckets[b] += (b4[0][b] + b4[1][b]) + (b4[2][b] + b4[3][b]);
+}
+
+void WeightSums(const float* w, const float* vn, uint32_t n, double* z, double* wv, double* wvv) {
+  double a = 0, b = 0, c = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    a += w[i];
+    b += double(w[i]) * vn[i];
+    c += double(w[i]) * vn[i] * vn[i];
+  }
+  *z += a;
+  *wv += b;
+  *wvv += c;
+}
+
+double MaskedWvv(const float* w, const float* vn, uint32_t n, float theta) {
+  double s = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (w[i] < theta) s += double(w[i]) * vn[i] * vn[i];
+  return s;
+}
+
+uint32_t Select(const float* w, const float* r, uint32_t n, float tau, uint32_t* idx) {
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (w[i] * r[i] >= tau) idx[m++] = i;
+  return m;
+}
+
+void Gather(const uint32_t* idx, const float* coef, uint32_t m, const uint16_t* v, int d, float* acc) {
+  for (uint32_t s = 0; s < m; ++s) {
+    const uint16_t* row = v + size_t{idx[s]} * d;
+    for (int j = 0; j < d; ++j) acc[j] += coef[s] * HalfToFloat(row[j]);
+  }
 }
 
 }  // namespace
 
 const DecodeKernels& ScalarKernels() {
-  static const DecodeKernels k{Scores, ExpShift, Accumulate, DotRow, SamplerPass};
+  static const DecodeKernels k{Scores, ExpShift, Accumulate, DotRow, RaceRates, WeightSums, MaskedWvv, Select, Gather};
   return k;
 }
 

@@ -24,18 +24,33 @@ struct DecodeKernels {
   void (*exp_shift)(float* x, uint32_t n, float m);
   void (*accumulate)(const float* p, uint32_t p_stride, int g, const uint16_t* v, uint32_t n, int d, float* acc);
   float (*dot_row)(const float* q, const uint16_t* row, int d);  // q . row
-  // The certified sampler's per-head pass (certified_sampler.h): for keys
-  // with weights w[i] in [0, 1], rate r[i] = max(1/E_i, 1/cap) and value norm
-  // vn[i]: lev[i] = the first grid level 2^-l the key enters at,
-  // max(0, ceil(-log2(w r))) clamped to 255; *z = sum w, *wv = sum w vn;
-  // buckets[b] += w vn^2 for b = bits(w) >> 22 (half-octave buckets whose
-  // lower edge is the float with bits b << 22).
-  void (*sampler_pass)(const float* w, const float* r, const float* vn, uint32_t n, uint8_t* lev, double* z,
-                       double* wv, double* buckets);
+  // The certified sampler's passes (certified_sampler.h), per head over n keys:
+  //   race_rates  r[i] = max(1 / E_i, inv_cap) with E_i = -ln U_i, U_i the
+  //               24-bit uniform (h + 0.5) 2^-24 from h = Hash32(seed, i0 + i) >> 8
+  //   weight_sums *z += sum w, *wv += sum w vn, *wvv += sum w vn^2
+  //   masked_wvv  sum over w[i] < theta of w vn^2
+  //   select      writes the ascending i with w[i] * r[i] >= tau to idx; returns the count
+  //   gather      acc[j] += sum_m coef[m] * v[idx[m]][j] (rows of d f16)
+  void (*race_rates)(uint32_t seed, uint32_t i0, uint32_t n, float inv_cap, float* r);
+  void (*weight_sums)(const float* w, const float* vn, uint32_t n, double* z, double* wv, double* wvv);
+  double (*masked_wvv)(const float* w, const float* vn, uint32_t n, float theta);
+  uint32_t (*select)(const float* w, const float* r, uint32_t n, float tau, uint32_t* idx);
+  void (*gather)(const uint32_t* idx, const float* coef, uint32_t m, const uint16_t* v, int d, float* acc);
 };
 
 const DecodeKernels& ScalarKernels();
 const DecodeKernels& Avx2Kernels();  // only call when DetectedSimd() >= kAvx2
 const DecodeKernels& KernelsFor(SimdLevel level);
+
+// The race's integer hash (both kernels use it, so their U_i are identical).
+inline uint32_t Hash32(uint32_t seed, uint32_t i) {
+  uint32_t x = i * 0x9E3779B1u + seed;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x;
+}
 
 }  // namespace flatkv::attention

@@ -60,7 +60,7 @@ TEST(AttentionDecodeTest, SimdKernelsMatchScalarOnAwkwardSizes) {
   if (DetectedSimd() < SimdLevel::kAvx2) GTEST_SKIP() << "no AVX2";
   const DecodeKernels &s = ScalarKernels(), &v = Avx2Kernels();
   for (int d : {1, 7, 8, 13, 64, 128})
-    for (int g : {1, 3, 4})
+    for (int g : {1, 2, 3, 4, 8})
       for (uint32_t n : {1u, 5u, 33u}) {
         const auto k = RandomHalves(size_t(n) * d, n * 31 + d);
         const auto vv = RandomHalves(size_t(n) * d, n * 17 + d);
@@ -78,36 +78,50 @@ TEST(AttentionDecodeTest, SimdKernelsMatchScalarOnAwkwardSizes) {
         s.accumulate(ea.data(), n, g, vv.data(), n, d, aa.data());
         v.accumulate(ea.data(), n, g, vv.data(), n, d, ab.data());
         for (size_t i = 0; i < aa.size(); ++i) ASSERT_NEAR(aa[i], ab[i], 1e-4f * (1 + std::fabs(aa[i])));
-        std::vector<float> w(n), r(n), vn(n);
+        std::vector<float> w(n), ra(n), rb(n), vn(n);
         for (uint32_t i = 0; i < n; ++i) {
           w[i] = std::exp(-float(i % 9) * 1.7f);
-          r[i] = 0.5f + i;
           vn[i] = 1.0f + 0.1f * i;
         }
-        std::vector<uint8_t> la(n), lb(n);
-        double za = 0, zb = 0, wa = 0, wb = 0, ba[256] = {}, bb[256] = {};
-        s.sampler_pass(w.data(), r.data(), vn.data(), n, la.data(), &za, &wa, ba);
-        v.sampler_pass(w.data(), r.data(), vn.data(), n, lb.data(), &zb, &wb, bb);
-        EXPECT_EQ(la, lb);
-        EXPECT_NEAR(za, zb, 1e-5 * za);
-        for (int b = 0; b < 256; ++b) ASSERT_NEAR(ba[b], bb[b], 1e-9 * (1 + ba[b]));
+        s.race_rates(77, 5, n, 0.5f, ra.data());
+        v.race_rates(77, 5, n, 0.5f, rb.data());
+        for (uint32_t i = 0; i < n; ++i) ASSERT_NEAR(ra[i], rb[i], 1e-5f * ra[i]);
+        double sums_a[3] = {}, sums_b[3] = {};
+        s.weight_sums(w.data(), vn.data(), n, &sums_a[0], &sums_a[1], &sums_a[2]);
+        v.weight_sums(w.data(), vn.data(), n, &sums_b[0], &sums_b[1], &sums_b[2]);
+        for (int i = 0; i < 3; ++i) EXPECT_NEAR(sums_a[i], sums_b[i], 1e-5 * sums_a[i]);
+        EXPECT_NEAR(s.masked_wvv(w.data(), vn.data(), n, 0.1f), v.masked_wvv(w.data(), vn.data(), n, 0.1f), 1e-5);
+        std::vector<uint32_t> ia(n), ib(n);
+        const uint32_t ma = s.select(w.data(), ra.data(), n, 0.05f, ia.data());
+        const uint32_t mb = v.select(w.data(), ra.data(), n, 0.05f, ib.data());
+        ASSERT_EQ(ma, mb);
+        ia.resize(ma);
+        ib.resize(mb);
+        EXPECT_EQ(ia, ib);
+        std::vector<float> ga(d, 0.25f), gb(ga);
+        s.gather(ia.data(), w.data(), ma, vv.data(), d, ga.data());
+        v.gather(ia.data(), w.data(), ma, vv.data(), d, gb.data());
+        for (int j = 0; j < d; ++j) ASSERT_NEAR(ga[j], gb[j], 1e-4f * (1 + std::fabs(ga[j])));
       }
 }
 
-TEST(AttentionDecodeTest, SamplerPassLevelsAndBuckets) {
-  // w r = 1 -> level 0; 0.5 -> 1; 0.3 -> 2 (0.3 >= 1/4); 0 -> beyond the grid.
-  std::vector<float> w = {1.0f, 0.5f, 0.3f, 0.0f}, r(4, 1.0f), vn(4, 2.0f);
-  std::vector<uint8_t> lev(4);
-  double z = 0, wv = 0, b[256] = {};
-  ScalarKernels().sampler_pass(w.data(), r.data(), vn.data(), 4, lev.data(), &z, &wv, b);
-  EXPECT_EQ(lev, (std::vector<uint8_t>{0, 1, 2, 127}));
-  EXPECT_NEAR(z, 1.8, 1e-6);
-  EXPECT_NEAR(wv, 3.6, 1e-6);
-  for (int i = 0; i < 256; ++i)
-    if (b[i] != 0) {
-      EXPECT_LE(std::bit_cast<float>(uint32_t(i) << 22), 1.0f);
-    }
-  EXPECT_NEAR(b[std::bit_cast<uint32_t>(0.3f) >> 22], 0.3 * 4, 1e-6);
+TEST(AttentionDecodeTest, RaceRatesAreExponentialAndSelectFollowsThem) {
+  // E = 1 / r is Exp(1) (where 1/r > cap): its mean is 1 and P(E > 1) = e^-1.
+  const uint32_t n = 200000;
+  std::vector<float> r(n);
+  KernelsFor(DetectedSimd()).race_rates(3, 0, n, 0.0f, r.data());
+  double mean = 0, above = 0;
+  for (float x : r) {
+    mean += 1.0 / x / n;
+    above += (1.0 / x > 1.0) / double(n);
+  }
+  EXPECT_NEAR(mean, 1.0, 0.01);
+  EXPECT_NEAR(above, std::exp(-1.0), 0.005);
+  // A key of weight w enters at tau with probability 1 - exp(-w / tau).
+  std::vector<float> w(n, 0.3f);
+  std::vector<uint32_t> idx(n);
+  const uint32_t m = KernelsFor(DetectedSimd()).select(w.data(), r.data(), n, 0.5f, idx.data());
+  EXPECT_NEAR(m / double(n), 1 - std::exp(-0.6), 0.005);
 }
 
 SyntheticCache SmallCache(uint32_t n, uint64_t seed) {

@@ -29,6 +29,7 @@ struct BenchAttentionArgs {
   bool quick = false;     // small shapes, one budget: well under a minute (CLI smoke test)
   int threads = 2;        // the multi-threaded decode runs
   uint32_t reps = 5;      // timed repetitions per decode case (median)
+  float dispersed_scale = 0.8f;  // synthetic caches: the most dispersed head's special-logit factor (1 = all concentrated)
 };
 
 CLI::App* AddBenchAttentionCommand(CLI::App& bench, BenchAttentionArgs& args);

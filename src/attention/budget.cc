@@ -87,6 +87,44 @@ std::vector<uint32_t> ChampionCounts(const HeadScores& s, uint32_t k, const Budg
   return Distribute(total, weights, floors, caps);
 }
 
+std::vector<std::vector<uint32_t>> DuoLayer(const HeadScores& s, uint32_t k, const BudgetOptions& o) {
+  const int heads = s.n_kv_heads;
+  const uint32_t n = s.n_tokens;
+  // Sink-ness: share of a head's finite score mass on the first tokens.
+  std::vector<std::pair<double, int>> sink(heads);
+  for (int h = 0; h < heads; ++h) {
+    double all = 0, first = 0;
+    for (uint32_t t = 0; t < n; ++t) {
+      const float v = s.head(h)[t];
+      if (!std::isfinite(v) || v <= 0) continue;
+      all += v;
+      if (t < o.duo_sinks) first += v;
+    }
+    sink[h] = {all > 0 ? first / all : 1.0, h};
+  }
+  std::sort(sink.begin(), sink.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  const int streaming = static_cast<int>(std::floor(o.duo_fraction * heads));
+  uint32_t keep_stream = std::min({k, n, std::max(o.duo_recent, o.duo_sinks)});
+  // When the retrieval heads cannot take the rest (they hold every token),
+  // the streaming heads keep more recent tokens, so the budget is spent.
+  const uint64_t layer = uint64_t{k} * heads, retrieval_cap = uint64_t{n} * (heads - streaming);
+  if (streaming > 0 && layer > retrieval_cap + uint64_t{keep_stream} * streaming)
+    keep_stream = static_cast<uint32_t>((layer - retrieval_cap + streaming - 1) / streaming);
+  const uint32_t sinks = std::min(o.duo_sinks, keep_stream);
+  std::vector<std::vector<uint32_t>> out(heads);
+  for (int i = 0; i < streaming; ++i) {
+    auto& v = out[sink[i].second];
+    for (uint32_t t = 0; t < sinks; ++t) v.push_back(t);
+    for (uint32_t t = std::max(sinks, n - (keep_stream - sinks)); t < n; ++t) v.push_back(t);
+  }
+  const std::vector<double> w(heads - streaming, 1.0);
+  const std::vector<uint32_t> floors(heads - streaming, 0), caps(heads - streaming, n);
+  const uint64_t rest = layer - uint64_t{keep_stream} * streaming;
+  const std::vector<uint32_t> counts = Distribute(rest, w, floors, caps);
+  for (int i = streaming; i < heads; ++i) out[sink[i].second] = TopK(s.head(sink[i].second), n, counts[i - streaming]);
+  return out;
+}
+
 }  // namespace
 
 std::string AllocatorName(Allocator a) {
@@ -95,14 +133,15 @@ std::string AllocatorName(Allocator a) {
     case Allocator::kPyramid: return "pyramid";
     case Allocator::kAdaKv: return "adakv";
     case Allocator::kChampion: return "champion";
+    case Allocator::kDuo: return "duo";
   }
   return "?";
 }
 
 Result<Allocator> ParseAllocator(const std::string& name) {
-  for (Allocator a : {Allocator::kUniform, Allocator::kPyramid, Allocator::kAdaKv, Allocator::kChampion})
+  for (Allocator a : {Allocator::kUniform, Allocator::kPyramid, Allocator::kAdaKv, Allocator::kChampion, Allocator::kDuo})
     if (AllocatorName(a) == name) return a;
-  return Status::InvalidArgument("allocator '" + name + "' (expected uniform, pyramid, adakv or champion)");
+  return Status::InvalidArgument("allocator '" + name + "' (expected uniform, pyramid, adakv, champion or duo)");
 }
 
 uint32_t KeepPerHead(uint32_t n_tokens, double ratio) {
@@ -213,6 +252,11 @@ Result<Selection> Allocate(Allocator a, std::span<const HeadScores> scores, cons
         if (!(o.champion_floor >= 0 && o.champion_floor <= 1))
           return Status::InvalidArgument("budget: champion floor " + std::to_string(o.champion_floor));
         sel[l] = SelectCounts(scores[l], ChampionCounts(scores[l], k, o));
+        break;
+      case Allocator::kDuo:
+        if (!(o.duo_fraction >= 0 && o.duo_fraction <= 1))
+          return Status::InvalidArgument("budget: duo fraction " + std::to_string(o.duo_fraction));
+        sel[l] = DuoLayer(scores[l], k, o);
         break;
       case Allocator::kPyramid: break;
     }

@@ -17,6 +17,12 @@
 //              floor of floor_fraction * k; abnormal heads (max above
 //              abnormal_max, e.g. all mass on a sink, or no finite scores)
 //              get only the floor.
+//   duo        streaming heads (DuoAttention, LServe): per layer, the half of
+//              the heads whose finite scores put the most mass on the first
+//              `duo_sinks` tokens keep only those sinks and the most recent
+//              tokens (duo_recent in all, at most k); the other heads, the
+//              retrieval heads, share the rest of the layer's budget H * k by
+//              score, up to every token.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -30,7 +36,7 @@
 
 namespace flatkv::attention {
 
-enum class Allocator { kUniform, kPyramid, kAdaKv, kChampion };
+enum class Allocator { kUniform, kPyramid, kAdaKv, kChampion, kDuo };
 std::string AllocatorName(Allocator a);
 Result<Allocator> ParseAllocator(const std::string& name);
 
@@ -40,6 +46,9 @@ struct BudgetOptions {
   double ada_alpha = 0.5;        // Ada-KV safeguard: each head keeps >= alpha * k
   double champion_floor = 0.2;   // ChampionKV: each head keeps >= floor * k
   double champion_abnormal_max = 0.9;  // ChampionKV: max normalised score above this = abnormal head
+  uint32_t duo_sinks = 4;        // streaming heads: sink tokens kept
+  uint32_t duo_recent = 64;      // streaming heads: tokens kept in all (sinks + recent), capped at k
+  double duo_fraction = 0.5;     // fraction of each layer's heads made streaming
 };
 
 // kept[layer][kvh]: ascending token indices into that layer's cache.

@@ -44,7 +44,8 @@ TEST(AttentionBudgetTest, EveryAllocatorSpendsTheBudgetExactly) {
   const std::vector<bool> peaky = {true, false, false, true};
   for (uint32_t n : {7u, 64u, 129u})
     for (double ratio : {0.0, 0.25, 0.5, 0.9})
-      for (Allocator a : {Allocator::kUniform, Allocator::kPyramid, Allocator::kAdaKv, Allocator::kChampion}) {
+      for (Allocator a : {Allocator::kUniform, Allocator::kPyramid, Allocator::kAdaKv, Allocator::kChampion,
+                          Allocator::kDuo}) {
         auto scores = MakeScores(5, 4, n, peaky, n);
         BudgetOptions o;
         o.ratio = ratio;
@@ -95,6 +96,25 @@ TEST(AttentionBudgetTest, ChampionFavoursDispersedHeadsAndFloorsAbnormalOnes) {
   EXPECT_EQ((*sel)[0][0].size(), 6u);  // abnormal (peak > 0.9): the floor, ceil(0.2 * 30)
   EXPECT_GT((*sel)[0][1].size(), (*sel)[0][2].size());
   EXPECT_EQ((*sel)[0][0].size() + (*sel)[0][1].size() + (*sel)[0][2].size(), 90u);
+}
+
+TEST(AttentionBudgetTest, DuoMakesSinkHeadsStreamingAndGivesTheRestToRetrievalHeads) {
+  auto scores = MakeScores(1, 4, 400, {false, false, false, false}, 5);
+  for (int h : {1, 3})  // sink-heavy heads
+    for (uint32_t t = 0; t < 4; ++t) scores[0].head(h)[t] = 1000.0f;
+  BudgetOptions o;
+  o.ratio = 0.5;  // k = 200, layer budget 800
+  auto sel = Allocate(Allocator::kDuo, scores, o);
+  ASSERT_TRUE(sel.ok());
+  for (int h : {1, 3}) {
+    const auto& v = (*sel)[0][h];
+    ASSERT_EQ(v.size(), 64u);
+    EXPECT_EQ(v[3], 3u);
+    EXPECT_EQ(v[4], 340u);  // then the 60 most recent
+    EXPECT_EQ(v.back(), 399u);
+  }
+  EXPECT_EQ((*sel)[0][0].size(), 336u);  // (800 - 128) / 2
+  EXPECT_EQ((*sel)[0][2].size(), 336u);
 }
 
 TEST(AttentionBudgetTest, DistributeRespectsFloorsAndCaps) {

@@ -144,6 +144,7 @@ Result<std::vector<SelectorRow>> RunSelectorQuality(const model::Model& m, const
       {"streaming", attention::Allocator::kUniform}, {"h2o", attention::Allocator::kUniform},
       {"snapkv", attention::Allocator::kUniform},    {"snapkv", attention::Allocator::kPyramid},
       {"snapkv", attention::Allocator::kAdaKv},      {"snapkv", attention::Allocator::kChampion},
+      {"snapkv", attention::Allocator::kDuo},
       {"agentkv", attention::Allocator::kUniform},   {"agentkv", attention::Allocator::kAdaKv},
       {"rehearsal", attention::Allocator::kUniform}, {"rehearsal", attention::Allocator::kAdaKv},
       {"rehearsal", attention::Allocator::kChampion}};

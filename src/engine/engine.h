@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/compact.h"
 #include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/store.h"
@@ -93,6 +94,22 @@ class Engine {
   // in independent windows.
   Result<double> Perplexity(std::span<const int> tokens);
 
+  // Compacted sessions (attention/compact.h, engine_compact.cc). Compact
+  // prefills `prompt` from scratch, recording the queries, and keeps what
+  // the options' scorer and allocator select. GenerateCompacted continues a
+  // compacted prompt with `next` (>= 1 token, e.g. the new user turn) at
+  // positions prefix_len.., then decodes; it stores nothing (the new tokens'
+  // KV is not a dense prefix). PutCompacted/RestoreCompacted keep a
+  // compacted prompt in the store as its own session, under keys derived
+  // from the namespace, `tag` (say, the method and budget) and the prompt,
+  // so it never collides with dense blocks.
+  Result<attention::CompactedKv> Compact(std::span<const int> prompt, const attention::CompactOptions& options);
+  Result<GenerateResult> GenerateCompacted(const attention::CompactedKv& ckv, std::span<const int> next,
+                                           const GenerateOptions& options);
+  Status PutCompacted(SessionId session, std::span<const int> prompt, const attention::CompactedKv& ckv,
+                      const std::string& tag);
+  Result<attention::CompactedKv> RestoreCompacted(std::span<const int> prompt, const std::string& tag);
+
   const BlockKey& namespace_digest() const { return ns_; }
   const EngineOptions& options() const { return options_; }
   model::Transformer& transformer() { return transformer_; }
@@ -105,6 +122,8 @@ class Engine {
   Result<uint32_t> RestoreAndPrefill(std::span<const int> prompt, std::span<const BlockKey> keys,
                                      GenerateResult& result, std::vector<float>& x);
   void PrefillChunk(std::span<const int> tokens, uint32_t pos0, std::vector<float>& x);
+  std::vector<BlockKey> CompactedKeys(std::span<const int> prompt, const std::string& tag, uint32_t blocks) const;
+  Status CheckTokens(std::span<const int> tokens, const char* what) const;
   Status PutNewBlocks(SessionId session, std::span<const int> context, uint32_t cached_blocks,
                       GenerateResult& result);
 

@@ -1,7 +1,7 @@
 // The forward pass, llama2.c run.c semantics, one plain function per
 // operation. Determinism rule: every output element is reduced in one fixed
-// order that depends only on its own inputs (Dot and Sum below for every
-// dot product and sum; attention for position p weights V over keys 0..p in
+// order that depends only on its own inputs (Dot and Sum of model/fp_math.h
+// for every dot product and sum; attention for position p weights V over keys 0..p in
 // order), never on n, pos0, the cache's paging or how the work is tiled. Hence chunked prefill, token-by-token
 // decode and restored prefixes all give bit-identical logits and KV.
 //
@@ -13,6 +13,8 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+
+#include "model/fp_math.h"
 
 // Fused multiply-add rounds differently from a multiply then an add, and a
 // compiler may fuse one copy of an expression (a vector loop body) but not
@@ -28,66 +30,13 @@
 namespace flatkv::model {
 namespace {
 
-constexpr int kLanes = 8;  // partial sums per dot product; the trees below assume 8
-static_assert(kLanes == 8);
+using fp::Dot;
+using fp::Exp;
+using fp::kLanes;
+using fp::Sum;
+using fp::WeightedSum;
+
 constexpr int kTokenTile = 4;  // tokens sharing one pass over a weight row
-
-// in: a (len), b (len); out: sum_j a[j] * b[j], as kLanes partial sums
-// (lane l takes j = l mod kLanes, in increasing j) added in a fixed tree.
-// Written so the compiler can keep the lanes in SIMD registers; the result
-// depends on a, b and len only.
-inline float Dot(const float* a, const float* b, int len) {
-  float acc[kLanes] = {};
-  int j = 0;
-  for (; j + kLanes <= len; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[j + l] * b[j + l];
-  }
-  for (int l = 0; j < len; ++j, ++l) acc[l] += a[j] * b[j];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// in: a (len); out: sum_j a[j], as kLanes partial sums like Dot.
-inline float Sum(const float* a, int len) {
-  float acc[kLanes] = {};
-  int j = 0;
-  for (; j + kLanes <= len; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[j + l];
-  }
-  for (int l = 0; j < len; ++j, ++l) acc[l] += a[j];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// c ? a : b without a branch, so that loops using it still vectorise
-// (GCC does not if-convert float compares under its default trapping math).
-inline float Select(bool c, float a, float b) {
-  const uint32_t m = 0u - static_cast<uint32_t>(c);
-  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & m) | (std::bit_cast<uint32_t>(b) & ~m));
-}
-
-// exp(x) in float, within 1 ulp for x in [-87, 88]; 0 below, exp(88) above,
-// NaN for NaN. Our own (Cephes' expf polynomial) rather than libm's: loops
-// over it vectorise, and it gives the same bits on every x86 CPU, where
-// libm picks an FMA or a plain variant at run time.
-inline float Exp(float x) {
-  const bool underflow = x < -87.0f;
-  x = Select(x > 88.0f, 88.0f, Select(underflow, -87.0f, x));
-  // n = round(x / ln 2) by the 1.5 * 2^23 trick; t's low mantissa bits hold n.
-  constexpr float kShift = 12582912.0f;
-  const float t = x * 1.44269504088896341f + kShift;
-  const float n = t - kShift;
-  float r = x - n * 0.693359375f;  // ln 2 in two parts
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^n built from n's bits in t (uint32 arithmetic: wraps, never UB).
-  const uint32_t e = (std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kShift) + 127u) << 23;
-  return Select(underflow, 0.0f, p * std::bit_cast<float>(e));
-}
 
 // in: x (n, in), w (out, in); out: y (n, out)
 void MatMul(const float* x, const float* w, int n, int in, int out, float* y) {
@@ -141,25 +90,6 @@ void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, uint32_
       rotate(q + static_cast<size_t>(t) * dim, dim);
       rotate(k + static_cast<size_t>(t) * kv_dim, kv_dim);
     }
-  }
-}
-
-// in: w (len), rows r_s = rows + s * stride of width m <= kLanes;
-// in/out: acc (m) += w[s] * r_s for s = 0..len-1 in order.
-void WeightedSum(const float* w, const float* rows, int stride, int len, int m, float* acc) {
-  if (m == kLanes) {  // the common case, with the lanes in registers
-    float a[kLanes];
-    std::copy(acc, acc + kLanes, a);
-    for (int s = 0; s < len; ++s) {
-      const float* r = rows + static_cast<size_t>(s) * stride;
-      for (int i = 0; i < kLanes; ++i) a[i] += w[s] * r[i];
-    }
-    std::copy(a, a + kLanes, acc);
-    return;
-  }
-  for (int s = 0; s < len; ++s) {
-    const float* r = rows + static_cast<size_t>(s) * stride;
-    for (int i = 0; i < m; ++i) acc[i] += w[s] * r[i];
   }
 }
 
@@ -264,11 +194,17 @@ void Transformer::Layer(int layer, uint32_t pos0, uint32_t n, float* x, KvCache&
   MatMul(xb_.data(), w.wk.data(), nn, dim, kv_dim, k_.data());
   MatMul(xb_.data(), w.wv.data(), nn, dim, kv_dim, v_.data());
   Rope(q_.data(), k_.data(), nn, dim, kv_dim, c.head_size(), pos0, c.rope_theta);
+  if (query_sink_)
+    for (uint32_t t = 0; t < n; ++t) query_sink_(layer, pos0 + t, q_.data() + size_t{t} * dim);
   for (uint32_t t = 0; t < n; ++t) {
     std::memcpy(cache.k(layer, pos0 + t), k_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
     std::memcpy(cache.v(layer, pos0 + t), v_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
   }
-  Attention(q_.data(), cache, layer, pos0, nn, c, att_.data(), xb_.data());  // xb_ is free again
+  if (attention_hook_) {
+    attention_hook_(layer, pos0, n, q_.data(), cache, xb_.data());
+  } else {
+    Attention(q_.data(), cache, layer, pos0, nn, c, att_.data(), xb_.data());  // xb_ is free again
+  }
   MatMul(xb_.data(), w.wo.data(), nn, dim, dim, q_.data());                  // and now q_
   Add(x, q_.data(), size_t{n} * dim);
 

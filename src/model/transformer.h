@@ -49,8 +49,18 @@ class Transformer {
   using QuerySink = std::function<void(int layer, uint32_t pos, const float* q)>;
   void set_query_sink(QuerySink sink) { query_sink_ = std::move(sink); }
 
+  // Optional replacement of the attention step, for attention over a
+  // compacted KV (attention/compact.h). Layer calls it after writing the new
+  // tokens' K and V into `cache`, with q (n, dim) of positions pos0..pos0+n-1
+  // after RoPE; it writes o (n, dim), the per-head attention outputs. Unset
+  // (the default): dense attention over cache positions 0..p.
+  using AttentionHook = std::function<void(int layer, uint32_t pos0, uint32_t n, const float* q,
+                                           const KvCache& cache, float* o)>;
+  void set_attention_hook(AttentionHook hook) { attention_hook_ = std::move(hook); }
+
  private:
   QuerySink query_sink_;
+  AttentionHook attention_hook_;
   const Model& model_;
   std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, out_;  // scratch
 };

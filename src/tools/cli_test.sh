@@ -34,8 +34,16 @@ n=$(python3 -c "import struct; h=open('$WORK/kv.bin','rb').read(40); print(struc
 size=$(stat -c %s "$WORK/kv.bin")
 [ "$size" -eq $((40 + 4*n + 4*5*n*8*(8+2*4))) ] || fail "dump-kv size $size for $n tokens"
 
+"$FLATKV" bench attention --quick --json > "$WORK/attention.json"
+python3 -c "
+import json; j = json.load(open('$WORK/attention.json')); names = {m['name'] for m in j['methods']}
+assert {'snapkv+uniform', 'quest', 'certified_sampler', 'dense'} <= names, names
+for m in j['methods']: assert m['attn_output_rel_err'] is None or m['attn_output_rel_err'] >= 0, m
+" || fail "bench attention --quick --json"
+
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
+"$FLATKV" bench attention --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench attention --threads 0"
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"
 "$FLATKV" bench restore --sizes-mib 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench with size 0"

@@ -1,8 +1,9 @@
-// The `flatkv` command-line tool: `bench restore`, `bench engine`, `stats`,
+// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench attention`, `stats`,
 // `generate`, `perplexity`, `dump-kv` and `replay`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
 
+#include "tools/bench_attention.h"
 #include "tools/bench_engine.h"
 #include "tools/bench_restore.h"
 #include "tools/model_cmds.h"
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   CLI::App* restore = AddBenchRestoreCommand(*bench, restore_args);
   BenchEngineArgs engine_args;
   CLI::App* bench_engine = AddBenchEngineCommand(*bench, engine_args);
+  BenchAttentionArgs attention_args;
+  CLI::App* bench_attention = AddBenchAttentionCommand(*bench, attention_args);
   StatsArgs stats_args;
   CLI::App* stats = AddStatsCommand(app, stats_args);
   GenerateArgs generate_args;
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
   }
   if (restore->parsed()) return RunBenchRestore(restore_args);
   if (bench_engine->parsed()) return RunBenchEngine(engine_args);
+  if (bench_attention->parsed()) return RunBenchAttention(attention_args);
   if (stats->parsed()) return RunStats(stats_args);
   if (generate->parsed()) return RunGenerate(generate_args);
   if (perplexity->parsed()) return RunPerplexity(perplexity_args);

@@ -1,0 +1,57 @@
+// `flatkv bench attention`: budgeted KV selection and sparse decode attention.
+//   quality  every selector (scorer x allocator) at several budgets on
+//            stories260K over a text: retained attention mass and attention
+//            output error (continuation queries of the dense run over the
+//            kept prompt keys), next-token KL and perplexity change when
+//            the engine decodes the continuation from the compacted KV
+//            (teacher forcing).
+//   decode   one layer's decode step on synthetic Llama-3.1-8B-shaped f16
+//            caches (32 query heads, 8 KV heads, head_dim 128) at 32K, 64K
+//            and 128K tokens: dense (1 and 2 threads, bandwidth vs memcpy),
+//            Quest at a 4K-token budget, the certified sampler at eps 0.05.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "flatkv/status.h"
+#include "model/model.h"
+
+namespace flatkv::tools {
+
+struct BenchAttentionArgs {
+  std::string model;      // default: stories260K from the shared data
+  std::string tokenizer;
+  bool json = false;
+  bool quick = false;     // small shapes, one budget: well under a minute (CLI smoke test)
+  int threads = 2;        // the multi-threaded decode runs
+  uint32_t reps = 5;      // timed repetitions per decode case (median)
+  float dispersed_scale = 0.8f;  // synthetic caches: the most dispersed head's special-logit factor (1 = all concentrated)
+};
+
+CLI::App* AddBenchAttentionCommand(CLI::App& bench, BenchAttentionArgs& args);
+int RunBenchAttention(const BenchAttentionArgs& args);
+
+// One selector at one budget (bench_attention_quality.cc).
+struct SelectorRow {
+  std::string name;          // scorer+allocator
+  double budget = 0;         // fraction of prompt tokens removed (kvpress)
+  double retained_mass = 0;  // mean over layers, heads, continuation queries
+  double attn_err = 0;       // mean relative L2 error of attention outputs
+  double kl = 0;             // mean next-token KL(dense || compacted), nats
+  double ppl_dense = 0, ppl = 0;
+};
+
+struct QualitySetup {
+  uint32_t prompt_tokens = 320;
+  uint32_t continuation_tokens = 128;
+  std::vector<double> budgets = {0.25, 0.5, 0.75, 0.9};
+};
+
+Result<std::vector<SelectorRow>> RunSelectorQuality(const model::Model& m, const QualitySetup& setup,
+                                                    uint32_t* text_tokens);
+
+}  // namespace flatkv::tools

@@ -161,7 +161,11 @@ class Restore {
       : r_(r), layers_(layers), layer_bytes_(layer_bytes), out_(std::move(out)) {}
   ~Restore() { Close(); }
 
-  uint32_t hit_blocks() const { return flatkv_restore_hit_blocks(r_); }
+  uint32_t hit_blocks() const {
+    Live();
+    py::gil_scoped_release release;  // a daemon restore waits for its first layer
+    return flatkv_restore_hit_blocks(r_);
+  }
 
   uint32_t WaitLayer(uint32_t layer) {
     Live();

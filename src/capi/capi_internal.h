@@ -75,6 +75,9 @@ class Backend {
   // `dst` (may be null) holds keys.size() blocks laid out by `layout`.
   virtual Result<std::unique_ptr<BackendRestore>> StartRestore(std::span<const BlockKey> keys, std::byte* dst,
                                                                flatkv_layout layout) = 0;
+  // Restores the stored prefix of `keys` into `dst` and waits for it;
+  // returns the blocks valid in every layer.
+  virtual Result<uint32_t> Restore(std::span<const BlockKey> keys, std::byte* dst, flatkv_layout layout) = 0;
   virtual Status DropSession(uint64_t session) = 0;
   virtual Result<StoreStats> Stats() = 0;
   virtual Result<std::string> StatsJson() = 0;

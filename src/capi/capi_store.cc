@@ -121,13 +121,7 @@ flatkv_status* flatkv_store_restore(flatkv_store* store, const flatkv_key* keys,
     if (n_restored == nullptr) return Status::InvalidArgument("n_restored is NULL");
     FLATKV_ASSIGN_OR_RETURN(auto k, Keys(keys, n_keys));
     FLATKV_RETURN_IF_ERROR(CheckDestination(store->geometry, n_keys, dst, dst_bytes, layout, false));
-    FLATKV_ASSIGN_OR_RETURN(auto r, store->backend->StartRestore(k, static_cast<std::byte*>(dst), layout));
-    for (uint32_t l = 0; l < store->geometry.layers && r->hit_blocks() > 0; ++l) {
-      FLATKV_ASSIGN_OR_RETURN(auto view, r->WaitLayer(l));
-      (void)view;
-      r->ReleaseLayer(l);
-    }
-    FLATKV_ASSIGN_OR_RETURN(*n_restored, r->Finish());
+    FLATKV_ASSIGN_OR_RETURN(*n_restored, store->backend->Restore(k, static_cast<std::byte*>(dst), layout));
     return Status::Ok();
   });
 }

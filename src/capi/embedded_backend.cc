@@ -50,6 +50,16 @@ class EmbeddedBackend : public Backend {
     return std::unique_ptr<BackendRestore>(std::make_unique<EmbeddedRestore>(std::move(r)));
   }
 
+  Result<uint32_t> Restore(std::span<const BlockKey> keys, std::byte* dst, flatkv_layout layout) override {
+    FLATKV_ASSIGN_OR_RETURN(auto r, StartRestore(keys, dst, layout));
+    for (uint32_t l = 0; l < geometry_.layers && r->hit_blocks() > 0; ++l) {
+      FLATKV_ASSIGN_OR_RETURN(auto view, r->WaitLayer(l));
+      (void)view;
+      r->ReleaseLayer(l);
+    }
+    return r->Finish();
+  }
+
   Status DropSession(uint64_t session) override { return store_->DropSession(session); }
   Result<StoreStats> Stats() override { return store_->Stats(); }
   Result<std::string> StatsJson() override { return store_->Stats().ToJson(); }

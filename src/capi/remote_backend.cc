@@ -148,7 +148,7 @@ class RemoteRestore : public BackendRestore {
   void Run() {
     auto on_layer = [this](uint32_t layer, uint32_t blocks, std::span<const std::byte> data) -> Status {
       if (layer >= g_.layers) return Status::Corruption("daemon sent layer " + std::to_string(layer));
-      if (data.size() < uint64_t{blocks} * g_.block_layer_bytes)
+      if (data.size() < uint64_t{blocks} * g_.block_layer_bytes || blocks > keys_.size())
         return Status::Corruption("daemon sent " + std::to_string(data.size()) + " bytes for " +
                                   std::to_string(blocks) + " blocks of layer " + std::to_string(layer));
       if (dst_ != nullptr)
@@ -231,6 +231,30 @@ class RemoteBackend : public Backend {
                                              layout);
     FLATKV_RETURN_IF_ERROR(r->Start());
     return std::unique_ptr<BackendRestore>(std::move(r));
+  }
+
+  // Synchronous: Put's layout over the socket lands in `dst` directly; the
+  // window and the layer-major layout are placed per layer as they arrive.
+  Result<uint32_t> Restore(std::span<const BlockKey> keys, std::byte* dst, flatkv_layout layout) override {
+    const uint64_t n = keys.size();
+    return With<uint32_t>([&](Connection& c) -> Result<uint32_t> {
+      auto place = [&](uint32_t layer, uint32_t blocks, std::span<const std::byte> data) -> Status {
+        if (layer >= g_.layers || data.size() < uint64_t{blocks} * g_.block_layer_bytes || blocks > n)
+          return Status::Corruption("daemon sent " + std::to_string(data.size()) + " bytes for " +
+                                    std::to_string(blocks) + " blocks of layer " + std::to_string(layer));
+        Place(dst, layout, g_, n, layer, blocks, data);
+        return Status::Ok();
+      };
+      Result<service::RestoreResult> r = Status::Aborted("unreached");
+      if (c.window.base != nullptr && c.window.bytes >= n * g_.block_bytes)
+        r = c.client->RestoreToShm(c.window, 0, keys, place);
+      else if (layout == FLATKV_LAYOUT_BLOCK_MAJOR)
+        r = c.client->Restore(keys, std::span<std::byte>(dst, n * g_.block_bytes));
+      else
+        r = c.client->RestoreLayers(keys, place);
+      if (!r.ok()) return r.status();
+      return r->valid_blocks;
+    });
   }
 
   Status DropSession(uint64_t session) override {

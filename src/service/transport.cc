@@ -486,6 +486,8 @@ void Conn::DropFds() {
   fds_.clear();
 }
 
+bool Conn::Buffered() const { return ssl_ != nullptr && SSL_pending(ssl_) > 0; }
+
 void Conn::Shutdown() { ::shutdown(fd_, SHUT_RD); }
 
 }  // namespace flatkv::service

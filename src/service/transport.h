@@ -86,6 +86,8 @@ class Conn {
 
   // Wakes a reader blocked on this connection (it sees EOF). Thread-safe.
   void Shutdown();
+  // Bytes already decrypted and buffered (TLS), readable without the socket.
+  bool Buffered() const;
   int fd() const { return fd_; }
   bool unix_socket() const { return unix_; }
   bool tls() const { return ssl_ != nullptr; }

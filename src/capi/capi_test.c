@@ -402,6 +402,138 @@ static void test_restart_warm(void) {
   free(data);
 }
 
+/* ------------------------------------------------------------ daemon */
+
+static const char* kTokenA = "capi-tenant-a-token-0123";
+static const char* kTokenB = "capi-tenant-b-token-4567";
+
+/* 1 when `binary serve --help` mentions --config. */
+static int has_serve(const char* binary) {
+  char cmd[1200];
+  snprintf(cmd, sizeof(cmd), "'%s' serve --help 2>/dev/null", binary);
+  FILE* p = popen(cmd, "r");
+  if (p == NULL) return 0;
+  char line[512];
+  int found = 0;
+  while (fgets(line, sizeof(line), p) != NULL)
+    if (strstr(line, "--config") != NULL) found = 1;
+  return pclose(p) == 0 && found;
+}
+
+static flatkv_store* connect_to(const char* address, const char* token, uint64_t shm_bytes, flatkv_status** err) {
+  flatkv_options* o = flatkv_options_create();
+  OK(flatkv_options_set_server(o, address, token));
+  OK(flatkv_options_set_shm_window(o, shm_bytes));
+  flatkv_store* s = NULL;
+  *err = flatkv_store_open(o, &s);
+  flatkv_options_destroy(o);
+  return s;
+}
+
+/* Starts `flatkv serve` on a Unix socket, uses it through the C API, stops
+ * it with SIGTERM. Skipped (with a note) when the binary has no serve. */
+static void test_daemon(const char* binary) {
+  if (binary == NULL || access(binary, X_OK) != 0 || !has_serve(binary)) {
+    printf("capi_test: daemon tests skipped (no `flatkv serve --config` given)\n");
+    return;
+  }
+  char config[300], sock[300], address[310], log[300];
+  snprintf(config, sizeof(config), "%s/serve.toml", temp_root);
+  snprintf(sock, sizeof(sock), "%s/serve.sock", temp_root);
+  snprintf(address, sizeof(address), "unix:%s", sock);
+  snprintf(log, sizeof(log), "%s/serve.log", temp_root);
+  FILE* f = fopen(config, "w");
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  fprintf(f,
+          "[store]\nshape = \"stories260k\"\nblock_tokens = 16\ndram_bytes = \"8MiB\"\n"
+          "ssd_dir = \"%s/serve-ssd\"\nssd_bytes = \"64MiB\"\nsegment_bytes = \"8MiB\"\n"
+          "[listen]\nunix = \"%s\"\ntcp = \"\"\nhttp = \"\"\n"
+          "[[tenants]]\nname = \"a\"\ntoken = \"%s\"\n[[tenants]]\nname = \"b\"\ntoken = \"%s\"\n",
+          temp_root, sock, kTokenA, kTokenB);
+  fclose(f);
+
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* out = freopen(log, "w", stdout);
+    (void)out;
+    dup2(fileno(stdout), 2);
+    execl(binary, binary, "serve", "--config", config, (char*)NULL);
+    _exit(127);
+  }
+  CHECK(pid > 0);
+  if (pid <= 0) return;
+
+  /* Connect as soon as it listens (up to 20 s). */
+  flatkv_store* a = NULL;
+  for (int i = 0; i < 400 && a == NULL; ++i) {
+    flatkv_status* err = NULL;
+    a = connect_to(address, kTokenA, 0, &err);
+    flatkv_status_destroy(err);
+    if (a == NULL) {
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) break;
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  CHECK(a != NULL);
+  if (a != NULL) {
+    CHECK(flatkv_store_layers(a) == 5);
+    CHECK(flatkv_store_block_tokens(a) == 16);
+    const uint64_t bb = flatkv_store_block_bytes(a);
+    flatkv_namespace* ns = NULL;
+    OK(flatkv_namespace_create(FLATKV_HASH_XXH3, FLATKV_DEFAULT_HASH_SEED, "stories260k", NULL, NULL, &ns));
+    flatkv_key keys[4];
+    uint32_t tokens[64];
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < 64; ++i) tokens[i] = i * 3;
+    OK(flatkv_namespace_keys(ns, NULL, tokens, 64, 16, keys, 4, &n));
+    uint8_t* data = malloc(4 * bb);
+    uint8_t* out = calloc(4, bb);
+    fill_payload(data, 4, bb, 77);
+    OK(flatkv_store_put(a, 1, keys, 4, data, 4 * bb, 0));
+    uint32_t got = 0;
+    OK(flatkv_store_match(a, keys, 4, &got));
+    CHECK(got == 4);
+    OK(flatkv_store_restore(a, keys, 4, out, 4 * bb, FLATKV_LAYOUT_BLOCK_MAJOR, &got));
+    CHECK(got == 4 && memcmp(out, data, 4 * bb) == 0);
+
+    flatkv_status* err = NULL;
+    flatkv_store* shm = connect_to(address, kTokenA, 4u << 20, &err);
+    OK(err);
+    memset(out, 0, 4 * bb);
+    OK(flatkv_store_restore(shm, keys, 4, out, 4 * bb, FLATKV_LAYOUT_BLOCK_MAJOR, &got));
+    CHECK(got == 4 && memcmp(out, data, 4 * bb) == 0);
+    flatkv_store_destroy(shm);
+
+    flatkv_store* b = connect_to(address, kTokenB, 0, &err);
+    OK(err);
+    OK(flatkv_store_match(b, keys, 4, &got));
+    CHECK(got == 0); /* another tenant's blocks are out of reach */
+    flatkv_store_destroy(b);
+    CHECK(connect_to(address, "not-the-token-of-anyone", 0, &err) == NULL);
+    CHECK(flatkv_status_code(err) == FLATKV_PERMISSION_DENIED);
+    flatkv_status_destroy(err);
+    ERR(flatkv_store_drop_session(a, 1), FLATKV_NOT_SUPPORTED, "drop");
+    flatkv_store_destroy(a);
+    flatkv_namespace_destroy(ns);
+    free(data);
+    free(out);
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (a == NULL || !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    fprintf(stderr, "capi_test: flatkv serve exited with status %d; its log:\n", status);
+    FILE* l = fopen(log, "r");
+    char line[512];
+    while (l != NULL && fgets(line, sizeof(line), l) != NULL) fputs(line, stderr);
+    if (l != NULL) fclose(l);
+  }
+}
+
 int main(int argc, char** argv) {
   make_temp_root();
   test_status();
@@ -409,7 +541,7 @@ int main(int argc, char** argv) {
   test_keys();
   test_embedded();
   test_restart_warm();
-  (void)argc, (void)argv;
+  test_daemon(argc > 1 ? argv[1] : NULL);
   nftw(temp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (failures) {
     fprintf(stderr, "capi_test: %d failure(s)\n", failures);

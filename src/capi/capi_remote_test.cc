@@ -3,7 +3,6 @@
 // Unix socket (with and without a shared-memory window) and TCP.
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -194,28 +193,6 @@ TEST_F(CapiRemoteTest, TenantsAreIsolatedAndErrorsCarryMessages) {
 
   EXPECT_EQ(Err(flatkv_store_close(a)), "");
   EXPECT_EQ(Err(flatkv_store_match(a, keys.data(), 3, &hit)).rfind("FailedPrecondition", 0), 0u);
-}
-
-TEST_F(CapiRemoteTest, ThreadsShareOneHandle) {
-  flatkv_store* s = Open(server_->unix_address(), kTokenA, 4 << 20);
-  ASSERT_NE(s, nullptr);
-  const uint64_t bb = flatkv_store_block_bytes(s);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(4);
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      auto keys = Keys(10000 * (t + 1), 2);
-      auto data = service::testing::Blocks(bb, 2, 100 + t);
-      errors[t] = Err(flatkv_store_put(s, 10 + t, keys.data(), 2, data.data(), data.size(), 0));
-      std::vector<std::byte> out(data.size());
-      for (int i = 0; i < 5 && errors[t].empty(); ++i) {
-        uint32_t got = 0;
-        errors[t] = Err(flatkv_store_restore(s, keys.data(), 2, out.data(), out.size(), FLATKV_LAYOUT_BLOCK_MAJOR, &got));
-        if (errors[t].empty() && (got != 2 || out != data)) errors[t] = "thread " + std::to_string(t) + ": wrong bytes";
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) EXPECT_EQ(e, "");
 }
 
 }  // namespace

@@ -85,7 +85,16 @@ Status Connection::Handshake() {
   const auto deadline = WriteDeadline();
   if (tls_) FLATKV_RETURN_IF_ERROR(conn_->TlsAccept(server_->tls_.get(), deadline));
   std::vector<std::byte> payload;
-  FLATKV_ASSIGN_OR_RETURN(wire::Header h, conn_->ReadFrame(&payload, wire::kMaxStringBytes * 2 + 64, deadline));
+  auto read = conn_->ReadFrame(&payload, wire::kMaxStringBytes * 2 + 64, deadline);
+  if (!read.ok()) {
+    const Code code = read.status().code();
+    if (code == Code::kInvalidArgument || code == Code::kNotSupported) {
+      server_->metrics_.frame_errors.fetch_add(1, std::memory_order_relaxed);
+      (void)Error(0, read.status());
+    }
+    return read.status();
+  }
+  const wire::Header h = *read;
   if (h.type != wire::Type::kHello) {
     server_->metrics_.frame_errors.fetch_add(1, std::memory_order_relaxed);
     (void)Error(h.request_id, Status::FailedPrecondition("the first frame must be hello, got " + std::string(wire::TypeName(h.type))));

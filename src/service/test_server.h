@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,13 +49,13 @@ inline std::unique_ptr<Server> StartServer(ServerConfig c) {
   return std::move(s).value();
 }
 
-inline std::unique_ptr<Client> ConnectOrNull(const std::string& address, const std::string& token) {
+inline std::unique_ptr<Client> ConnectOrNull(const std::string& address, const std::string& token, bool quiet = false) {
   ClientOptions o;
   o.token = token;
   o.deadline = std::chrono::milliseconds(5000);
   auto c = Client::Connect(address, o);
   if (!c.ok()) {
-    std::fprintf(stderr, "Client::Connect(%s): %s\n", address.c_str(), c.status().ToString().c_str());
+    if (!quiet) std::fprintf(stderr, "Client::Connect(%s): %s\n", address.c_str(), c.status().ToString().c_str());
     return nullptr;
   }
   return std::move(c).value();

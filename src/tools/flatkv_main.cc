@@ -5,8 +5,10 @@
 
 #include "tools/bench_engine.h"
 #include "tools/bench_restore.h"
+#include "tools/bench_serve.h"
 #include "tools/model_cmds.h"
 #include "tools/replay_cmd.h"
+#include "tools/serve_cmd.h"
 #include "tools/stats_cmd.h"
 #include "tools/tool_common.h"
 
@@ -20,6 +22,8 @@ int main(int argc, char** argv) {
   CLI::App* restore = AddBenchRestoreCommand(*bench, restore_args);
   BenchEngineArgs engine_args;
   CLI::App* bench_engine = AddBenchEngineCommand(*bench, engine_args);
+  BenchServeArgs serve_bench_args;
+  CLI::App* bench_serve = AddBenchServeCommand(*bench, serve_bench_args);
   StatsArgs stats_args;
   CLI::App* stats = AddStatsCommand(app, stats_args);
   GenerateArgs generate_args;
@@ -30,6 +34,8 @@ int main(int argc, char** argv) {
   CLI::App* dump = AddDumpKvCommand(app, dump_args);
   ReplayArgs replay_args;
   CLI::App* replay = AddReplayCommand(app, replay_args);
+  ServeArgs serve_args;
+  CLI::App* serve = AddServeCommand(app, serve_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -43,5 +49,7 @@ int main(int argc, char** argv) {
   if (perplexity->parsed()) return RunPerplexity(perplexity_args);
   if (dump->parsed()) return RunDumpKv(dump_args);
   if (replay->parsed()) return RunReplay(replay_args);
+  if (serve->parsed()) return RunServe(serve_args);
+  if (bench_serve->parsed()) return RunBenchServe(serve_bench_args);
   return kExitUsage;
 }

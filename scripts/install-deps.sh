@@ -10,6 +10,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   librocksdb-dev                        # the RocksDB peer in `flatkv bench restore`
+  libtomlplusplus-dev                   # `flatkv serve` config files
+  pybind11-dev python3-dev python3-numpy python3-pytest  # the Python module and its tests
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

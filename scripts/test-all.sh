@@ -21,7 +21,7 @@ ctest --test-dir build/release --output-on-failure  # serial: one test compares 
 step "AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLATKV_WERROR=ON \
   -DFLATKV_SANITIZE=address,undefined -DFLATKV_BUILD_BENCH=OFF -DFLATKV_BUILD_TOOLS=OFF >/dev/null
-cmake --build build/asan -j "$JOBS" --target flatkv_tests
+cmake --build build/asan -j "$JOBS" --target flatkv_tests flatkv_capi_test flatkv_example_connector
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure
 

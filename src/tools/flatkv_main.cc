@@ -6,8 +6,10 @@
 #include "tools/bench_attention.h"
 #include "tools/bench_engine.h"
 #include "tools/bench_restore.h"
+#include "tools/bench_serve.h"
 #include "tools/model_cmds.h"
 #include "tools/replay_cmd.h"
+#include "tools/serve_cmd.h"
 #include "tools/stats_cmd.h"
 #include "tools/tool_common.h"
 
@@ -23,6 +25,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_engine = AddBenchEngineCommand(*bench, engine_args);
   BenchAttentionArgs attention_args;
   CLI::App* bench_attention = AddBenchAttentionCommand(*bench, attention_args);
+  BenchServeArgs serve_bench_args;
+  CLI::App* bench_serve = AddBenchServeCommand(*bench, serve_bench_args);
   StatsArgs stats_args;
   CLI::App* stats = AddStatsCommand(app, stats_args);
   GenerateArgs generate_args;
@@ -33,6 +37,8 @@ int main(int argc, char** argv) {
   CLI::App* dump = AddDumpKvCommand(app, dump_args);
   ReplayArgs replay_args;
   CLI::App* replay = AddReplayCommand(app, replay_args);
+  ServeArgs serve_args;
+  CLI::App* serve = AddServeCommand(app, serve_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,5 +53,7 @@ int main(int argc, char** argv) {
   if (perplexity->parsed()) return RunPerplexity(perplexity_args);
   if (dump->parsed()) return RunDumpKv(dump_args);
   if (replay->parsed()) return RunReplay(replay_args);
+  if (serve->parsed()) return RunServe(serve_args);
+  if (bench_serve->parsed()) return RunBenchServe(serve_bench_args);
   return kExitUsage;
 }

@@ -1,0 +1,266 @@
+/* flatkv.h: the C API of flatkv, for connectors and other languages.
+ *
+ * One opaque-handle API over two backends: the embedded store (DRAM + SSD
+ * in this process, include/flatkv/store.h) and a client of a `flatkv serve`
+ * daemon ("unix:/path" or "tcp:host:port"). Which one a flatkv_store is
+ * depends only on its options (flatkv_options_set_server); every other call
+ * is the same.
+ *
+ * Conventions (docs/c_api.md):
+ *  - Handles are opaque. Every `*_create` / `*_open` has a `*_destroy`, and
+ *    every destroy accepts NULL.
+ *  - A fallible call returns a `flatkv_status*`: NULL on success, otherwise
+ *    an error the caller owns and frees with flatkv_status_destroy. Errors
+ *    are values, never thread-local or per-handle state, so any thread may
+ *    call anything without racing on "the last error".
+ *  - No C++ exception crosses this boundary; running out of memory inside a
+ *    call is reported as FLATKV_NO_SPACE.
+ *  - Sizes are bytes as uint64_t; counts of blocks or keys as uint64_t in
+ *    arguments, uint32_t in results (a restore covers at most 2^32 blocks).
+ *
+ * Thread-safety: a flatkv_store may be used from many threads at once. A
+ * flatkv_restore is used by one thread at a time. A flatkv_namespace is
+ * immutable (share it freely); a flatkv_options is not thread-safe.
+ *
+ * C99-compatible. Link against the flatkv library (C++; link with a C++
+ * linker or add -lstdc++).
+ */
+#ifndef FLATKV_FLATKV_H_
+#define FLATKV_FLATKV_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+/* The same values as flatkv::Code (include/flatkv/status.h). */
+typedef enum flatkv_code {
+  FLATKV_OK = 0,
+  FLATKV_INVALID_ARGUMENT = 1,    /* the caller passed something malformed */
+  FLATKV_NOT_FOUND = 2,           /* a file, directory or session that does not exist */
+  FLATKV_CORRUPTION = 3,          /* stored bytes or metadata failed a check */
+  FLATKV_IO_ERROR = 4,            /* the device, filesystem or connection failed */
+  FLATKV_NO_SPACE = 5,            /* a capacity limit, a full disk, or out of memory */
+  FLATKV_PERMISSION_DENIED = 6,   /* an inaccessible directory or a rejected tenant token */
+  FLATKV_NOT_SUPPORTED = 7,       /* a feature this build or backend lacks */
+  FLATKV_FAILED_PRECONDITION = 8, /* the object is in the wrong state for the call */
+  FLATKV_ABORTED = 9              /* the operation was cancelled, or an internal error */
+} flatkv_code;
+
+typedef struct flatkv_status flatkv_status;
+
+/* The code of `status`; FLATKV_OK for NULL. */
+flatkv_code flatkv_status_code(const flatkv_status* status);
+/* What went wrong and with which value, e.g. "flatkv_store_put: data is 100
+ * bytes, expected 2 blocks x 81920 bytes". "" for NULL. Valid until the
+ * status is destroyed. */
+const char* flatkv_status_message(const flatkv_status* status);
+void flatkv_status_destroy(flatkv_status* status);
+/* "OK", "InvalidArgument", ...; "Unknown" for values outside the enum. */
+const char* flatkv_code_name(int32_t code);
+
+/* ---------------------------------------------------------------- options */
+
+typedef enum flatkv_dtype { FLATKV_DTYPE_F16 = 1, FLATKV_DTYPE_BF16 = 2, FLATKV_DTYPE_F32 = 3 } flatkv_dtype;
+
+/* What a store is opened with. Defaults are flatkv::StoreOptions' (64-token
+ * blocks, 256 MiB DRAM, no SSD); the shape has no default and must be set
+ * for an embedded store. Not thread-safe. */
+typedef struct flatkv_options flatkv_options;
+
+/* NULL when out of memory. */
+flatkv_options* flatkv_options_create(void);
+void flatkv_options_destroy(flatkv_options* options);
+
+/* A named shape ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b",
+ * "deepseek-v3", "stories260k"; case-insensitive). Unknown names fail with
+ * INVALID_ARGUMENT listing the known ones. */
+flatkv_status* flatkv_options_set_shape_preset(flatkv_options* options, const char* name);
+/* Multi-head / grouped-query attention: 2 * kv_heads * head_dim elements per token and layer. */
+flatkv_status* flatkv_options_set_shape_mha(flatkv_options* options, uint32_t layers, uint32_t kv_heads,
+                                            uint32_t head_dim, flatkv_dtype dtype);
+/* Multi-head latent attention: latent_dim + rope_dim elements per token and layer. */
+flatkv_status* flatkv_options_set_shape_mla(flatkv_options* options, uint32_t layers, uint32_t latent_dim,
+                                            uint32_t rope_dim, flatkv_dtype dtype);
+/* Tokens per block, 16..512 (default 64). */
+flatkv_status* flatkv_options_set_block_tokens(flatkv_options* options, uint32_t block_tokens);
+/* DRAM tier capacity; 0 disables the tier (default 256 MiB). */
+flatkv_status* flatkv_options_set_dram_capacity(flatkv_options* options, uint64_t bytes);
+/* Adds an SSD directory of `capacity_bytes` (all directories share the last
+ * capacity given). Created if missing; reopened warm if it holds a store. */
+flatkv_status* flatkv_options_add_ssd_dir(flatkv_options* options, const char* dir, uint64_t capacity_bytes);
+/* Size of one preallocated segment file (default 256 MiB; > 0). */
+flatkv_status* flatkv_options_set_segment_bytes(flatkv_options* options, uint64_t bytes);
+/* Target bytes of one layer's run in a DRAM / SSD extent (default 256 KiB / 2 MiB; > 0). */
+flatkv_status* flatkv_options_set_extent_layer_bytes(flatkv_options* options, uint64_t dram_bytes,
+                                                     uint64_t ssd_bytes);
+/* Ask for O_DIRECT on segment files (default 1). */
+flatkv_status* flatkv_options_set_direct_io(flatkv_options* options, int32_t enable);
+/* fdatasync data and manifest after every put (default 0). */
+flatkv_status* flatkv_options_set_sync_writes(flatkv_options* options, int32_t enable);
+
+/* Makes flatkv_store_open connect to a daemon instead of opening a store in
+ * this process. `address` is "unix:/path/to/socket" or "tcp:host:port";
+ * `tenant_token` authenticates the tenant (the daemon salts its keys, so a
+ * tenant only ever sees its own blocks). The shape and capacities are the
+ * daemon's; the options above are ignored. */
+flatkv_status* flatkv_options_set_server(flatkv_options* options, const char* address, const char* tenant_token);
+/* For a unix-socket daemon: register a shared-memory window of `bytes` that
+ * the daemon fills directly, saving the copy through the socket (0, the
+ * default, transfers KV bytes over the socket). */
+flatkv_status* flatkv_options_set_shm_window(flatkv_options* options, uint64_t bytes);
+
+/* ---------------------------------------------------------------- keys */
+
+/* A block's 128-bit chained key (docs/format_keys.md). */
+typedef struct flatkv_key {
+  uint64_t lo;
+  uint64_t hi;
+} flatkv_key;
+
+typedef enum flatkv_hash_kind { FLATKV_HASH_XXH3 = 1, FLATKV_HASH_SHA256 = 2 } flatkv_hash_kind;
+
+#define FLATKV_DEFAULT_HASH_SEED UINT64_C(0x666C61746B763031) /* "flatkv01" */
+
+/* A key namespace: the hash and what it binds (model fingerprint, adapter,
+ * tenant salt; NULL means ""). Keys from different namespaces never match.
+ * Immutable: thread-safe. */
+typedef struct flatkv_namespace flatkv_namespace;
+
+flatkv_status* flatkv_namespace_create(flatkv_hash_kind kind, uint64_t seed, const char* model_fingerprint,
+                                       const char* adapter_id, const char* tenant_salt, flatkv_namespace** out);
+void flatkv_namespace_destroy(flatkv_namespace* ns);
+/* The parent of every chain's first block. */
+flatkv_key flatkv_namespace_digest(const flatkv_namespace* ns);
+/* Keys of the full blocks of `tokens` (n_tokens / block_tokens of them; a
+ * trailing partial block gets none), chained from `parent` (NULL: the
+ * namespace digest, i.e. the start of a prompt). Writes *n_keys keys;
+ * fails with INVALID_ARGUMENT when `keys_capacity` is too small. */
+flatkv_status* flatkv_namespace_keys(const flatkv_namespace* ns, const flatkv_key* parent, const uint32_t* tokens,
+                                     uint64_t n_tokens, uint32_t block_tokens, flatkv_key* keys,
+                                     uint64_t keys_capacity, uint64_t* n_keys);
+
+/* ---------------------------------------------------------------- store */
+
+/* An embedded store or a daemon client. Thread-safe. */
+typedef struct flatkv_store flatkv_store;
+
+/* Opens (creating or recovering) an embedded store, or connects to the
+ * daemon named by flatkv_options_set_server. `options` may be destroyed
+ * afterwards. */
+flatkv_status* flatkv_store_open(const flatkv_options* options, flatkv_store** out);
+/* Persists the SSD index (embedded) or disconnects. Further calls fail with
+ * FAILED_PRECONDITION. Closing twice is OK. */
+flatkv_status* flatkv_store_close(flatkv_store* store);
+/* Closes (ignoring errors) and frees. Restores still alive keep what they
+ * need alive until they are destroyed. */
+void flatkv_store_destroy(flatkv_store* store);
+
+/* The geometry blocks are exchanged in; 0 for NULL. A block is
+ * `layers` consecutive layer slices of block_layer_bytes each. */
+uint32_t flatkv_store_layers(const flatkv_store* store);
+uint32_t flatkv_store_block_tokens(const flatkv_store* store);
+uint64_t flatkv_store_block_layer_bytes(const flatkv_store* store);
+uint64_t flatkv_store_block_bytes(const flatkv_store* store);
+
+/* How many leading keys of `keys` are stored (no data I/O). */
+flatkv_status* flatkv_store_match(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t* n_hit);
+
+#define FLATKV_PUT_ONE_SHOT UINT32_C(1) /* the blocks will not be reused soon: place them on SSD */
+
+/* Stores `n_keys` blocks for `session`. `data` is the blocks back to back,
+ * exactly n_keys * flatkv_store_block_bytes bytes. Blocks already stored are
+ * skipped. On error nothing stored before is lost. */
+flatkv_status* flatkv_store_put(flatkv_store* store, uint64_t session, const flatkv_key* keys, uint64_t n_keys,
+                                const void* data, uint64_t data_bytes, uint32_t flags);
+
+/* Where a restore puts block b's slice of layer l in caller memory. */
+typedef enum flatkv_layout {
+  /* dst + b * block_bytes + l * block_layer_bytes: put's layout. */
+  FLATKV_LAYOUT_BLOCK_MAJOR = 0,
+  /* dst + l * n_keys * block_layer_bytes + b * block_layer_bytes: every
+   * layer contiguous, so SSD reads land in place when dst is 4 KiB aligned. */
+  FLATKV_LAYOUT_LAYER_MAJOR = 1
+} flatkv_layout;
+
+/* Restores the longest stored prefix of `keys` into `dst` (at least
+ * n_keys * block_bytes bytes, laid out by `layout`) and waits for it.
+ * *n_restored is the number of leading blocks valid in every layer. */
+flatkv_status* flatkv_store_restore(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, void* dst,
+                                    uint64_t dst_bytes, flatkv_layout layout, uint32_t* n_restored);
+
+/* A restore in flight, consumed layer by layer: wait for layer l, use it,
+ * release it (which lets a later layer load). Used by one thread at a time. */
+typedef struct flatkv_restore flatkv_restore;
+
+/* Starts restoring the longest stored prefix of `keys`. With `dst` (laid
+ * out as in flatkv_store_restore) the layers land there; with dst == NULL
+ * (and dst_bytes 0) they land in the store's window and
+ * flatkv_restore_wait_layer hands out a pointer to each. */
+flatkv_status* flatkv_store_restore_start(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, void* dst,
+                                          uint64_t dst_bytes, flatkv_layout layout, flatkv_restore** out);
+/* Leading blocks found when the restore began; 0 for NULL. */
+uint32_t flatkv_restore_hit_blocks(const flatkv_restore* restore);
+/* Waits until `layer` has landed. *blocks: leading blocks valid in it.
+ * *data (may be NULL): with a window, `blocks` slices of this layer back to
+ * back, valid until the layer is released; with dst, NULL. Layers are
+ * waited for in order; one beyond the window before earlier ones are
+ * released fails with FAILED_PRECONDITION instead of deadlocking. */
+flatkv_status* flatkv_restore_wait_layer(flatkv_restore* restore, uint32_t layer, const void** data,
+                                         uint32_t* blocks);
+flatkv_status* flatkv_restore_release_layer(flatkv_restore* restore, uint32_t layer);
+/* Waits for every layer still loading; *n_valid: blocks valid in every layer. */
+flatkv_status* flatkv_restore_finish(flatkv_restore* restore, uint32_t* n_valid);
+/* Waits for the restore's I/O and frees it. */
+void flatkv_restore_destroy(flatkv_restore* restore);
+
+/* Frees every block of `session`. */
+flatkv_status* flatkv_store_drop_session(flatkv_store* store, uint64_t session);
+
+/* Counters of one medium (flatkv::MediumStats). */
+typedef struct flatkv_medium_stats {
+  uint64_t capacity_bytes;
+  uint64_t used_bytes;
+  uint64_t blocks;
+  uint64_t hit_blocks;
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+  uint64_t bytes_delivered;
+  uint64_t evicted_blocks;
+} flatkv_medium_stats;
+
+typedef struct flatkv_stats {
+  flatkv_medium_stats dram;
+  flatkv_medium_stats ssd;
+  uint64_t sessions;
+  uint64_t restores;
+  uint64_t lookup_blocks;
+  uint64_t miss_blocks;
+  uint64_t put_blocks;
+  uint64_t dedup_blocks;
+  uint64_t checksum_failures;
+  uint64_t io_errors;
+  uint64_t recovered_blocks;
+  uint64_t lost_blocks;
+  double restore_p50_us;
+  double restore_p99_us;
+} flatkv_stats;
+
+/* A snapshot of the store's counters (a daemon's: those of the whole daemon
+ * as far as it reports them). */
+flatkv_status* flatkv_store_stats(flatkv_store* store, flatkv_stats* out);
+/* The full counters as one JSON object, NUL-terminated in `buf`.
+ * *needed: the bytes the text takes with its NUL. With buf NULL and
+ * capacity 0 only *needed is set; a smaller capacity fails with
+ * INVALID_ARGUMENT and writes nothing. */
+flatkv_status* flatkv_store_stats_json(flatkv_store* store, char* buf, uint64_t capacity, uint64_t* needed);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLATKV_FLATKV_H_ */

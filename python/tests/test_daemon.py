@@ -1,0 +1,135 @@
+"""The flatkv module against a `flatkv serve` daemon started by the test.
+
+Needs the `flatkv` binary with `serve` (FLATKV_BINARY, set by ctest);
+skipped without it.
+"""
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import flatkv
+from conftest import payload
+
+TOKEN_A = "python-tenant-a-token-0123"
+TOKEN_B = "python-tenant-b-token-4567"
+
+
+def serve_binary():
+    binary = os.environ.get("FLATKV_BINARY", "")
+    if not binary or not os.access(binary, os.X_OK):
+        pytest.skip("FLATKV_BINARY does not name the flatkv binary")
+    help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True)
+    if help_text.returncode != 0 or "--config" not in help_text.stdout:
+        pytest.skip("this flatkv binary has no `serve --config`")
+    return binary
+
+
+class Daemon:
+    """A daemon on a Unix socket in `tmp`, SSD directory included."""
+
+    def __init__(self, binary, tmp):
+        self.socket = str(tmp / "flatkv.sock")
+        self.config = tmp / "flatkv.toml"
+        self.config.write_text(f"""
+[store]
+shape = "stories260k"
+block_tokens = 16
+dram_bytes = "8MiB"
+ssd_dir = "{tmp / 'ssd'}"
+ssd_bytes = "64MiB"
+segment_bytes = "8MiB"
+
+[listen]
+unix = "{self.socket}"
+tcp = ""
+http = ""
+
+[[tenants]]
+name = "a"
+token = "{TOKEN_A}"
+
+[[tenants]]
+name = "b"
+token = "{TOKEN_B}"
+""")
+        self.binary = binary
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen([self.binary, "serve", "--config", str(self.config)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail("flatkv serve exited: " + self.proc.stdout.read())
+            try:
+                return flatkv.Store.connect("unix:" + self.socket, token=TOKEN_A)
+            except flatkv.Error:
+                time.sleep(0.05)
+        pytest.fail("flatkv serve did not accept connections within 20 s")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode if self.proc else 0
+        self.proc = None
+        return code
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(serve_binary(), tmp_path)
+    yield d
+    d.stop()
+
+
+def test_client_round_trip_tenants_and_warm_restart(daemon):
+    store = daemon.start()
+    assert store.layers == 5 and store.block_tokens == 16
+    ns = flatkv.Namespace(model_fingerprint="stories260k")
+    keys = ns.keys(np.arange(4 * 16), 16)
+    data = payload(4, store.block_bytes, seed=5)
+    store.put(1, keys, data, one_shot=True)  # one-shot: on SSD, so it survives a restart
+    assert store.match(keys) == 4
+    out = np.zeros_like(data)
+    assert store.restore(keys, out) == 4
+    assert np.array_equal(out, data)
+
+    # Through a shared-memory window, layer by layer.
+    shm = flatkv.Store.connect("unix:" + daemon.socket, token=TOKEN_A, shm_window_bytes=4 << 20)
+    lb = shm.block_layer_bytes
+    with shm.restore_start(keys) as r:
+        for layer in range(shm.layers):
+            assert r.wait_layer(layer) == 4
+            got = np.frombuffer(r.layer_data(layer), np.uint8).reshape(4, lb)
+            assert np.array_equal(got, data[:, layer * lb:(layer + 1) * lb])
+            r.release_layer(layer)
+        assert r.finish() == 4
+
+    # Another tenant sends the same keys and reaches nothing.
+    other = flatkv.Store.connect("unix:" + daemon.socket, token=TOKEN_B)
+    assert other.match(keys) == 0
+    with pytest.raises(flatkv.Error) as e:
+        flatkv.Store.connect("unix:" + daemon.socket, token="wrong-token-wrong-token")
+    assert e.value.code == "PermissionDenied"
+    with pytest.raises(flatkv.Error, match="NotSupported|drop") as e:
+        store.drop_session(1)
+    for s in (store, shm, other):
+        s.close()
+
+    assert daemon.stop() == 0
+    store = daemon.start()  # warm: the SSD blocks are back
+    assert store.match(keys) == 4
+    out[:] = 0
+    assert store.restore(keys, out) == 4
+    assert np.array_equal(out, data)
+    store.close()

@@ -1,0 +1,154 @@
+"""The flatkv module on an embedded store: round trips, restart, errors."""
+import threading
+
+import numpy as np
+import pytest
+
+import flatkv
+from conftest import BLOCK_TOKENS, SHAPE, open_store, payload
+
+
+def test_keys(ns):
+    tokens = np.arange(100, 150, dtype=np.int64)
+    keys = ns.keys(tokens, BLOCK_TOKENS)
+    assert keys.shape == (3, 2) and keys.dtype == np.uint64  # the partial 4th block has no key
+    assert np.array_equal(keys, ns.keys(list(range(100, 150)), BLOCK_TOKENS))
+    other = flatkv.Namespace(model_fingerprint="pytest-model", tenant="t2")
+    assert not np.array_equal(keys, other.keys(tokens, BLOCK_TOKENS))
+    # Chaining on from a parent continues the chain.
+    tail = ns.keys(tokens[16:48], BLOCK_TOKENS, parent=keys[0])
+    assert np.array_equal(tail, keys[1:3])
+    assert ns.digest.shape == (1, 2)
+    with pytest.raises(ValueError, match="outside 0..2"):
+        ns.keys([1, -2, 3], BLOCK_TOKENS)
+    with pytest.raises(ValueError, match="hash must be"):
+        flatkv.Namespace(hash="md5")
+
+
+def test_round_trip(store, ns):
+    assert (store.layers, store.block_tokens, store.block_layer_bytes, store.block_bytes) == (3, 16, 2048, 6144)
+    keys = ns.keys(np.arange(7 * BLOCK_TOKENS), BLOCK_TOKENS)
+    data = payload(6, store.block_bytes, seed=1)
+    assert store.match(keys) == 0
+    store.put(1, keys[:6], data)
+    assert store.match(keys) == 6
+
+    out = np.zeros((7, store.block_bytes), dtype=np.uint8)
+    assert store.restore(keys, out) == 6
+    assert np.array_equal(out[:6], data)
+    assert not out[6].any()  # past the stored prefix: untouched
+
+    # Layer-major: [layer][block] slices, each layer contiguous.
+    lm = np.zeros((store.layers, 6, store.block_layer_bytes), dtype=np.uint8)
+    assert store.restore(keys[:6], lm, layout="layer") == 6
+    for layer in range(store.layers):
+        lb = store.block_layer_bytes
+        assert np.array_equal(lm[layer], data[:, layer * lb:(layer + 1) * lb])
+
+    # Bytes in, bytearray out.
+    store.put(2, keys[6:7], payload(1, store.block_bytes, 2).tobytes())
+    ba = bytearray(7 * store.block_bytes)
+    assert store.restore(keys, ba) == 7
+    assert bytes(ba[:6 * store.block_bytes]) == data.tobytes()
+
+    stats = store.stats()
+    assert stats["put_blocks"] == 7
+    assert stats["dram"]["blocks"] + stats["ssd"]["blocks"] == 7
+
+    store.drop_session(2)
+    assert store.match(keys) == 6
+
+
+def test_restore_layer_by_layer(store, ns):
+    keys = ns.keys(np.arange(4 * BLOCK_TOKENS), BLOCK_TOKENS)
+    data = payload(4, store.block_bytes, seed=3)
+    store.put(5, keys, data)
+    lb = store.block_layer_bytes
+    with store.restore_start(keys) as r:
+        assert r.hit_blocks == 4
+        for layer in range(store.layers):
+            assert r.wait_layer(layer) == 4
+            got = np.frombuffer(r.layer_data(layer), dtype=np.uint8).reshape(4, lb)
+            assert np.array_equal(got, data[:, layer * lb:(layer + 1) * lb])
+            r.release_layer(layer)
+            with pytest.raises(ValueError, match="already released"):
+                r.layer_data(layer)
+        assert r.finish() == 4
+
+    out = np.zeros((4, store.block_bytes), dtype=np.uint8)
+    r = store.restore_start(keys, out=out)
+    for layer in range(store.layers):
+        assert r.wait_layer(layer) == 4
+        assert np.array_equal(out[:, layer * lb:(layer + 1) * lb], data[:, layer * lb:(layer + 1) * lb])
+        r.release_layer(layer)
+    assert r.finish() == 4
+    r.close()
+    with pytest.raises(ValueError, match="closed"):
+        r.finish()
+
+
+def test_restart_warm_from_ssd(tmp_path, ns):
+    keys = ns.keys(np.arange(5 * BLOCK_TOKENS), BLOCK_TOKENS)
+    with open_store(tmp_path / "ssd", dram_bytes=0) as s:  # SSD only
+        data = payload(5, s.block_bytes, seed=4)
+        s.put(9, keys, data, one_shot=True)
+    with open_store(tmp_path / "ssd", dram_bytes=0) as s:
+        assert s.stats()["recovered_blocks"] == 5
+        assert s.match(keys) == 5
+        out = np.empty_like(data)
+        assert s.restore(keys, out) == 5
+        assert np.array_equal(out, data)
+
+
+def test_errors_carry_the_c_message(store, ns, tmp_path):
+    keys = ns.keys(np.arange(2 * BLOCK_TOKENS), BLOCK_TOKENS)
+    with pytest.raises(flatkv.Error, match="expected 2 blocks x 6144 bytes") as e:
+        store.put(1, keys, b"short")
+    assert e.value.code == "InvalidArgument"
+    with pytest.raises(flatkv.Error, match="need 2 x 6144"):
+        store.restore(keys, np.zeros(100, dtype=np.uint8))
+    with pytest.raises(TypeError, match="writable"):
+        store.restore(keys, bytes(2 * store.block_bytes))
+    with pytest.raises(TypeError, match="C-contiguous"):
+        store.put(1, keys, np.zeros((store.block_bytes, 2), dtype=np.uint8).T)
+    with pytest.raises(ValueError, match="shape"):
+        store.match(np.zeros((2, 3), dtype=np.uint64))
+    with pytest.raises(ValueError, match="layout"):
+        store.restore(keys, np.zeros((2, store.block_bytes), np.uint8), layout="diagonal")
+    with pytest.raises(flatkv.Error, match="unknown shape preset 'gpt-17'") as e:
+        flatkv.Store("gpt-17")
+    assert e.value.code == "InvalidArgument"
+    with pytest.raises(flatkv.Error, match="block_tokens 8"):
+        flatkv.Store(SHAPE, block_tokens=8)
+    with pytest.raises(flatkv.Error, match="session 42"):
+        store.drop_session(42)
+    with pytest.raises(flatkv.Error, match="neither unix"):
+        flatkv.Store.connect("http://example")
+    store.close()
+    with pytest.raises(flatkv.Error, match="closed") as e:
+        store.put(1, keys, np.zeros((2, 6144), np.uint8))
+    assert e.value.code == "FailedPrecondition"
+
+
+def test_threads_release_the_gil(store, ns):
+    """Concurrent puts and restores from threads; each checks its own bytes."""
+    errors = []
+
+    def worker(i):
+        try:
+            keys = ns.keys(np.arange(3 * BLOCK_TOKENS) + 10000 * (i + 1), BLOCK_TOKENS)
+            data = payload(3, store.block_bytes, seed=100 + i)
+            store.put(100 + i, keys, data)
+            out = np.zeros_like(data)
+            for _ in range(5):
+                assert store.restore(keys, out) == 3
+                assert np.array_equal(out, data)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

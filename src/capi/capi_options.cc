@@ -1,0 +1,213 @@
+// flatkv_options and flatkv_namespace: what a store is opened with, and
+// key hashing.
+#include <new>
+#include <string>
+#include <vector>
+
+#include "capi/capi_internal.h"
+#include "flatkv/shape.h"
+
+using flatkv::Status;
+using flatkv::capi::Guard;
+
+namespace {
+
+Status CheckOptions(const flatkv_options* o) {
+  return o ? Status::Ok() : Status::InvalidArgument("options is NULL");
+}
+
+flatkv::Result<flatkv::DType> ToDType(flatkv_dtype dtype) {
+  switch (dtype) {
+    case FLATKV_DTYPE_F16: return flatkv::DType::kF16;
+    case FLATKV_DTYPE_BF16: return flatkv::DType::kBF16;
+    case FLATKV_DTYPE_F32: return flatkv::DType::kF32;
+  }
+  return Status::InvalidArgument("unknown dtype " + std::to_string(int(dtype)) + " (FLATKV_DTYPE_F16=1, BF16=2, F32=3)");
+}
+
+Status SetShape(flatkv_options* o, const flatkv::KvShape& shape) {
+  FLATKV_RETURN_IF_ERROR(shape.Validate());
+  o->store.shape = shape;
+  o->shape_set = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+flatkv_options* flatkv_options_create(void) {
+  try {
+    return new flatkv_options;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void flatkv_options_destroy(flatkv_options* options) { delete options; }
+
+flatkv_status* flatkv_options_set_shape_preset(flatkv_options* options, const char* name) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    if (name == nullptr) return Status::InvalidArgument("preset name is NULL");
+    FLATKV_ASSIGN_OR_RETURN(auto shape, flatkv::FindShapePreset(name));
+    return SetShape(options, shape);
+  });
+}
+
+flatkv_status* flatkv_options_set_shape_mha(flatkv_options* options, uint32_t layers, uint32_t kv_heads,
+                                            uint32_t head_dim, flatkv_dtype dtype) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    FLATKV_ASSIGN_OR_RETURN(auto t, ToDType(dtype));
+    return SetShape(options, flatkv::KvShape::Mha(layers, kv_heads, head_dim, t));
+  });
+}
+
+flatkv_status* flatkv_options_set_shape_mla(flatkv_options* options, uint32_t layers, uint32_t latent_dim,
+                                            uint32_t rope_dim, flatkv_dtype dtype) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    FLATKV_ASSIGN_OR_RETURN(auto t, ToDType(dtype));
+    return SetShape(options, flatkv::KvShape::Mla(layers, latent_dim, rope_dim, t));
+  });
+}
+
+flatkv_status* flatkv_options_set_block_tokens(flatkv_options* options, uint32_t block_tokens) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    if (block_tokens < 16 || block_tokens > 512)
+      return Status::InvalidArgument("block_tokens " + std::to_string(block_tokens) + " is outside 16..512");
+    options->store.block_tokens = block_tokens;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_dram_capacity(flatkv_options* options, uint64_t bytes) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    options->store.dram_capacity_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_add_ssd_dir(flatkv_options* options, const char* dir, uint64_t capacity_bytes) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    if (dir == nullptr || *dir == '\0') return Status::InvalidArgument("SSD directory is NULL or empty");
+    if (capacity_bytes == 0) return Status::InvalidArgument(std::string("SSD capacity of ") + dir + " is 0 bytes");
+    options->store.ssd_dirs.emplace_back(dir);
+    options->store.ssd_capacity_bytes = capacity_bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_segment_bytes(flatkv_options* options, uint64_t bytes) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    if (bytes == 0) return Status::InvalidArgument("segment size is 0 bytes");
+    options->store.segment_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_extent_layer_bytes(flatkv_options* options, uint64_t dram_bytes,
+                                                     uint64_t ssd_bytes) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    if (dram_bytes == 0 || ssd_bytes == 0)
+      return Status::InvalidArgument("extent layer bytes must be > 0, got dram " + std::to_string(dram_bytes) +
+                                     " ssd " + std::to_string(ssd_bytes));
+    options->store.dram_extent_layer_bytes = dram_bytes;
+    options->store.ssd_extent_layer_bytes = ssd_bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_direct_io(flatkv_options* options, int32_t enable) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    options->store.use_direct_io = enable != 0;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_sync_writes(flatkv_options* options, int32_t enable) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    options->store.sync_writes = enable != 0;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_server(flatkv_options* options, const char* address, const char* tenant_token) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    if (address == nullptr || *address == '\0') return Status::InvalidArgument("server address is NULL or empty");
+    const std::string a(address);
+    if (a.rfind("unix:", 0) != 0 && a.rfind("tcp:", 0) != 0)
+      return Status::InvalidArgument("server address \"" + a + "\" is neither unix:/path nor tcp:host:port");
+    options->server = a;
+    options->token = tenant_token ? tenant_token : "";
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_shm_window(flatkv_options* options, uint64_t bytes) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    options->shm_window_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_namespace_create(flatkv_hash_kind kind, uint64_t seed, const char* model_fingerprint,
+                                       const char* adapter_id, const char* tenant_salt, flatkv_namespace** out) {
+  return Guard(__func__, [&]() -> Status {
+    if (out == nullptr) return Status::InvalidArgument("out is NULL");
+    *out = nullptr;
+    if (kind != FLATKV_HASH_XXH3 && kind != FLATKV_HASH_SHA256)
+      return Status::InvalidArgument("unknown hash kind " + std::to_string(int(kind)) +
+                                     " (FLATKV_HASH_XXH3=1, FLATKV_HASH_SHA256=2)");
+    flatkv::KeyHasher hasher(static_cast<flatkv::HashKind>(kind), seed);
+    flatkv::Namespace ns{model_fingerprint ? model_fingerprint : "", adapter_id ? adapter_id : "",
+                         tenant_salt ? tenant_salt : ""};
+    *out = new flatkv_namespace{hasher, hasher.NamespaceDigest(ns)};
+    return Status::Ok();
+  });
+}
+
+void flatkv_namespace_destroy(flatkv_namespace* ns) { delete ns; }
+
+flatkv_key flatkv_namespace_digest(const flatkv_namespace* ns) {
+  if (ns == nullptr) return flatkv_key{0, 0};
+  return flatkv_key{ns->digest.lo, ns->digest.hi};
+}
+
+flatkv_status* flatkv_namespace_keys(const flatkv_namespace* ns, const flatkv_key* parent, const uint32_t* tokens,
+                                     uint64_t n_tokens, uint32_t block_tokens, flatkv_key* keys,
+                                     uint64_t keys_capacity, uint64_t* n_keys) {
+  return Guard(__func__, [&]() -> Status {
+    if (n_keys) *n_keys = 0;
+    if (ns == nullptr) return Status::InvalidArgument("namespace is NULL");
+    if (n_keys == nullptr) return Status::InvalidArgument("n_keys is NULL");
+    if (tokens == nullptr && n_tokens > 0)
+      return Status::InvalidArgument("tokens is NULL with n_tokens " + std::to_string(n_tokens));
+    if (block_tokens == 0) return Status::InvalidArgument("block_tokens is 0");
+    const uint64_t n = n_tokens / block_tokens;
+    if (n > keys_capacity)
+      return Status::InvalidArgument(std::to_string(n_tokens) + " tokens make " + std::to_string(n) +
+                                     " blocks of " + std::to_string(block_tokens) + ", keys holds " +
+                                     std::to_string(keys_capacity));
+    if (keys == nullptr && n > 0) return Status::InvalidArgument("keys is NULL");
+    flatkv::BlockKey key = parent ? flatkv::BlockKey{parent->lo, parent->hi} : ns->digest;
+    for (uint64_t b = 0; b < n; ++b) {
+      key = ns->hasher.Chain(key, std::span<const uint32_t>(tokens + b * block_tokens, block_tokens));
+      keys[b] = flatkv_key{key.lo, key.hi};
+    }
+    *n_keys = n;
+    return Status::Ok();
+  });
+}
+
+}  // extern "C"

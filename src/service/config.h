@@ -1,0 +1,79 @@
+// ServerConfig: what `flatkv serve` runs with. Built-in defaults, then a
+// TOML file (docs/service.md lists every key), then command-line flags.
+//
+// Defaults: DRAM tier = 1/8 of the machine's memory; one SSD directory
+// $XDG_CACHE_HOME/flatkv/store (else ~/.cache/flatkv/store) of at most
+// 16 GiB or half the filesystem's free space, whichever is smaller; a Unix
+// socket $XDG_RUNTIME_DIR/flatkv.sock (else in the cache directory), TCP on
+// 127.0.0.1:7471 and HTTP metrics on 127.0.0.1:7472 — loopback only unless
+// listen.allow_remote is set; the Llama-3.1-8B KV shape.
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flatkv/options.h"
+#include "flatkv/status.h"
+#include "service/tenants.h"
+
+namespace flatkv::service {
+
+struct ServerConfig {
+  // The store: shape, block_tokens, ssd_dirs, segment size, sync_writes,
+  // ssd_io. Its capacities come from the fields below in FinalizeConfig.
+  StoreOptions store;
+  // DRAM tier bytes (0 disables it); unset: dram_fraction of physical memory.
+  std::optional<uint64_t> dram_bytes;
+  double dram_fraction = 0.125;  // in [0, 0.9]
+  // SSD bytes per directory; unset: min(16 GiB, half the free space).
+  std::optional<uint64_t> ssd_bytes;
+
+  // Listening addresses; empty disables one. unix_path is a socket path;
+  // tcp_address and http_address are "host:port" (port 0: any free port).
+  std::string unix_path;
+  std::string tcp_address = "127.0.0.1:7471";
+  std::string http_address = "127.0.0.1:7472";
+  // Permit non-loopback TCP/HTTP addresses. Off by default: a daemon
+  // reachable from the network should run with tenants and TLS.
+  bool allow_remote = false;
+
+  // TLS for the TCP listener (both or neither).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+
+  // Largest frame payload accepted or sent, bytes (a put is split by clients to fit).
+  uint64_t max_frame_bytes = 64ull << 20;
+  // Deadline of a request that names none.
+  std::chrono::milliseconds default_deadline{10000};
+  // How long a started frame may take to arrive, or a reply to drain, before
+  // the connection is dropped (a stalled or slow client).
+  std::chrono::milliseconds io_timeout{30000};
+  // Connections beyond this are refused with an error frame.
+  uint32_t max_connections = 1024;
+  // Shared-memory windows per connection, and their total bytes.
+  uint32_t max_shm_windows = 16;
+  uint64_t max_shm_bytes = 64ull << 30;
+
+  std::vector<TenantConfig> tenants;
+};
+
+// Built-in defaults (reads /proc/meminfo-equivalent sysconf and the environment).
+ServerConfig DefaultServerConfig();
+// Applies a TOML document over `config`. Unknown keys are errors naming them.
+Status ApplyConfigToml(std::string_view text, const std::string& origin, ServerConfig* config);
+Status LoadConfigFile(const std::string& path, ServerConfig* config);
+// Fills derived values (DRAM from dram_fraction when dram_bytes was not set,
+// SSD capacity bounded by free space) and checks the result: loopback-only
+// addresses unless allow_remote, TLS files both or neither.
+Status FinalizeConfig(ServerConfig* config);
+
+// "64MiB", "8GiB", "1.5G", "4096" -> bytes.
+Result<uint64_t> ParseByteSize(std::string_view text);
+
+}  // namespace flatkv::service

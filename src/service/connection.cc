@@ -1,0 +1,324 @@
+#include "service/connection.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "common/log.h"
+#include "service/metrics.h"
+#include "service/server.h"
+
+namespace flatkv::service {
+namespace {
+
+double MicrosSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+// Counts a request in flight for the server's queue-depth gauge.
+struct InFlight {
+  std::atomic<uint64_t>& n;
+  explicit InFlight(std::atomic<uint64_t>& g) : n(g) { n.fetch_add(1, std::memory_order_relaxed); }
+  ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+}  // namespace
+
+Connection::Connection(Server* server, std::unique_ptr<Conn> conn, bool tls)
+    : server_(server), conn_(std::move(conn)), tls_(tls) {}
+
+Connection::~Connection() {
+  for (const Window& w : windows_) ::munmap(w.base, w.bytes);
+  server_->metrics_.shm_windows.fetch_sub(windows_.size(), std::memory_order_relaxed);
+  server_->metrics_.shm_bytes.fetch_sub(window_bytes_, std::memory_order_relaxed);
+}
+
+Clock::time_point Connection::WriteDeadline() const { return Clock::now() + server_->config_.io_timeout; }
+
+Clock::time_point Connection::DeadlineOf(uint32_t deadline_ms, Clock::time_point arrival) const {
+  return arrival + (deadline_ms ? std::chrono::milliseconds(deadline_ms) : server_->config_.default_deadline);
+}
+
+Status Connection::Reply(const std::vector<std::byte>& frame) { return conn_->Write(frame, WriteDeadline()); }
+
+Status Connection::Error(uint32_t id, const Status& status) {
+  if (metrics_) metrics_->errors.fetch_add(1, std::memory_order_relaxed);
+  return Reply(wire::EncodeError(id, status));
+}
+
+void Connection::Run() {
+  ServerMetrics& m = server_->metrics_;
+  m.connections_total.fetch_add(1, std::memory_order_relaxed);
+  m.connections_active.fetch_add(1, std::memory_order_relaxed);
+  if (Status st = Handshake(); !st.ok()) {
+    if (st.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + st.ToString());
+  } else {
+    std::vector<std::byte> payload;
+    while (WaitForRequest()) {
+      auto h = conn_->ReadFrame(&payload, server_->config_.max_frame_bytes, WriteDeadline());
+      const auto arrival = Clock::now();
+      if (!h.ok()) {
+        const Status& st = h.status();
+        if (st.code() == Code::kInvalidArgument || st.code() == Code::kNotSupported) {
+          // A malformed or oversized header: answer, then close (the stream cannot be resynchronized).
+          m.frame_errors.fetch_add(1, std::memory_order_relaxed);
+          (void)Error(0, st);
+        }
+        break;
+      }
+      InFlight in_flight(m.requests_in_flight);
+      Status st = Dispatch(*h, payload, arrival);
+      conn_->DropFds();
+      if (!st.ok()) break;
+      if (payload.capacity() > (4u << 20)) payload = {};  // do not pin a large put's buffer while idle
+    }
+  }
+  m.connections_active.fetch_sub(1, std::memory_order_relaxed);
+}
+
+Status Connection::Handshake() {
+  const auto deadline = WriteDeadline();
+  if (tls_) FLATKV_RETURN_IF_ERROR(conn_->TlsAccept(server_->tls_.get(), deadline));
+  std::vector<std::byte> payload;
+  auto read = conn_->ReadFrame(&payload, wire::kMaxStringBytes * 2 + 64, deadline);
+  if (!read.ok()) {
+    const Code code = read.status().code();
+    if (code == Code::kInvalidArgument || code == Code::kNotSupported) {
+      server_->metrics_.frame_errors.fetch_add(1, std::memory_order_relaxed);
+      (void)Error(0, read.status());
+    }
+    return read.status();
+  }
+  const wire::Header h = *read;
+  if (h.type != wire::Type::kHello) {
+    server_->metrics_.frame_errors.fetch_add(1, std::memory_order_relaxed);
+    (void)Error(h.request_id, Status::FailedPrecondition("the first frame must be hello, got " + std::string(wire::TypeName(h.type))));
+    return Status::InvalidArgument("no hello");
+  }
+  auto hello = wire::DecodeHello(payload);
+  if (!hello.ok()) {
+    (void)Error(h.request_id, hello.status());
+    return hello.status();
+  }
+  if (hello->min_version > wire::kVersion || hello->max_version < wire::kVersion) {
+    Status st = Status::NotSupported("client speaks protocol versions " + std::to_string(hello->min_version) + ".." +
+                                     std::to_string(hello->max_version) + ", this daemon " + std::to_string(wire::kVersion));
+    (void)Error(h.request_id, st);
+    return st;
+  }
+  auto tenant = server_->tenants_->Authenticate(hello->token);
+  if (!tenant.ok()) {
+    server_->metrics_.auth_failures.fetch_add(1, std::memory_order_relaxed);
+    (void)Error(h.request_id, tenant.status());
+    return tenant.status();
+  }
+  tenant_ = *tenant;
+  metrics_ = server_->tenant_metrics_[tenant_->index].get();
+  FLATKV_ASSIGN_OR_RETURN(salter_, KeySalter::Make(*tenant_));
+  const Store& store = *server_->store_;
+  wire::HelloOk ok;
+  ok.shape = store.options().shape;
+  ok.block_tokens = store.options().block_tokens;
+  ok.block_layer_bytes = store.BlockLayerBytes();
+  ok.max_frame_bytes = server_->config_.max_frame_bytes;
+  ok.tenant = tenant_->name;
+  return Reply(wire::EncodeHelloOk(h.request_id, ok));
+}
+
+bool Connection::WaitForRequest() {
+  if (conn_->Buffered()) return true;
+  pollfd p[2] = {{conn_->fd(), POLLIN, 0}, {server_->stop_fd_, POLLIN, 0}};
+  for (;;) {
+    const int rc = ::poll(p, 2, -1);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return false;
+    if (p[1].revents) return false;  // stopping: an idle connection closes now
+    return (p[0].revents & POLLIN) != 0;
+  }
+}
+
+Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> payload, Clock::time_point arrival) {
+  const uint32_t id = h.request_id;
+  auto bad = [&](const Status& st) {
+    server_->metrics_.frame_errors.fetch_add(1, std::memory_order_relaxed);
+    return Error(id, st);
+  };
+  switch (h.type) {
+    case wire::Type::kLookup: {
+      auto m = wire::DecodeLookup(payload);
+      return m.ok() ? Lookup(id, *m, arrival) : bad(m.status());
+    }
+    case wire::Type::kPut: {
+      auto m = wire::DecodePut(payload);
+      return m.ok() ? Put(id, *m, arrival) : bad(m.status());
+    }
+    case wire::Type::kRestore: {
+      auto m = wire::DecodeRestore(payload);
+      return m.ok() ? Restore(id, *m, arrival) : bad(m.status());
+    }
+    case wire::Type::kRegisterShm: {
+      auto m = wire::DecodeRegisterShm(payload);
+      return m.ok() ? RegisterShm(id, *m) : bad(m.status());
+    }
+    case wire::Type::kStats:
+      if (!payload.empty()) return bad(Status::InvalidArgument("stats: payload must be empty"));
+      return Reply(wire::EncodeText(wire::Type::kStatsOk, id, server_->StatsJson()));
+    case wire::Type::kPing:
+      if (!payload.empty()) return bad(Status::InvalidArgument("ping: payload must be empty"));
+      return Reply(wire::EncodeEmpty(wire::Type::kPong, id));
+    case wire::Type::kHello:
+      return bad(Status::FailedPrecondition("hello: already authenticated as tenant " + tenant_->name));
+    default:
+      // Reserved requests (pin, unpin, delete) and reply types.
+      return bad(wire::ValidateRequest(h.type, payload).ok()
+                     ? Status::InvalidArgument("frame type " + std::string(wire::TypeName(h.type)) + " is not served")
+                     : wire::ValidateRequest(h.type, payload));
+  }
+}
+
+Status Connection::Lookup(uint32_t id, const wire::Lookup& m, Clock::time_point arrival) {
+  if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
+  const uint32_t hit = server_->store_->Match(salted_);
+  metrics_->lookups.fetch_add(1, std::memory_order_relaxed);
+  metrics_->lookup_keys.fetch_add(m.keys.size(), std::memory_order_relaxed);
+  metrics_->lookup_hit_blocks.fetch_add(hit, std::memory_order_relaxed);
+  Status st = Reply(wire::EncodeU32(wire::Type::kLookupOk, id, hit));
+  metrics_->lookup_us.Record(MicrosSince(arrival));
+  return st;
+}
+
+Status Connection::Put(uint32_t id, const wire::Put& m, Clock::time_point arrival) {
+  Store& store = *server_->store_;
+  const uint64_t bb = store.BlockBytes();
+  if (m.data.size() != m.keys.size() * bb) {
+    return Error(id, Status::InvalidArgument("put: " + std::to_string(m.data.size()) + " payload bytes for " +
+                                             std::to_string(m.keys.size()) + " blocks of " + std::to_string(bb)));
+  }
+  if (Clock::now() > DeadlineOf(m.deadline_ms, arrival)) {
+    server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
+    return Error(id, Status::Aborted("put: deadline of " + std::to_string(m.deadline_ms) + " ms exceeded before it started"));
+  }
+  if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
+  auto session = salter_->SaltSession(m.session);
+  if (!session.ok()) return Error(id, session.status());
+  const uint64_t fresh = (m.keys.size() - store.Match(salted_)) * bb;
+  Status st = server_->tenants_->Charge(*tenant_, *session, fresh, [&](uint64_t victim) { return store.DropSession(victim); });
+  if (st.ok()) {
+    PutOptions po;
+    po.hint = static_cast<PutHint>(m.hint);
+    st = store.Put(*session, salted_, m.data, po);
+    if (!st.ok()) server_->tenants_->Refund(*tenant_, *session, fresh);
+  }
+  if (!st.ok()) return Error(id, st);
+  metrics_->puts.fetch_add(1, std::memory_order_relaxed);
+  metrics_->put_blocks.fetch_add(m.keys.size(), std::memory_order_relaxed);
+  metrics_->put_bytes.fetch_add(m.data.size(), std::memory_order_relaxed);
+  Status reply = Reply(wire::EncodeU32(wire::Type::kPutOk, id, static_cast<uint32_t>(m.keys.size())));
+  metrics_->put_us.Record(MicrosSince(arrival));
+  return reply;
+}
+
+Status Connection::Restore(uint32_t id, const wire::Restore& m, Clock::time_point arrival) {
+  Store& store = *server_->store_;
+  const uint32_t layers = store.options().shape.layers;
+  const uint64_t lb = store.BlockLayerBytes(), n = m.keys.size();
+  const auto deadline = DeadlineOf(m.deadline_ms, arrival);
+  const bool shm = m.mode == wire::RestoreMode::kShm;
+  RestoreTarget target;
+  if (shm) {
+    auto w = std::find_if(windows_.begin(), windows_.end(), [&](const Window& x) { return x.id == m.shm_id; });
+    if (w == windows_.end()) {
+      return Error(id, Status::NotFound("restore: no shared-memory window " + std::to_string(m.shm_id) + " on this connection"));
+    }
+    const uint64_t need = n * layers * lb;
+    if (m.shm_offset > w->bytes || w->bytes - m.shm_offset < need) {
+      return Error(id, Status::InvalidArgument("restore: " + std::to_string(n) + " blocks (" + std::to_string(need) +
+                                               " bytes) at offset " + std::to_string(m.shm_offset) + " exceed window " +
+                                               std::to_string(m.shm_id) + " of " + std::to_string(w->bytes) + " bytes"));
+    }
+    std::byte* base = w->base + m.shm_offset;
+    target.destination = [base, n, lb](uint32_t l, uint32_t b) { return base + (uint64_t{l} * n + b) * lb; };
+  }
+  if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
+  auto started = store.StartRestore(salted_, target);
+  if (!started.ok()) return Error(id, started.status());
+  flatkv::Restore& r = **started;
+  const uint32_t hit = r.hit_blocks();
+  FLATKV_RETURN_IF_ERROR(Reply(wire::EncodeU32(wire::Type::kRestoreBegin, id, hit)));
+  const uint64_t per_frame = std::max<uint64_t>(1, (server_->config_.max_frame_bytes - 64) / lb);
+  uint64_t bytes = 0;
+  for (uint32_t l = 0; l < layers; ++l) {
+    if (Clock::now() > deadline) {
+      server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
+      return Error(id, Status::Aborted("restore: deadline exceeded at layer " + std::to_string(l) + " of " + std::to_string(layers)));
+    }
+    auto view = r.WaitLayer(l);
+    if (!view.ok()) return Error(id, view.status());
+    const uint32_t valid = view->blocks;
+    if (shm || valid == 0) {
+      FLATKV_RETURN_IF_ERROR(Reply(wire::EncodeRestoreLayerHead(id, {l, 0, shm ? valid : 0, valid, {}}, 0)));
+    } else {
+      for (uint32_t first = 0; first < valid; first += static_cast<uint32_t>(per_frame)) {
+        const uint32_t cnt = static_cast<uint32_t>(std::min<uint64_t>(per_frame, valid - first));
+        auto head = wire::EncodeRestoreLayerHead(id, {l, first, cnt, valid, {}}, uint64_t{cnt} * lb);
+        FLATKV_RETURN_IF_ERROR(conn_->Write(head, view->data.subspan(uint64_t{first} * lb, uint64_t{cnt} * lb), WriteDeadline()));
+      }
+    }
+    bytes += uint64_t{valid} * lb;
+    r.ReleaseLayer(l);
+  }
+  const uint32_t valid = r.Finish();
+  uint64_t dram = 0, ssd = 0;
+  for (uint32_t b = 0; b < valid; ++b) (r.locations()[b].layer0.medium() == Medium::kDram ? dram : ssd)++;
+  metrics_->restores.fetch_add(1, std::memory_order_relaxed);
+  metrics_->restore_keys.fetch_add(n, std::memory_order_relaxed);
+  metrics_->restore_miss_blocks.fetch_add(n - valid, std::memory_order_relaxed);
+  metrics_->restore_hit_dram.fetch_add(dram, std::memory_order_relaxed);
+  metrics_->restore_hit_ssd.fetch_add(ssd, std::memory_order_relaxed);
+  (shm ? metrics_->restore_bytes_shm : metrics_->restore_bytes_stream).fetch_add(bytes, std::memory_order_relaxed);
+  Status st = Reply(wire::EncodeU32(wire::Type::kRestoreEnd, id, valid));
+  metrics_->restore_us.Record(MicrosSince(arrival));
+  return st;
+}
+
+Status Connection::RegisterShm(uint32_t id, const wire::RegisterShm& m) {
+  const int fd = conn_->TakeFd();
+  if (fd < 0) {
+    return Error(id, conn_->unix_socket() ? Status::InvalidArgument("register_shm: no file descriptor attached (SCM_RIGHTS)")
+                                          : Status::NotSupported("register_shm: shared memory needs a unix: connection"));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const ServerConfig& c = server_->config_;
+  if (windows_.size() >= c.max_shm_windows || m.bytes > c.max_shm_bytes - std::min(c.max_shm_bytes, window_bytes_)) {
+    return Error(id, Status::NoSpace("register_shm: " + std::to_string(m.bytes) + " more bytes exceed this connection's limits (" +
+                                     std::to_string(c.max_shm_windows) + " windows, " + std::to_string(c.max_shm_bytes) + " bytes)"));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Error(id, Status::FromErrno(errno, "register_shm: fstat"));
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < m.bytes) {
+    return Error(id, Status::InvalidArgument("register_shm: the descriptor is not a memfd of at least " + std::to_string(m.bytes) +
+                                             " bytes (size " + std::to_string(st.st_size) + ")"));
+  }
+  // A window that could shrink under a restore would SIGBUS the daemon.
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+    return Error(id, Status::FailedPrecondition("register_shm: the memfd must carry F_SEAL_SHRINK"));
+  }
+  void* base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (base == MAP_FAILED) return Error(id, Status::FromErrno(errno, "register_shm: mmap of " + std::to_string(m.bytes) + " bytes"));
+  windows_.push_back({next_window_id_++, static_cast<std::byte*>(base), m.bytes});
+  window_bytes_ += m.bytes;
+  server_->metrics_.shm_windows.fetch_add(1, std::memory_order_relaxed);
+  server_->metrics_.shm_bytes.fetch_add(m.bytes, std::memory_order_relaxed);
+  return Reply(wire::EncodeU64(wire::Type::kShmOk, id, windows_.back().id));
+}
+
+}  // namespace flatkv::service

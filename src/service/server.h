@@ -1,0 +1,107 @@
+// Server: the `flatkv serve` daemon in a library. It opens one Store and
+// serves the wire protocol (docs/format_wire.md) on a Unix socket and on
+// TCP (optionally TLS), and HTTP (/metrics, /healthz, /stats) on a
+// separate loopback port.
+//
+// Design: one accept thread per listener and one thread per connection. A
+// connection serves one request at a time (the protocol has no pipelining),
+// so a slow or stalled client only ever holds its own thread; its writes
+// time out after io_timeout and the connection is dropped. Store calls are
+// thread-safe and never hold the store's lock across I/O, so connections
+// proceed in parallel. 64 clients are 64 mostly idle threads.
+//
+// Stop(): stop accepting, let every connection finish the request it is
+// serving (idle connections are closed at once), then Close() the store,
+// which persists the SSD index. A later Start() on the same directories
+// restarts warm.
+//
+// Thread-safety: Start/Stop from one controlling thread; accessors from any.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "flatkv/store.h"
+#include "service/config.h"
+#include "service/metrics.h"
+#include "service/tenants.h"
+#include "service/transport.h"
+
+namespace flatkv::service {
+
+class Connection;
+
+class Server {
+ public:
+  // Opens the store (config.store, already finalized: see FinalizeConfig)
+  // and starts listening. Fails with the store's or the socket's Status.
+  static Result<std::unique_ptr<Server>> Start(const ServerConfig& config);
+  ~Server();  // Stop()s if still running
+
+  // Graceful stop; returns the store's Close() status. Idempotent.
+  Status Stop();
+  // Blocks until Stop() has been called (from another thread or a signal
+  // handler's thread via RequestStop()).
+  void Wait();
+  // Asks the Wait()ing thread to Stop(); safe from any thread.
+  void RequestStop();
+
+  // Addresses actually bound ("unix:/path", "tcp:127.0.0.1:7471",
+  // "127.0.0.1:7472"); empty when disabled.
+  const std::string& unix_address() const { return unix_address_; }
+  const std::string& tcp_address() const { return tcp_address_; }
+  const std::string& http_address() const { return http_address_; }
+
+  Store& store() { return *store_; }
+  const ServerConfig& config() const { return config_; }
+  const ServerMetrics& metrics() const { return metrics_; }
+  std::string PrometheusText() const;
+  std::string StatsJson() const;
+  bool healthy() const { return !stopping_.load(); }
+
+ private:
+  friend class Connection;
+  Server() = default;
+  Status Listen();
+  void AcceptLoop(int listen_fd, bool unix_socket, bool tls);
+  void HttpLoop(int listen_fd);
+  void ServeHttp(int fd);
+  void ReapConnections(bool all) FLATKV_EXCLUDES(conns_mu_);
+  std::vector<TenantView> Views() const;
+
+  ServerConfig config_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<TenantRegistry> tenants_;
+  std::vector<std::unique_ptr<TenantMetrics>> tenant_metrics_;  // by Tenant::index
+  ServerMetrics metrics_;
+  std::shared_ptr<SSL_CTX> tls_;
+  std::string unix_address_, tcp_address_, http_address_;
+  std::string unix_path_;  // removed on Stop
+
+  int stop_fd_ = -1;  // eventfd: readable once stopping
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;
+  Status close_status_;
+  std::vector<int> listen_fds_;
+  std::vector<std::thread> acceptors_;
+
+  Mutex conns_mu_;
+  struct ConnSlot {
+    std::unique_ptr<Connection> conn;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  std::list<ConnSlot> conns_ FLATKV_GUARDED_BY(conns_mu_);
+
+  Mutex wait_mu_;
+  CondVar wait_cv_;
+  bool stop_requested_ FLATKV_GUARDED_BY(wait_mu_) = false;
+};
+
+}  // namespace flatkv::service

@@ -1,0 +1,222 @@
+// The daemon end to end through the client: put, lookup and both restore
+// paths over Unix and TCP, tenants (isolation, quotas, bad tokens), HTTP
+// observability, and a warm restart.
+#include "service/server.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "service/test_server.h"
+
+namespace flatkv::service {
+namespace {
+
+using flatkv::testing::ChainKeys;
+using flatkv::testing::TempDir;
+using namespace flatkv::service::testing;
+
+// Put's layout -> the shared-memory window's layer-major layout.
+std::vector<std::byte> LayerMajor(const std::vector<std::byte>& block_major, uint32_t layers, uint64_t lb, size_t n) {
+  std::vector<std::byte> out(block_major.size());
+  for (size_t b = 0; b < n; ++b)
+    for (uint32_t l = 0; l < layers; ++l)
+      std::memcpy(out.data() + (l * n + b) * lb, block_major.data() + (b * layers + l) * lb, lb);
+  return out;
+}
+
+std::string HttpGet(const std::string& hostport, const std::string& path) {
+  const int fd = RawConnect("tcp:" + hostport);
+  if (fd < 0) return "";
+  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) return "";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+TEST(ServerTest, PutLookupRestoreOverEveryPath) {
+  TempDir dir;
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  for (const std::string& addr : {server->unix_address(), server->tcp_address()}) {
+    SCOPED_TRACE(addr);
+    auto client = ConnectOrNull(addr, kTokenA);
+    ASSERT_NE(client, nullptr);
+    const ServerInfo& info = client->info();
+    EXPECT_EQ(info.tenant, "a");
+    EXPECT_EQ(info.shape.layers, 5u);
+    EXPECT_EQ(info.block_layer_bytes, 16384u);
+    const uint64_t chain_id = addr[0] == 'u' ? 1 : 2;
+    auto keys = ChainKeys(chain_id, 6);
+    auto data = Blocks(info.block_bytes, keys.size(), chain_id);
+    ASSERT_EQ(*client->Lookup(keys), 0u);
+    ASSERT_TRUE(client->Put(chain_id, keys, data).ok());
+    EXPECT_EQ(*client->Lookup(keys), 6u);
+    // A longer chain: the stored prefix hits.
+    auto longer = ChainKeys(chain_id, 9);
+    EXPECT_EQ(*client->Lookup(longer), 6u);
+
+    std::vector<std::byte> out(longer.size() * info.block_bytes);
+    auto r = client->Restore(longer, out);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->hit_blocks, 6u);
+    EXPECT_EQ(r->valid_blocks, 6u);
+    EXPECT_EQ(0, std::memcmp(out.data(), data.data(), data.size()));
+
+    uint32_t layers_seen = 0;
+    auto rl = client->RestoreLayers(keys, [&](uint32_t layer, uint32_t blocks, std::span<const std::byte> bytes) {
+      EXPECT_EQ(layer, layers_seen++);
+      EXPECT_EQ(blocks, 6u);
+      for (uint32_t b = 0; b < blocks; ++b) {
+        EXPECT_EQ(0, std::memcmp(bytes.data() + b * info.block_layer_bytes,
+                                 data.data() + b * info.block_bytes + layer * info.block_layer_bytes, info.block_layer_bytes));
+      }
+      return Status::Ok();
+    });
+    ASSERT_TRUE(rl.ok()) << rl.status().ToString();
+    EXPECT_EQ(layers_seen, 5u);
+
+    auto window = client->RegisterShmWindow(keys.size() * info.block_bytes + 4096);
+    if (addr[0] == 't') {
+      EXPECT_EQ(window.status().code(), Code::kNotSupported);
+      continue;
+    }
+    ASSERT_TRUE(window.ok()) << window.status().ToString();
+    uint32_t signalled = 0;
+    auto rs = client->RestoreToShm(*window, 4096, keys, [&](uint32_t layer, uint32_t blocks, std::span<const std::byte>) {
+      EXPECT_EQ(layer, signalled++);
+      EXPECT_EQ(blocks, 6u);
+      return Status::Ok();
+    });
+    ASSERT_TRUE(rs.ok()) << rs.status().ToString();
+    EXPECT_EQ(rs->valid_blocks, 6u);
+    EXPECT_EQ(signalled, 5u);
+    auto expect = LayerMajor(data, 5, info.block_layer_bytes, keys.size());
+    EXPECT_EQ(0, std::memcmp(window->base + 4096, expect.data(), expect.size()));
+    // A chain that does not fit the window is refused, not written past it.
+    auto too_long = ChainKeys(chain_id, 64);
+    EXPECT_EQ(client->RestoreToShm(*window, 0, too_long).status().code(), Code::kInvalidArgument);
+    EXPECT_TRUE(client->Health().ok());
+  }
+  EXPECT_TRUE(server->Stop().ok());
+}
+
+TEST(ServerTest, BadTokenAndAddressesAreRefused) {
+  TempDir dir;
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  ClientOptions o;
+  o.token = "not-a-token-of-anyone";
+  auto c = Client::Connect(server->unix_address(), o);
+  EXPECT_EQ(c.status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(Client::Connect("bogus", o).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(Client::Connect("unix:" + dir.Sub("nothing.sock"), o).status().code(), Code::kIoError);
+  EXPECT_GE(server->metrics().auth_failures.load(), 1u);
+}
+
+TEST(ServerTest, TenantsCannotReachEachOthersBlocks) {
+  TempDir dir;
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->unix_address(), kTokenA);
+  auto b = ConnectOrNull(server->unix_address(), kTokenB);
+  ASSERT_TRUE(a && b);
+  auto keys = ChainKeys(7, 4);
+  auto data = Blocks(a->info().block_bytes, keys.size(), 7);
+  ASSERT_TRUE(a->Put(1, keys, data).ok());
+  EXPECT_EQ(*a->Lookup(keys), 4u);
+  // The same hashes from tenant b: a miss, and nothing comes back.
+  EXPECT_EQ(*b->Lookup(keys), 0u);
+  std::vector<std::byte> out(data.size());
+  auto r = b->Restore(keys, out);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_blocks, 0u);
+  // b storing the same hashes does not touch a's blocks either.
+  auto other = Blocks(b->info().block_bytes, keys.size(), 99);
+  ASSERT_TRUE(b->Put(1, keys, other).ok());
+  ASSERT_TRUE(a->Restore(keys, out).ok());
+  EXPECT_EQ(0, std::memcmp(out.data(), data.data(), data.size()));
+  ASSERT_TRUE(b->Restore(keys, out).ok());
+  EXPECT_EQ(0, std::memcmp(out.data(), other.data(), other.size()));
+}
+
+TEST(ServerTest, QuotaDropsTheTenantsOldestSessionOrRefuses) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  const uint64_t bb = 5 * 16384;
+  c.tenants[0].quota_bytes = 8 * bb;  // two sessions of 4 blocks
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->unix_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  std::vector<std::vector<BlockKey>> chains;
+  for (uint64_t s = 0; s < 3; ++s) {
+    chains.push_back(ChainKeys(100 + s, 4));
+    ASSERT_TRUE(a->Put(s, chains.back(), Blocks(bb, 4, s)).ok());
+  }
+  EXPECT_EQ(*a->Lookup(chains[0]), 0u);  // dropped to make room
+  EXPECT_EQ(*a->Lookup(chains[1]), 4u);
+  EXPECT_EQ(*a->Lookup(chains[2]), 4u);
+  auto big = ChainKeys(200, 9);
+  EXPECT_EQ(a->Put(9, big, Blocks(bb, 9, 9)).code(), Code::kNoSpace);
+  // Tenant b has no quota and is unaffected.
+  auto b = ConnectOrNull(server->unix_address(), kTokenB);
+  ASSERT_TRUE(b->Put(0, big, Blocks(bb, 9, 9)).ok());
+  EXPECT_EQ(*b->Lookup(big), 9u);
+}
+
+TEST(ServerTest, HttpServesMetricsHealthAndStats) {
+  TempDir dir;
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  auto keys = ChainKeys(3, 2);
+  ASSERT_TRUE(a->Put(0, keys, Blocks(a->info().block_bytes, 2, 3)).ok());
+  std::vector<std::byte> out(2 * a->info().block_bytes);
+  ASSERT_TRUE(a->Restore(keys, out).ok());
+  const std::string metrics = HttpGet(server->http_address(), "/metrics");
+  EXPECT_NE(metrics.find("HTTP/1.0 200"), std::string::npos);
+  EXPECT_NE(metrics.find("flatkv_tenant_hit_blocks_total{tenant=\"a\",medium=\"dram\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("flatkv_restore_latency_seconds_bucket{tenant=\"a\",le=\"+Inf\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("flatkv_capacity_bytes{medium=\"ssd\"}"), std::string::npos);
+  EXPECT_NE(HttpGet(server->http_address(), "/healthz").find("200 OK"), std::string::npos);
+  const std::string stats = HttpGet(server->http_address(), "/stats");
+  EXPECT_NE(stats.find("\"restore_hit_dram\": 2"), std::string::npos) << stats;
+  EXPECT_NE(HttpGet(server->http_address(), "/nope").find("404"), std::string::npos);
+  auto json = a->StatsJson();
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"tenants\""), std::string::npos);
+}
+
+TEST(ServerTest, StopPersistsAndRestartsWarm) {
+  TempDir dir;
+  auto keys = ChainKeys(11, 8);
+  std::vector<std::byte> data;
+  {
+    auto server = StartServer(SmallServerConfig(dir.path()));
+    ASSERT_NE(server, nullptr);
+    auto a = ConnectOrNull(server->unix_address(), kTokenA);
+    data = Blocks(a->info().block_bytes, keys.size(), 11);
+    ASSERT_TRUE(a->Put(0, keys, data, PutHint::kOneShot).ok());  // to SSD
+    ASSERT_TRUE(server->Stop().ok());
+    EXPECT_FALSE(a->Health().ok());  // the idle connection was closed
+  }
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->unix_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(*a->Lookup(keys), 8u);
+  std::vector<std::byte> out(data.size());
+  auto r = a->Restore(keys, out);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->valid_blocks, 8u);
+  EXPECT_EQ(0, std::memcmp(out.data(), data.data(), data.size()));
+}
+
+}  // namespace
+}  // namespace flatkv::service

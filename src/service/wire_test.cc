@@ -1,0 +1,120 @@
+// Wire protocol v1: round trips of every message and rejection of what a
+// reader must not accept.
+#include "service/wire.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "testing/test_util.h"
+
+namespace flatkv::service::wire {
+namespace {
+
+std::span<const std::byte> Payload(const std::vector<std::byte>& frame) { return std::span(frame).subspan(kHeaderBytes); }
+
+TEST(WireTest, HeaderRoundTripAndRejections) {
+  auto f = EncodeEmpty(Type::kPing, 77);
+  ASSERT_EQ(f.size(), kHeaderBytes);
+  auto h = ParseHeader(f, 1024);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->type, Type::kPing);
+  EXPECT_EQ(h->request_id, 77u);
+  EXPECT_EQ(h->payload_bytes, 0u);
+  auto bad = f;
+  bad[0] = std::byte{'G'};
+  EXPECT_NE(ParseHeader(bad, 1024).status().message().find("bad magic"), std::string::npos);
+  bad = f;
+  bad[4] = std::byte{2};
+  EXPECT_EQ(ParseHeader(bad, 1024).status().code(), Code::kNotSupported);
+  bad = f;
+  bad[5] = std::byte{200};
+  EXPECT_NE(ParseHeader(bad, 1024).status().message().find("unknown frame type 200"), std::string::npos);
+  bad = f;
+  bad[6] = std::byte{1};
+  EXPECT_EQ(ParseHeader(bad, 1024).status().code(), Code::kInvalidArgument);
+  EncodeHeader({Type::kPut, 1, 2000}, bad.data());
+  EXPECT_NE(ParseHeader(bad, 1024).status().message().find("exceeds the limit of 1024"), std::string::npos);
+  EXPECT_EQ(ParseHeader(std::span(f).first(8), 1024).status().code(), Code::kInvalidArgument);
+}
+
+TEST(WireTest, RequestsRoundTrip) {
+  Hello hello{1, 1, "token-x", "engine-y"};
+  auto h = DecodeHello(Payload(EncodeHello(1, hello)));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->token, "token-x");
+  EXPECT_EQ(h->client_name, "engine-y");
+
+  Lookup lookup{250, flatkv::testing::ChainKeys(3, 5)};
+  auto l = DecodeLookup(Payload(EncodeLookup(2, lookup)));
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->deadline_ms, 250u);
+  EXPECT_EQ(l->keys, lookup.keys);
+
+  Put put;
+  put.session = 42;
+  put.hint = 1;
+  put.keys = flatkv::testing::ChainKeys(4, 2);
+  std::vector<std::byte> data(64, std::byte{7});
+  auto frame = EncodePutHead(3, put, data.size());
+  frame.insert(frame.end(), data.begin(), data.end());
+  ASSERT_EQ(ParseHeader(frame, 1 << 20)->payload_bytes, frame.size() - kHeaderBytes);
+  auto p = DecodePut(Payload(frame));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->session, 42u);
+  EXPECT_EQ(p->keys, put.keys);
+  EXPECT_EQ(p->data.size(), 64u);
+
+  Restore restore;
+  restore.mode = RestoreMode::kShm;
+  restore.shm_id = 3;
+  restore.shm_offset = 4096;
+  restore.keys = flatkv::testing::ChainKeys(5, 3);
+  auto r = DecodeRestore(Payload(EncodeRestore(4, restore)));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->mode, RestoreMode::kShm);
+  EXPECT_EQ(r->shm_offset, 4096u);
+  EXPECT_EQ(r->keys, restore.keys);
+
+  auto e = DecodeError(Payload(EncodeError(5, Status::NoSpace("quota of 10 bytes"))));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->code, Code::kNoSpace);
+  EXPECT_EQ(e->message, "quota of 10 bytes");
+
+  HelloOk ok;
+  ok.shape = KvShape::Mha(32, 8, 128, DType::kBF16);
+  ok.block_tokens = 64;
+  ok.block_layer_bytes = 256 << 10;
+  ok.max_frame_bytes = 1 << 26;
+  ok.tenant = "t1";
+  auto o = DecodeHelloOk(Payload(EncodeHelloOk(6, ok)));
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->shape, ok.shape);
+  EXPECT_EQ(o->tenant, "t1");
+}
+
+TEST(WireTest, MalformedPayloadsAreRejectedWithTheField) {
+  Lookup lookup{0, flatkv::testing::ChainKeys(3, 2)};
+  auto f = EncodeLookup(1, lookup);
+  auto p = Payload(f);
+  EXPECT_NE(DecodeLookup(p.first(p.size() - 1)).status().message().find("key count 2"), std::string::npos);
+  std::vector<std::byte> extra(p.begin(), p.end());
+  extra.push_back(std::byte{0});
+  EXPECT_NE(DecodeLookup(extra).status().message().find("trailing"), std::string::npos);
+  std::vector<std::byte> huge(8, std::byte{0});
+  const uint32_t n = kMaxKeys + 1;
+  std::memcpy(huge.data() + 4, &n, 4);
+  EXPECT_NE(DecodeLookup(huge).status().message().find("exceeds"), std::string::npos);
+  Restore r;
+  auto rf = EncodeRestore(1, r);
+  rf[kHeaderBytes + 4] = std::byte{9};
+  EXPECT_NE(DecodeRestore(Payload(rf)).status().message().find("unknown mode 9"), std::string::npos);
+  EXPECT_EQ(ValidateRequest(Type::kPin, {}).code(), Code::kNotSupported);
+  EXPECT_EQ(ValidateRequest(Type::kHelloOk, {}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(DecodeRegisterShm(Payload(EncodeRegisterShm(1, {0}))).status().code(), Code::kInvalidArgument);
+  std::vector<std::byte> err(6, std::byte{0});
+  EXPECT_EQ(DecodeError(err).status().code(), Code::kInvalidArgument);  // code 0 is not an error
+}
+
+}  // namespace
+}  // namespace flatkv::service::wire

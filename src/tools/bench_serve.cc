@@ -1,0 +1,267 @@
+// `flatkv bench serve` workloads, all against one daemon started in this
+// process (a Server on loopback addresses) holding one chain in DRAM:
+//
+//   inproc_restore   the store itself: StartRestore into caller memory
+//                    (layer-major, pre-faulted) — the baseline
+//   shm_restore      a client over the Unix socket restoring into its
+//                    registered memfd window (the daemon fills it directly)
+//   unix_restore     a client over the Unix socket, bytes streamed
+//   tcp_restore      a client over loopback TCP, bytes streamed
+//   lookup           --clients connections in parallel (one thread each),
+//                    closed loop, a --lookup-keys chain per lookup, over TCP
+//                    and over the Unix socket; latency percentiles
+//
+// Restore bandwidth is chain bytes / median time of --reps restores.
+#include "tools/bench_serve.h"
+
+#include <algorithm>
+#include <cstring>
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "flatkv/keys.h"
+#include "service/client.h"
+#include "service/server.h"
+#include "tools/bench_util.h"
+#include "tools/tool_common.h"
+
+namespace flatkv::tools {
+namespace {
+
+int Report(int code, const std::string& msg) {
+  std::fprintf(stderr, "flatkv bench serve: %s\n", msg.c_str());
+  return code;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())));
+  return v[i];
+}
+
+struct PathResult {
+  double gbps = 0, p50_us = 0, p99_us = 0;
+};
+
+PathResult FromSamples(const std::vector<double>& seconds, uint64_t bytes) {
+  PathResult r;
+  const SampleSummary s = Summarize(seconds);
+  r.gbps = s.median > 0 ? double(bytes) / s.median / 1e9 : 0;
+  r.p50_us = Percentile(seconds, 0.5) * 1e6;
+  r.p99_us = Percentile(seconds, 0.99) * 1e6;
+  return r;
+}
+
+struct LookupResult {
+  double p50_us = 0, p99_us = 0, p999_us = 0, per_second = 0;
+  uint64_t count = 0, errors = 0;
+};
+
+LookupResult RunLookups(const std::string& address, uint32_t clients, double seconds, const std::vector<BlockKey>& keys) {
+  std::vector<std::unique_ptr<service::Client>> conns;
+  LookupResult out;
+  for (uint32_t i = 0; i < clients; ++i) {
+    auto c = service::Client::Connect(address, {});
+    if (!c.ok()) {
+      ++out.errors;
+      continue;
+    }
+    conns.push_back(std::move(c).value());
+  }
+  std::vector<std::vector<double>> lat(conns.size());
+  std::atomic<uint64_t> errors{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  const double t_start = NowSeconds();
+  for (size_t i = 0; i < conns.size(); ++i) {
+    threads.emplace_back([&, i] {
+      while (!go.load()) std::this_thread::yield();
+      const double end = NowSeconds() + seconds;
+      lat[i].reserve(1 << 16);
+      while (NowSeconds() < end) {
+        const double t0 = NowSeconds();
+        auto hit = conns[i]->Lookup(keys);
+        lat[i].push_back((NowSeconds() - t0) * 1e6);
+        if (!hit.ok() || *hit != keys.size()) errors++;
+      }
+    });
+  }
+  go.store(true);
+  for (auto& t : threads) t.join();
+  const double elapsed = NowSeconds() - t_start;
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  out.count = all.size();
+  out.errors += errors.load();
+  out.p50_us = Percentile(all, 0.5);
+  out.p99_us = Percentile(all, 0.99);
+  out.p999_us = Percentile(all, 0.999);
+  out.per_second = elapsed > 0 ? double(all.size()) / elapsed : 0;
+  return out;
+}
+
+int RunChecked(const BenchServeArgs& a) {
+  const uint32_t blocks = a.blocks ? a.blocks : (a.quick ? 8 : 16);
+  const uint32_t reps = a.reps ? a.reps : (a.quick ? 4 : 10);
+  const double lookup_s = a.lookup_seconds > 0 ? a.lookup_seconds : (a.quick ? 0.5 : 2.0);
+  if (a.clients == 0 || a.clients > 1024) return Report(kExitUsage, "--clients " + std::to_string(a.clients) + " is outside 1..1024");
+  auto shape = FindShapePreset(a.shape);
+  if (!shape.ok()) return Report(kExitUsage, "--shape: " + shape.status().ToString());
+  auto scratch = ScratchDir::Create(a.dir.empty() ? "/var/tmp" : a.dir);
+  if (!scratch.ok()) return Report(kExitFailure, scratch.status().ToString());
+
+  service::ServerConfig c;
+  c.store.shape = *shape;
+  c.store.ssd_dirs = {scratch->path() + "/ssd"};
+  const uint64_t block_bytes = shape->BytesPerToken() * c.store.block_tokens;
+  const uint64_t chain_bytes = block_bytes * blocks;
+  c.dram_bytes = 2 * chain_bytes + (64ull << 20);
+  c.store.session_dram_share_bytes = *c.dram_bytes;  // keep both copies of the chain in DRAM
+  c.ssd_bytes = 1ull << 30;
+  c.unix_path = scratch->path() + "/flatkv.sock";
+  c.tcp_address = "127.0.0.1:0";
+  c.http_address.clear();
+  c.max_connections = a.clients * 2 + 16;
+  if (Status st = service::FinalizeConfig(&c); !st.ok()) return Report(kExitFailure, st.ToString());
+  auto started = service::Server::Start(c);
+  if (!started.ok()) return Report(kExitFailure, "starting the daemon: " + started.status().ToString());
+  service::Server& server = **started;
+  Store& store = server.store();
+
+  KeyHasher hasher;
+  std::vector<uint32_t> tokens(uint64_t{blocks} * c.store.block_tokens);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 32000);
+  const auto keys = hasher.ChainKeys(hasher.NamespaceDigest({"bench-serve", "", ""}), tokens, c.store.block_tokens);
+  std::vector<std::byte> payload(chain_bytes);
+  FillRandom(payload, 7);
+
+  auto unix_client = service::Client::Connect(server.unix_address(), {});
+  auto tcp_client = service::Client::Connect(server.tcp_address(), {});
+  if (!unix_client.ok() || !tcp_client.ok()) return Report(kExitFailure, "connecting: " + (unix_client.ok() ? tcp_client : unix_client).status().ToString());
+  if (Status st = (*unix_client)->Put(1, keys, payload, PutHint::kHot); !st.ok()) return Report(kExitFailure, "put: " + st.ToString());
+  if (Status st = store.Put(2, keys, payload); !st.ok()) return Report(kExitFailure, "in-process put: " + st.ToString());
+  if (store.Stats().ssd.blocks != 0) return Report(kExitFailure, "the chain did not fit in DRAM");
+
+  auto buffer = PrefaultedBuffer::Allocate(chain_bytes);
+  if (!buffer.ok()) return Report(kExitFailure, buffer.status().ToString());
+  const uint32_t layers = shape->layers;
+  const uint64_t lb = store.BlockLayerBytes();
+  std::vector<double> inproc, shm, unix_stream, tcp;
+  for (uint32_t r = 0; r < reps; ++r) {
+    RestoreTarget target;
+    std::byte* base = buffer->data();
+    target.destination = [&](uint32_t l, uint32_t b) { return base + (uint64_t{l} * blocks + b) * lb; };
+    const double t0 = NowSeconds();
+    auto restore = store.StartRestore(keys, target);
+    if (!restore.ok()) return Report(kExitFailure, "in-process restore: " + restore.status().ToString());
+    for (uint32_t l = 0; l < layers; ++l) {
+      auto v = (*restore)->WaitLayer(l);
+      if (!v.ok()) return Report(kExitFailure, "in-process restore: " + v.status().ToString());
+      (*restore)->ReleaseLayer(l);
+    }
+    if ((*restore)->Finish() != blocks) return Report(kExitFailure, "in-process restore lost blocks");
+    inproc.push_back(NowSeconds() - t0);
+  }
+  auto window = (*unix_client)->RegisterShmWindow(chain_bytes);
+  if (!window.ok()) return Report(kExitFailure, "registering the window: " + window.status().ToString());
+  for (uint32_t r = 0; r < reps; ++r) {
+    const double t0 = NowSeconds();
+    auto res = (*unix_client)->RestoreToShm(*window, 0, keys);
+    if (!res.ok() || res->valid_blocks != blocks) return Report(kExitFailure, "shm restore: " + res.status().ToString());
+    shm.push_back(NowSeconds() - t0);
+  }
+  for (auto* path : {&unix_stream, &tcp}) {
+    service::Client& client = path == &tcp ? **tcp_client : **unix_client;
+    for (uint32_t r = 0; r < reps; ++r) {
+      const double t0 = NowSeconds();
+      auto res = client.Restore(keys, buffer->first(chain_bytes));
+      if (!res.ok() || res->valid_blocks != blocks) return Report(kExitFailure, "stream restore: " + res.status().ToString());
+      path->push_back(NowSeconds() - t0);
+    }
+  }
+  // The stream restore wrote Put's layout: check it is the payload.
+  if (std::memcmp(buffer->data(), payload.data(), chain_bytes) != 0) return Report(kExitFailure, "tcp restore returned wrong bytes");
+
+  const std::vector<BlockKey> lookup_keys(keys.begin(), keys.begin() + std::min<size_t>(keys.size(), a.lookup_keys));
+  const LookupResult tcp_lookup = RunLookups(server.tcp_address(), a.clients, lookup_s, lookup_keys);
+  const LookupResult unix_lookup = RunLookups(server.unix_address(), a.clients, lookup_s, lookup_keys);
+  if (tcp_lookup.errors || unix_lookup.errors) return Report(kExitFailure, "lookups failed");
+
+  const PathResult ri = FromSamples(inproc, chain_bytes), rs = FromSamples(shm, chain_bytes),
+                   ru = FromSamples(unix_stream, chain_bytes), rt = FromSamples(tcp, chain_bytes);
+  nlohmann::json j;
+  j["config"] = {{"shape", shape->ToString()}, {"blocks", blocks}, {"chain_bytes", chain_bytes}, {"reps", reps},
+                 {"clients", a.clients}, {"lookup_keys", lookup_keys.size()}, {"lookup_seconds", lookup_s},
+                 {"cpus", std::thread::hardware_concurrency()}};
+  j["inproc_restore_gbps"] = ri.gbps;
+  j["shm_restore_gbps"] = rs.gbps;
+  j["unix_restore_gbps"] = ru.gbps;
+  j["tcp_restore_gbps"] = rt.gbps;
+  j["shm_vs_inproc"] = ri.gbps > 0 ? rs.gbps / ri.gbps : 0;
+  j["tcp_vs_inproc"] = ri.gbps > 0 ? rt.gbps / ri.gbps : 0;
+  j["restore_p50_us"] = {{"inproc", ri.p50_us}, {"shm", rs.p50_us}, {"unix", ru.p50_us}, {"tcp", rt.p50_us}};
+  j["restore_p99_us"] = {{"inproc", ri.p99_us}, {"shm", rs.p99_us}, {"unix", ru.p99_us}, {"tcp", rt.p99_us}};
+  j["lookup_p50_us"] = tcp_lookup.p50_us;
+  j["lookup_p99_us"] = tcp_lookup.p99_us;
+  j["lookup_p999_us"] = tcp_lookup.p999_us;
+  j["lookups_per_second"] = tcp_lookup.per_second;
+  j["unix_lookup_p50_us"] = unix_lookup.p50_us;
+  j["unix_lookup_p99_us"] = unix_lookup.p99_us;
+  j["unix_lookups_per_second"] = unix_lookup.per_second;
+  j["goals"] = {{"shm_vs_inproc_min", 0.8}, {"lookup_p99_us_max", 200},
+                {"shm_met", ri.gbps > 0 && rs.gbps / ri.gbps >= 0.8}, {"lookup_met", tcp_lookup.p99_us < 200}};
+  if (Status st = server.Stop(); !st.ok()) return Report(kExitFailure, "stopping: " + st.ToString());
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("flatkv bench serve: %s, chain of %u blocks (%.1f MiB) in DRAM, %u reps; %u CPUs\n", shape->ToString().c_str(),
+              blocks, chain_bytes / 1048576.0, reps, std::thread::hardware_concurrency());
+  std::printf("%-16s %10s %10s %10s %10s\n", "restore", "GB/s", "vs inproc", "p50 us", "p99 us");
+  auto row = [&](const char* name, const PathResult& r) {
+    std::printf("%-16s %10.2f %10.2f %10.0f %10.0f\n", name, r.gbps, ri.gbps > 0 ? r.gbps / ri.gbps : 0, r.p50_us, r.p99_us);
+  };
+  row("inproc", ri);
+  row("shm (unix)", rs);
+  row("stream (unix)", ru);
+  row("stream (tcp)", rt);
+  std::printf("%-16s %10s %10s %10s %10s %12s\n", "lookup", "clients", "p50 us", "p99 us", "p99.9 us", "lookups/s");
+  std::printf("%-16s %10u %10.0f %10.0f %10.0f %12.0f\n", "tcp", a.clients, tcp_lookup.p50_us, tcp_lookup.p99_us,
+              tcp_lookup.p999_us, tcp_lookup.per_second);
+  std::printf("%-16s %10u %10.0f %10.0f %10.0f %12.0f\n", "unix", a.clients, unix_lookup.p50_us, unix_lookup.p99_us,
+              unix_lookup.p999_us, unix_lookup.per_second);
+  std::printf("goals: shm >= 0.8 x inproc: %s (%.2f); lookup p99 < 200 us with %u clients: %s (%.0f us)\n",
+              j["goals"]["shm_met"].get<bool>() ? "met" : "NOT met", j["shm_vs_inproc"].get<double>(), a.clients,
+              j["goals"]["lookup_met"].get<bool>() ? "met" : "NOT met", tcp_lookup.p99_us);
+  return kExitOk;
+}
+
+}  // namespace
+
+CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeArgs& a) {
+  CLI::App* cmd = bench.add_subcommand("serve", "The daemon's restore bandwidth (shm, unix, tcp) and lookup latency vs the in-process store");
+  cmd->add_option("--clients", a.clients, "Concurrent lookup clients (default 64)");
+  cmd->add_flag("--json", a.json, "Print JSON instead of the table");
+  cmd->add_flag("--quick", a.quick, "Smaller chain, fewer reps, shorter lookup phase");
+  cmd->add_option("--blocks", a.blocks, "Chain length in blocks (default 16, quick 8)");
+  cmd->add_option("--reps", a.reps, "Restores per path (default 10, quick 4)");
+  cmd->add_option("--lookup-seconds", a.lookup_seconds, "Lookup phase per transport (default 2, quick 0.5)");
+  cmd->add_option("--lookup-keys", a.lookup_keys, "Keys per lookup (default 16)");
+  cmd->add_option("--shape", a.shape, "KV shape preset (default llama-3.1-8b)");
+  cmd->add_option("--dir", a.dir, "Parent of the scratch directory (default /var/tmp)");
+  return cmd;
+}
+
+int RunBenchServe(const BenchServeArgs& args) {
+  try {
+    return RunChecked(args);
+  } catch (const std::exception& e) {
+    return Report(kExitFailure, std::string("unexpected error: ") + e.what());
+  }
+}
+
+}  // namespace flatkv::tools

@@ -33,6 +33,7 @@
 
 #include "codec/codec_internal.h"
 #include "codec/dtype.h"
+#include "codec/kernels.h"
 #include "codec/rans.h"
 
 namespace flatkv::codec {
@@ -60,31 +61,32 @@ void PutVarint(std::vector<uint8_t>& out, uint64_t v) {
   out.push_back(uint8_t(v));
 }
 
-// Per-channel rotation for one step of RoPE: for even channel c of a pair,
-// P[c] = a * cs[c] - b * sn[c], P[c+1] = a * sn[c] + b * cs[c].
+// Per-channel rotation for one step of RoPE over channel pairs (2i, 2i+1):
+// P[c] = prev[c] * cs[c] + prev[c ^ 1] * sn[c] (kernels.h rope_predict).
 struct RopeStep {
-  std::vector<float> cs, sn;  // width entries (valid at even in-head channels)
+  std::vector<float> cs, sn;  // width entries; sn is -sin at even, +sin at odd channels
   bool on = false;
 };
 
 RopeStep MakeRopeStep(const Section& s, double theta) {
   RopeStep r;
-  if (!s.key || theta <= 0 || s.head_dim < 2) return r;
+  if (!s.key || theta <= 0 || s.head_dim < 2 || s.head_dim % 2) return r;
   r.on = true;
-  r.cs.assign(s.width, 1.0f);
-  r.sn.assign(s.width, 0.0f);
-  for (uint32_t c = 0; c < s.width; ++c) {
-    const uint32_t in_head = c % s.head_dim;
-    if (in_head % 2 || in_head + 1 >= s.head_dim) continue;
-    const double freq = std::pow(theta, -double(in_head) / s.head_dim);
-    r.cs[c] = float(std::nearbyint(std::cos(freq) * 65536.0) / 65536.0);
-    r.sn[c] = float(std::nearbyint(std::sin(freq) * 65536.0) / 65536.0);
+  r.cs.resize(s.width);
+  r.sn.resize(s.width);
+  for (uint32_t c = 0; c < s.width; c += 2) {
+    const double freq = std::pow(theta, -double(c % s.head_dim) / s.head_dim);
+    r.cs[c] = r.cs[c + 1] = float(std::nearbyint(std::cos(freq) * 65536.0) / 65536.0);
+    const float sn = float(std::nearbyint(std::sin(freq) * 65536.0) / 65536.0);
+    r.sn[c] = -sn;
+    r.sn[c + 1] = sn;
   }
   return r;
 }
 
 // The prediction row for row `t` from the reconstructed previous row.
-void Predict(const Section& s, const float* y, uint32_t t, int predictor, const RopeStep& rope, float* pred) {
+void Predict(const Section& s, const float* y, uint32_t t, int predictor, const RopeStep& rope, const Kernels& k,
+             float* pred) {
   if (t == 0 || predictor == 0) {
     std::fill_n(pred, s.width, 0.0f);
     return;
@@ -94,17 +96,7 @@ void Predict(const Section& s, const float* y, uint32_t t, int predictor, const 
     std::copy_n(prev, s.width, pred);
     return;
   }
-  for (uint32_t c = 0; c < s.width; ++c) {
-    const uint32_t in_head = c % s.head_dim;
-    if (in_head % 2 == 0 && in_head + 1 < s.head_dim) {
-      const float a = prev[c], b = prev[c + 1];
-      pred[c] = a * rope.cs[c] - b * rope.sn[c];
-      pred[c + 1] = a * rope.sn[c] + b * rope.cs[c];
-      ++c;
-    } else {
-      pred[c] = prev[c];
-    }
-  }
+  k.rope_predict(prev, rope.cs.data(), rope.sn.data(), pred, s.width);
 }
 
 class PredCodec final : public LossyCodec {
@@ -142,6 +134,7 @@ class PredCodec final : public LossyCodec {
     auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
     std::vector<uint8_t> extra;
     const Sections p = SplitSlice(layout);
+    const Kernels& k = ActiveKernels();
     if (!w.Put<uint8_t>(0)) return false;
     uint64_t tok_at = 0;
     uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(4, RansBound(n) + ZSTD_compressBound(n) + 64));
@@ -151,7 +144,7 @@ class PredCodec final : public LossyCodec {
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
       uint8_t* tok = tokens + tok_at;
       for (uint32_t t = 0; t < s.rows; ++t) {
-        Predict(s, y, t, int(param(1)), rope, pred);
+        Predict(s, y, t, int(param(1)), rope, k, pred);
         for (uint32_t c = 0; c < s.width; ++c) {
           const uint64_t at = s.At(t, c);
           const float v = x[at];
@@ -243,15 +236,22 @@ class PredCodec final : public LossyCodec {
     const uint8_t* e = ebytes;
     const uint8_t* e_end = ebytes + elen;
     const uint32_t esize = DTypeBytes(dt);
+    const Kernels& k = ActiveKernels();
     tok_at = 0;
     for (const Section& s : p.part) {
       const RopeStep rope = MakeRopeStep(s, param(2));
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
       const uint8_t* tok = tokens + tok_at;
       for (uint32_t t = 0; t < s.rows; ++t) {
-        Predict(s, y, t, int(param(1)), rope, pred);
+        Predict(s, y, t, int(param(1)), rope, k, pred);
         float* out = y + s.At(t, 0);
         for (uint32_t c = 0; c < s.width; ++c) {
+          if (eps > 0) {  // the fast path takes the plain tokens
+            const size_t done = k.pred_reconstruct(tok, pred + c, out + c, s.width - c, step, int(dt));
+            tok += done;
+            c += uint32_t(done);
+            if (c == s.width) break;
+          }
           const uint8_t b = *tok++;
           uint64_t z;
           if (b == 0) {

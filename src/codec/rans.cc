@@ -8,7 +8,7 @@ namespace {
 
 constexpr uint32_t kScaleBits = 12;
 constexpr uint32_t kTotal = 1u << kScaleBits;
-constexpr uint32_t kLow = 1u << 23;
+constexpr uint32_t kLow = 1u << 16;  // states live in [2^16, 2^32); renormalised 16 bits at a time
 
 // Normalises counts to frequencies summing to kTotal, each present symbol >= 1.
 void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
@@ -58,11 +58,13 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
     const uint8_t s = in[i];
     uint32_t& x = state[i & 3];
     const uint32_t f = freq[s];
-    const uint32_t x_max = ((kLow >> kScaleBits) << 8) * f;
-    while (x >= x_max) {
-      if (p == scratch) return 0;
-      *--p = uint8_t(x);
-      x >>= 8;
+    const uint64_t x_max = (uint64_t(kLow >> kScaleBits) << 16) * f;
+    if (x >= x_max) {
+      if (p - scratch < 2) return 0;
+      p -= 2;
+      const uint16_t word = uint16_t(x);
+      std::memcpy(p, &word, 2);
+      x >>= 16;
     }
     x = ((x / f) << kScaleBits) + (x % f) + cum[s];
   }
@@ -93,18 +95,23 @@ bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
   uint16_t m;
   std::memcpy(&m, in, 2);
   if (m < 1 || m > 256 || len < 2 + 3 * size_t(m) + 16) return false;
-  uint32_t freq[256] = {}, cum[256] = {};
-  uint8_t slot_sym[kTotal];
+  // One entry per slot: the symbol, its frequency and slot - cum.
+  struct Slot {
+    uint16_t freq;
+    uint16_t bias;
+    uint8_t sym;
+  };
+  Slot table[kTotal];
+  bool seen[256] = {};
   uint32_t sum = 0;
   const uint8_t* p = in + 2;
   for (int i = 0; i < m; ++i, p += 3) {
     const uint8_t s = p[0];
     uint16_t f;
     std::memcpy(&f, p + 1, 2);
-    if (f == 0 || freq[s] != 0 || sum + f > kTotal) return false;
-    freq[s] = f;
-    cum[s] = sum;
-    std::memset(slot_sym + sum, s, f);
+    if (f == 0 || seen[s] || sum + f > kTotal) return false;
+    seen[s] = true;
+    for (uint32_t k = 0; k < f; ++k) table[sum + k] = {f, uint16_t(k), s};
     sum += f;
   }
   if (sum != kTotal) return false;
@@ -114,19 +121,35 @@ bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
   for (uint32_t x : state)
     if (x < kLow) return false;
   const uint8_t* end = in + len;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t& x = state[i & 3];
-    const uint32_t slot = x & (kTotal - 1);
-    const uint8_t s = slot_sym[slot];
-    out[i] = s;
-    x = freq[s] * (x >> kScaleBits) + slot - cum[s];
-    while (x < kLow) {
-      if (p == end) return false;
-      x = (x << 8) | *p++;
+  uint32_t x0 = state[0], x1 = state[1], x2 = state[2], x3 = state[3];
+  bool ok = true;
+  auto step = [&](uint32_t& x, uint8_t* o) {
+    const Slot e = table[x & (kTotal - 1)];
+    *o = e.sym;
+    x = uint32_t(e.freq) * (x >> kScaleBits) + e.bias;
+    // At most one 16-bit read per symbol; branch-free on the hot path.
+    const bool need = x < kLow;
+    uint16_t word = 0;
+    if (end - p >= 2) {
+      std::memcpy(&word, p, 2);
+    } else if (need) {
+      ok = false;
     }
+    x = need ? (x << 16) | word : x;
+    p += need && ok ? 2 : 0;
+  };
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    step(x0, out + i);
+    step(x1, out + i + 1);
+    step(x2, out + i + 2);
+    step(x3, out + i + 3);
   }
+  if (i < n) step(x0, out + i++);
+  if (i < n) step(x1, out + i++);
+  if (i < n) step(x2, out + i++);
   // The encoder started from kLow in every state: anything else is damage.
-  return p == end && state[0] == kLow && state[1] == kLow && state[2] == kLow && state[3] == kLow;
+  return ok && p == end && x0 == kLow && x1 == kLow && x2 == kLow && x3 == kLow;
 }
 
 }  // namespace flatkv::codec

@@ -1,11 +1,12 @@
 // An order-0 rANS entropy coder for byte streams (after Duda, and Giesen's
-// ryg_rans): 32-bit states with byte-wise renormalisation, four states
+// ryg_rans): 32-bit states renormalised 16 bits at a time (at most one
+// read per symbol, so the decoder needs no data-dependent loop), four states
 // interleaved (symbol i uses state i % 4) so the decoder's dependency
 // chains overlap, probabilities quantized to 12 bits.
 //
 // Stream: u16 number of distinct symbols m (1..256); m times (u8 symbol,
 // u16 frequency), frequencies summing to 4096; four u32 final states; the
-// renormalisation bytes. An empty input encodes to zero bytes.
+// renormalisation words (u16). An empty input encodes to zero bytes.
 #pragma once
 
 #include <cstddef>

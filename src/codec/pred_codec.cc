@@ -1,6 +1,7 @@
 // pred: error-bounded predictive coding. Guarantees |x - x_hat| <= eps for
-// every element, measured against the input's values in its own dtype
-// (eps = 0: bit-exact).
+// every key element (MHA K, MLA rope key) and eps * v_eps_scale for every
+// value element (MHA V, MLA latent), measured against the input's values
+// in its own dtype (eps = 0: bit-exact).
 //
 // Each part of the slice (K and V; MLA latent and rope key) is coded row
 // by row (token by token). A row's prediction P comes from the previous
@@ -106,7 +107,8 @@ class PredCodec final : public LossyCodec {
                     {"predictor", "0 none, 1 previous token", 0, 1, 1, true},
                     {"rope_theta", "RoPE base for key prediction (0 = off)", 0, 1e9, 0, false},
                     {"coder", "0 auto (smallest), 1 rANS, 2 zstd, 3 stored", 0, 3, 0, true},
-                    {"zstd_level", "zstd level for coder 0/2", 1, 19, 3, true}}) {}
+                    {"zstd_level", "zstd level for coder 0/2", 1, 19, 3, true},
+                    {"v_eps_scale", "bound on values (MLA: latent) = eps * this", 1e-3, 1e6, 1, false}}) {}
   std::string_view name() const override { return "pred"; }
   uint8_t id() const override { return 5; }
   Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
@@ -128,8 +130,6 @@ class PredCodec final : public LossyCodec {
   bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& w) const override {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
-    const double eps = param(0);
-    const float step = float(2 * eps);
     auto* y = reinterpret_cast<float*>(ctx.Scratch(1, n * sizeof(float) + 4));
     auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
     std::vector<uint8_t> extra;
@@ -140,6 +140,8 @@ class PredCodec final : public LossyCodec {
     uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(4, RansBound(n) + ZSTD_compressBound(n) + 64));
     uint8_t* scratch = reinterpret_cast<uint8_t*>(ctx.Scratch(5, RansBound(n) + 64));
     for (const Section& s : p.part) {
+      const double eps = PartEps(s);
+      const float step = float(2 * eps);
       const RopeStep rope = MakeRopeStep(s, param(2));
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
       uint8_t* tok = tokens + tok_at;
@@ -209,8 +211,6 @@ class PredCodec final : public LossyCodec {
   Status DecodeFloats(CodecContext& ctx, const SliceLayout& layout, ByteReader& r, float* y) const override {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
-    const double eps = param(0);
-    const float step = float(2 * eps);
     uint8_t reserved;
     if (!r.Get(reserved) || reserved != 0) return BodyCorrupt("pred", "bad reserved byte");
     auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
@@ -239,6 +239,8 @@ class PredCodec final : public LossyCodec {
     const Kernels& k = ActiveKernels();
     tok_at = 0;
     for (const Section& s : p.part) {
+      const double eps = PartEps(s);
+      const float step = float(2 * eps);
       const RopeStep rope = MakeRopeStep(s, param(2));
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
       const uint8_t* tok = tokens + tok_at;
@@ -298,6 +300,8 @@ class PredCodec final : public LossyCodec {
   }
 
  private:
+  double PartEps(const Section& s) const { return s.key ? param(0) : param(0) * param(5); }
+
   bool WriteCoded(CodecContext& ctx, const uint8_t* tok, uint64_t m, uint8_t* coded, uint8_t* scratch,
                   ByteWriter& w) const {
     const int coder = int(param(3));

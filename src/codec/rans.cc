@@ -39,7 +39,7 @@ void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
 
 }  // namespace
 
-size_t RansBound(size_t n) { return n == 0 ? 0 : 2 + 3 * 256 + 16 + n + n / 2 + 16; }
+size_t RansBound(size_t n) { return n == 0 ? 0 : 32 + 2 * 256 + 16 + 2 * n + 16; }
 
 size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t* scratch) {
   if (n == 0) return 0;
@@ -68,21 +68,27 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
     }
     x = ((x / f) << kScaleBits) + (x % f) + cum[s];
   }
-  uint16_t m = 0;
-  for (int s = 0; s < 256; ++s) m += freq[s] != 0;
-  const size_t stream = size_t(end - p);
-  const size_t total = 2 + 3 * size_t(m) + 16 + stream;
-  if (total > cap) return 0;
-  uint8_t* o = out;
-  std::memcpy(o, &m, 2);
-  o += 2;
+  // Table: a 256-bit presence map, then each present symbol's frequency as
+  // one byte (< 128) or two (0x80 | low 7 bits, then the rest).
+  uint8_t table[32 + 2 * 256];
+  size_t tlen = 32;
+  std::memset(table, 0, 32);
   for (int s = 0; s < 256; ++s) {
     if (!freq[s]) continue;
-    *o++ = uint8_t(s);
-    const uint16_t f = uint16_t(freq[s]);
-    std::memcpy(o, &f, 2);
-    o += 2;
+    table[s >> 3] |= uint8_t(1u << (s & 7));
+    if (freq[s] < 128) {
+      table[tlen++] = uint8_t(freq[s]);
+    } else {
+      table[tlen++] = uint8_t(0x80 | (freq[s] & 0x7F));
+      table[tlen++] = uint8_t(freq[s] >> 7);
+    }
   }
+  const size_t stream = size_t(end - p);
+  const size_t total = tlen + 16 + stream;
+  if (total > cap) return 0;
+  uint8_t* o = out;
+  std::memcpy(o, table, tlen);
+  o += tlen;
   std::memcpy(o, state, 16);
   o += 16;
   std::memcpy(o, p, stream);
@@ -91,10 +97,7 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
 
 bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
   if (n == 0) return len == 0;
-  if (len < 2) return false;
-  uint16_t m;
-  std::memcpy(&m, in, 2);
-  if (m < 1 || m > 256 || len < 2 + 3 * size_t(m) + 16) return false;
+  if (len < 32) return false;
   // One entry per slot: the symbol, its frequency and slot - cum.
   struct Slot {
     uint16_t freq;
@@ -102,25 +105,27 @@ bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
     uint8_t sym;
   };
   Slot table[kTotal];
-  bool seen[256] = {};
   uint32_t sum = 0;
-  const uint8_t* p = in + 2;
-  for (int i = 0; i < m; ++i, p += 3) {
-    const uint8_t s = p[0];
-    uint16_t f;
-    std::memcpy(&f, p + 1, 2);
-    if (f == 0 || seen[s] || sum + f > kTotal) return false;
-    seen[s] = true;
-    for (uint32_t k = 0; k < f; ++k) table[sum + k] = {f, uint16_t(k), s};
+  const uint8_t* p = in + 32;
+  const uint8_t* end = in + len;
+  for (int s = 0; s < 256; ++s) {
+    if (!(in[s >> 3] >> (s & 7) & 1)) continue;
+    if (p == end) return false;
+    uint32_t f = *p++;
+    if (f & 0x80) {
+      if (p == end) return false;
+      f = (f & 0x7F) | (uint32_t(*p++) << 7);
+    }
+    if (f == 0 || sum + f > kTotal) return false;
+    for (uint32_t k = 0; k < f; ++k) table[sum + k] = {uint16_t(f), uint16_t(k), uint8_t(s)};
     sum += f;
   }
-  if (sum != kTotal) return false;
+  if (sum != kTotal || end - p < 16) return false;
   uint32_t state[4];
   std::memcpy(state, p, 16);
   p += 16;
   for (uint32_t x : state)
     if (x < kLow) return false;
-  const uint8_t* end = in + len;
   uint32_t x0 = state[0], x1 = state[1], x2 = state[2], x3 = state[3];
   bool ok = true;
   auto step = [&](uint32_t& x, uint8_t* o) {

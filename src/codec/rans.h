@@ -4,8 +4,9 @@
 // interleaved (symbol i uses state i % 4) so the decoder's dependency
 // chains overlap, probabilities quantized to 12 bits.
 //
-// Stream: u16 number of distinct symbols m (1..256); m times (u8 symbol,
-// u16 frequency), frequencies summing to 4096; four u32 final states; the
+// Stream: a 32-byte bitmap of the symbols present; for each present symbol
+// in order its frequency, one byte when < 128, else two (0x80 | f & 0x7F,
+// then f >> 7), frequencies summing to 4096; four u32 final states; the
 // renormalisation words (u16). An empty input encodes to zero bytes.
 #pragma once
 

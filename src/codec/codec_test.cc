@@ -104,7 +104,7 @@ TEST(Codec, LossyRoundTripsStayWithinTheirErrorBudget) {
   const std::vector<std::pair<std::string, double>> cases = {
       {"raw:dtype=2", 1e-4},   {"raw:dtype=1", 1e-5},   {"int8", 1e-3},      {"kivi:bits=4", 0.02},
       {"kivi:bits=2", 0.3},    {"hadamard-int4", 0.02}, {"turbo:bits=4", 0.02}, {"turbo:bits=3", 0.06},
-      {"turbo:bits=2", 0.2},   {"mla", 0.02},           {"pred:eps=0.01", 1e-3}};
+      {"turbo:bits=2", 0.2},   {"mla", 0.02}, {"mla:latent_bits=3,rope_bits=5", 0.06},           {"pred:eps=0.01", 1e-3}};
   for (const auto& [spec, bound] : cases) {
     auto c = MakeCodec(spec);
     ASSERT_TRUE(c.ok()) << spec;

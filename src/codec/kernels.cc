@@ -35,7 +35,9 @@ void FwhtSign(float* x, const float* sign, size_t n, size_t block, float scale) 
 
 inline uint32_t Code(const uint8_t* packed, int bits, size_t i) {
   const size_t bit = i * size_t(bits);
-  return (packed[bit >> 3] >> (bit & 7)) & ((1u << bits) - 1);
+  uint32_t v = packed[bit >> 3] >> (bit & 7);
+  if ((bit & 7) + size_t(bits) > 8) v |= uint32_t(packed[(bit >> 3) + 1]) << (8 - (bit & 7));
+  return v & ((1u << bits) - 1);
 }
 
 void DequantScalar(const uint8_t* packed, int bits, size_t first, size_t n, float lo, float step, float* out) {

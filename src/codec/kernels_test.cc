@@ -48,6 +48,26 @@ TEST(CodecKernels, Avx2MatchesScalar) {
       }
 }
 
+TEST(CodecKernels, DequantReadsEveryCodeWidth) {
+  std::mt19937 rng(5);
+  for (const Kernels* k : {&ScalarKernels(), Avx2Kernels()}) {
+    if (!k) continue;
+    for (int bits = 1; bits <= 8; ++bits) {
+      std::vector<uint8_t> codes(50);
+      for (auto& c : codes) c = uint8_t(rng() & ((1u << bits) - 1));
+      std::vector<uint8_t> packed((50 * bits + 7) / 8);
+      PackCodes(codes.data(), 50, bits, packed.data());
+      for (size_t first : {0, 3, 8}) {
+        std::vector<float> out(50 - first), lo(50, 1.0f), step(50, 2.0f);
+        k->dequant_scalar(packed.data(), bits, first, out.size(), 1.0f, 2.0f, out.data());
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 1.0f + 2.0f * codes[first + i]) << bits;
+        k->dequant_vec(packed.data(), bits, first, out.size(), lo.data(), step.data(), out.data());
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 1.0f + 2.0f * codes[first + i]) << bits;
+      }
+    }
+  }
+}
+
 TEST(CodecKernels, PackUnpackRoundTrip) {
   std::mt19937 rng(1);
   for (int bits = 1; bits <= 8; ++bits) {

@@ -311,6 +311,91 @@ Result<double> SearchEps(const Dataset& d, double target, bool quick, const std:
   return lo;
 }
 
+// ---- MLA: what the latent's and the RoPE key's errors do, separately ----
+
+struct MlaRow {
+  std::string name;
+  double bits = 0, latent_rel_mse = 0, rope_rel_mse = 0;
+  double score_rel_err = 0;   // ||s' - s|| / ||s||, scores q.[c|r] over causal pairs
+  double output_rel_err = 0;  // ||o' - o|| / ||o||, o = softmax(s) . c (the latent as value)
+};
+
+Result<std::vector<MlaRow>> RunMla(bool quick, DType dtype) {
+  SliceLayout l;
+  l.shape = KvShape::Mla(61, 512, 64, dtype);
+  l.tokens = 64;
+  const uint32_t slices = quick ? 2 : 4, heads = 16, w = 576, T = l.tokens * slices;
+  std::vector<float> kv(uint64_t(T) * w), q(uint64_t(T) * heads * w);
+  std::vector<std::vector<std::byte>> in(slices);
+  for (uint32_t b = 0; b < slices; ++b) {
+    l.first_position = b * l.tokens;
+    in[b].resize(l.Bytes());
+    codec::FillSyntheticKv(l, 77, in[b]);
+    codec::ToFloat(dtype, in[b].data(), kv.data() + uint64_t(b) * l.tokens * w, l.Elements());
+    codec::FillSyntheticQueries(l, heads, 77, std::span(q).subspan(uint64_t(b) * l.tokens * heads * w, l.tokens * heads * w));
+  }
+  auto attend = [&](const std::vector<float>& c, uint32_t t, uint32_t h, std::vector<double>& sc, std::vector<double>& o) {
+    const float* qv = q.data() + (uint64_t(t) * heads + h) * w;
+    sc.assign(t + 1, 0);
+    double mx = -1e300;
+    for (uint32_t j = 0; j <= t; ++j) {
+      double acc = 0;
+      for (uint32_t i = 0; i < w; ++i) acc += double(qv[i]) * c[uint64_t(j) * w + i];
+      sc[j] = acc / std::sqrt(192.0);
+      mx = std::max(mx, sc[j]);
+    }
+    o.assign(512, 0);
+    double sum = 0;
+    for (uint32_t j = 0; j <= t; ++j) {
+      const double p = std::exp(sc[j] - mx);
+      sum += p;
+      for (uint32_t i = 0; i < 512; ++i) o[i] += p * c[uint64_t(j) * w + i];
+    }
+    for (double& x : o) x /= sum;
+  };
+  std::vector<MlaRow> rows;
+  for (const char* spec : {"raw", "int8", "kivi:bits=4", "hadamard-int4", "mla:latent_bits=8,rope_bits=8",
+                           "mla:latent_bits=4,rope_bits=8", "mla:latent_bits=4,rope_bits=4", "mla:latent_bits=3,rope_bits=8",
+                           "mla:latent_bits=2,rope_bits=8", "mla:latent_bits=8,rope_bits=2"}) {
+    FLATKV_ASSIGN_OR_RETURN(auto codec, MakeCodec(spec));
+    CodecContext ctx;
+    std::vector<float> dec(kv.size());
+    uint64_t bytes = 0;
+    for (uint32_t b = 0; b < slices; ++b) {
+      l.first_position = b * l.tokens;
+      std::vector<std::byte> enc(codec->MaxEncodedSize(l)), out(l.Bytes());
+      FLATKV_ASSIGN_OR_RETURN(const size_t n, codec->Encode(ctx, l, in[b], enc));
+      bytes += n;
+      FLATKV_RETURN_IF_ERROR(DecodeSlice(ctx, l, std::span(enc).first(n), out));
+      codec::ToFloat(dtype, out.data(), dec.data() + uint64_t(b) * l.tokens * w, l.Elements());
+    }
+    MlaRow r;
+    r.name = codec->Spec();
+    r.bits = 8.0 * bytes / double(kv.size());
+    double e[2] = {0, 0}, ref[2] = {0, 0};
+    for (uint64_t i = 0; i < kv.size(); ++i) {
+      const int part = (i % w) >= 512;
+      e[part] += (double(kv[i]) - dec[i]) * (double(kv[i]) - dec[i]);
+      ref[part] += double(kv[i]) * kv[i];
+    }
+    r.latent_rel_mse = e[0] / ref[0];
+    r.rope_rel_mse = e[1] / ref[1];
+    double se = 0, sr = 0, oe = 0, orf = 0;
+    std::vector<double> s1, s2, o1, o2;
+    for (uint32_t t = T - 1; t >= T / 2 && t < T; t -= 8)
+      for (uint32_t h = 0; h < heads; h += 3) {
+        attend(kv, t, h, s1, o1);
+        attend(dec, t, h, s2, o2);
+        for (uint32_t j = 0; j <= t; ++j) se += (s1[j] - s2[j]) * (s1[j] - s2[j]), sr += s1[j] * s1[j];
+        for (uint32_t i = 0; i < 512; ++i) oe += (o1[i] - o2[i]) * (o1[i] - o2[i]), orf += o1[i] * o1[i];
+      }
+    r.score_rel_err = std::sqrt(se / sr);
+    r.output_rel_err = std::sqrt(oe / orf);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
 }  // namespace
 
 CLI::App* AddBenchCodecsCommand(CLI::App& bench, BenchCodecsArgs& a) {
@@ -493,8 +578,19 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
                          {"x_smaller_than_zstd1", zstd_bits / best.q.bits_per_element}});
   }
 
+  auto mla = RunMla(a.quick, *dtype);
+  if (!mla.ok()) return Fail(kExitFailure, "mla: " + mla.status().ToString());
+
   if (a.json) {
     nlohmann::json j;
+    j["mla"] = nlohmann::json::array();
+    for (const MlaRow& r : *mla)
+      j["mla"].push_back({{"name", r.name},
+                          {"bits_per_element", r.bits},
+                          {"latent_rel_mse", r.latent_rel_mse},
+                          {"rope_rel_mse", r.rope_rel_mse},
+                          {"score_rel_err", r.score_rel_err},
+                          {"output_rel_err", r.output_rel_err}});
     j["dtype"] = DTypeName(*dtype);
     j["memcpy_gbps"] = base.memcpy_gbps;
     j["zstd1_ratio"] = base.zstd1_ratio;
@@ -521,6 +617,11 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
     }
     PrintRow(r);
   }
+  std::printf("\nsynthetic DeepSeek-V3 MLA (latent 512 + rope 64): score error vs value (latent) error\n  %-44s %6s  %10s %10s  %9s %9s\n",
+              "codec", "bits", "latent_mse", "rope_mse", "score_err", "out_err");
+  for (const MlaRow& r : *mla)
+    std::printf("  %-44s %6.2f  %10.3g %10.3g  %8.3f%% %8.3f%%\n", r.name.c_str(), r.bits, r.latent_rel_mse, r.rope_rel_mse,
+                100 * r.score_rel_err, 100 * r.output_rel_err);
   for (const auto& p : pred_json)
     std::printf("\npred on %s: %s keeps attention-output error %.3f%% at %.3f bits/element: %.2fx smaller than "
                 "bf16, %.2fx smaller than zstd -1 (%.3f bits/element)\n",

@@ -25,7 +25,53 @@ inline __m256 Fwht8(__m256 v) {
   return _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xF0);
 }
 
+// One cross-vector stage (distance H vectors) over NV vectors.
+template <int NV, int H>
+inline void Stage(__m256* r) {
+  if constexpr (H < NV) {
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; i += 2 * H)
+#pragma GCC unroll 16
+      for (int j = i; j < i + H; ++j) {
+        const __m256 a = r[j], c = r[j + H];
+        r[j] = _mm256_add_ps(a, c);
+        r[j + H] = _mm256_sub_ps(a, c);
+      }
+    Stage<NV, 2 * H>(r);
+  }
+}
+
+// A block of NV vectors (8 * NV floats) transformed in registers.
+template <int NV>
+inline void FwhtRegs(float* v) {
+  __m256 r[NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) r[i] = Fwht8(_mm256_loadu_ps(v + 8 * i));
+  Stage<NV, 1>(r);
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(v + 8 * i, r[i]);
+}
+
 void FwhtBlocks(float* x, size_t n, size_t block) {
+  switch (block) {
+    case 8:
+      for (size_t b = 0; b < n; b += 8) FwhtRegs<1>(x + b);
+      return;
+    case 16:
+      for (size_t b = 0; b < n; b += 16) FwhtRegs<2>(x + b);
+      return;
+    case 32:
+      for (size_t b = 0; b < n; b += 32) FwhtRegs<4>(x + b);
+      return;
+    case 64:
+      for (size_t b = 0; b < n; b += 64) FwhtRegs<8>(x + b);
+      return;
+    case 128:
+      for (size_t b = 0; b < n; b += 128) FwhtRegs<16>(x + b);
+      return;
+    default:
+      break;
+  }
   for (size_t b = 0; b < n; b += block) {
     float* v = x + b;
     for (size_t i = 0; i < block; i += 8) _mm256_storeu_ps(v + i, Fwht8(_mm256_loadu_ps(v + i)));

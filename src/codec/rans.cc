@@ -143,7 +143,24 @@ bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
     x = need ? (x << 16) | word : x;
     p += need && ok ? 2 : 0;
   };
+  // Fast loop: four symbols read at most 8 bytes, so no bounds checks.
+  auto fast = [&](uint32_t& x, uint8_t* o) {
+    const Slot e = table[x & (kTotal - 1)];
+    *o = e.sym;
+    x = uint32_t(e.freq) * (x >> kScaleBits) + e.bias;
+    const bool need = x < kLow;
+    uint16_t word;
+    std::memcpy(&word, p, 2);
+    x = need ? (x << 16) | word : x;
+    p += need ? 2 : 0;
+  };
   size_t i = 0;
+  for (; i + 4 <= n && end - p >= 8; i += 4) {
+    fast(x0, out + i);
+    fast(x1, out + i + 1);
+    fast(x2, out + i + 2);
+    fast(x3, out + i + 3);
+  }
   for (; i + 4 <= n; i += 4) {
     step(x0, out + i);
     step(x1, out + i + 1);

@@ -8,6 +8,7 @@ namespace {
 
 constexpr uint32_t kScaleBits = 12;
 constexpr uint32_t kTotal = 1u << kScaleBits;
+constexpr int kStates = 8;  // interleaved: symbol i uses state i % 8
 constexpr uint32_t kLow = 1u << 16;  // states live in [2^16, 2^32); renormalised 16 bits at a time
 
 // Normalises counts to frequencies summing to kTotal, each present symbol >= 1.
@@ -39,7 +40,7 @@ void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
 
 }  // namespace
 
-size_t RansBound(size_t n) { return n == 0 ? 0 : 32 + 2 * 256 + 16 + 2 * n + 16; }
+size_t RansBound(size_t n) { return n == 0 ? 0 : 32 + 2 * 256 + 4 * kStates + 2 * n + 16; }
 
 size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t* scratch) {
   if (n == 0) return 0;
@@ -53,10 +54,11 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
   const size_t scratch_size = RansBound(n);
   uint8_t* end = scratch + scratch_size;
   uint8_t* p = end;
-  uint32_t state[4] = {kLow, kLow, kLow, kLow};
+  uint32_t state[kStates];
+  std::fill_n(state, kStates, kLow);
   for (size_t i = n; i-- > 0;) {
     const uint8_t s = in[i];
-    uint32_t& x = state[i & 3];
+    uint32_t& x = state[i % kStates];
     const uint32_t f = freq[s];
     const uint64_t x_max = (uint64_t(kLow >> kScaleBits) << 16) * f;
     if (x >= x_max) {
@@ -84,13 +86,13 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
     }
   }
   const size_t stream = size_t(end - p);
-  const size_t total = tlen + 16 + stream;
+  const size_t total = tlen + 4 * kStates + stream;
   if (total > cap) return 0;
   uint8_t* o = out;
   std::memcpy(o, table, tlen);
   o += tlen;
-  std::memcpy(o, state, 16);
-  o += 16;
+  std::memcpy(o, state, 4 * kStates);
+  o += 4 * kStates;
   std::memcpy(o, p, stream);
   return total;
 }
@@ -120,58 +122,50 @@ bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
     for (uint32_t k = 0; k < f; ++k) table[sum + k] = {uint16_t(f), uint16_t(k), uint8_t(s)};
     sum += f;
   }
-  if (sum != kTotal || end - p < 16) return false;
-  uint32_t state[4];
-  std::memcpy(state, p, 16);
-  p += 16;
-  for (uint32_t x : state)
-    if (x < kLow) return false;
-  uint32_t x0 = state[0], x1 = state[1], x2 = state[2], x3 = state[3];
+  if (sum != kTotal || end - p < 4 * kStates) return false;
+  uint32_t x[kStates];
+  std::memcpy(x, p, 4 * kStates);
+  p += 4 * kStates;
+  for (uint32_t v : x)
+    if (v < kLow) return false;
   bool ok = true;
-  auto step = [&](uint32_t& x, uint8_t* o) {
-    const Slot e = table[x & (kTotal - 1)];
+  auto step = [&](uint32_t& st, uint8_t* o) {
+    const Slot e = table[st & (kTotal - 1)];
     *o = e.sym;
-    x = uint32_t(e.freq) * (x >> kScaleBits) + e.bias;
+    st = uint32_t(e.freq) * (st >> kScaleBits) + e.bias;
     // At most one 16-bit read per symbol; branch-free on the hot path.
-    const bool need = x < kLow;
+    const bool need = st < kLow;
     uint16_t word = 0;
     if (end - p >= 2) {
       std::memcpy(&word, p, 2);
     } else if (need) {
       ok = false;
     }
-    x = need ? (x << 16) | word : x;
+    st = need ? (st << 16) | word : st;
     p += need && ok ? 2 : 0;
   };
-  // Fast loop: four symbols read at most 8 bytes, so no bounds checks.
-  auto fast = [&](uint32_t& x, uint8_t* o) {
-    const Slot e = table[x & (kTotal - 1)];
+  // Fast loop: eight symbols read at most 16 bytes, so no bounds checks.
+  auto fast = [&](uint32_t& st, uint8_t* o) {
+    const Slot e = table[st & (kTotal - 1)];
     *o = e.sym;
-    x = uint32_t(e.freq) * (x >> kScaleBits) + e.bias;
-    const bool need = x < kLow;
+    st = uint32_t(e.freq) * (st >> kScaleBits) + e.bias;
+    // Arithmetic rather than a branch: whether a state needs a word is
+    // close to a coin flip, which a branch predictor cannot learn.
+    const uint32_t need = st < kLow;
     uint16_t word;
     std::memcpy(&word, p, 2);
-    x = need ? (x << 16) | word : x;
-    p += need ? 2 : 0;
+    st = (st << (need * 16)) | (uint32_t(word) & (0u - need));
+    p += need * 2;
   };
   size_t i = 0;
-  for (; i + 4 <= n && end - p >= 8; i += 4) {
-    fast(x0, out + i);
-    fast(x1, out + i + 1);
-    fast(x2, out + i + 2);
-    fast(x3, out + i + 3);
+  for (; i + kStates <= n && end - p >= 2 * kStates; i += kStates) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kStates; ++k) fast(x[k], out + i + k);
   }
-  for (; i + 4 <= n; i += 4) {
-    step(x0, out + i);
-    step(x1, out + i + 1);
-    step(x2, out + i + 2);
-    step(x3, out + i + 3);
-  }
-  if (i < n) step(x0, out + i++);
-  if (i < n) step(x1, out + i++);
-  if (i < n) step(x2, out + i++);
+  for (; i < n; ++i) step(x[i % kStates], out + i);
   // The encoder started from kLow in every state: anything else is damage.
-  return ok && p == end && x0 == kLow && x1 == kLow && x2 == kLow && x3 == kLow;
+  for (uint32_t v : x) ok = ok && v == kLow;
+  return ok && p == end;
 }
 
 }  // namespace flatkv::codec

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "codec/dtype.h"
 #include "common/cpu.h"
 
 namespace flatkv::codec {
@@ -34,7 +35,9 @@ void FwhtSign(float* x, const float* sign, size_t n, size_t block, float scale) 
 
 inline uint32_t Code(const uint8_t* packed, int bits, size_t i) {
   const size_t bit = i * size_t(bits);
-  return (packed[bit >> 3] >> (bit & 7)) & ((1u << bits) - 1);
+  uint32_t v = packed[bit >> 3] >> (bit & 7);
+  if ((bit & 7) + size_t(bits) > 8) v |= uint32_t(packed[(bit >> 3) + 1]) << (8 - (bit & 7));
+  return v & ((1u << bits) - 1);
 }
 
 void DequantScalar(const uint8_t* packed, int bits, size_t first, size_t n, float lo, float step, float* out) {
@@ -46,10 +49,29 @@ void DequantVec(const uint8_t* packed, int bits, size_t first, size_t n, const f
   for (size_t i = 0; i < n; ++i) out[i] = lo[i] + step[i] * float(Code(packed, bits, first + i));
 }
 
+void RopePredict(const float* prev, const float* cs, const float* sn, float* out, size_t n) {
+  for (size_t c = 0; c < n; ++c) {
+    const float p = prev[c] * cs[c] + prev[c ^ 1] * sn[c];
+    out[c] = p == p ? p : 0.0f;
+  }
+}
+
+size_t PredReconstruct(const uint8_t* tok, const float* pred, float* out, size_t n, float step, int dtype) {
+  const DType dt = DType(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t b = tok[i];
+    if (b == 0 || b == 255) return i;
+    const uint32_t z = b - 1;
+    const int32_t q = int32_t((z >> 1) ^ (0u - (z & 1)));
+    out[i] = RoundToDType(dt, pred[i] + float(q) * step);
+  }
+  return n;
+}
+
 }  // namespace
 
 extern const Kernels kKernels;
-const Kernels kKernels = {&SignFwht, &FwhtSign, &DequantScalar, &DequantVec};
+const Kernels kKernels = {&SignFwht, &FwhtSign, &DequantScalar, &DequantVec, &RopePredict, &PredReconstruct};
 
 }  // namespace scalar
 

@@ -25,6 +25,15 @@ struct Kernels {
   // out[i] = lo[i] + step[i] * code(i).
   void (*dequant_vec)(const uint8_t* packed, int bits, size_t first, size_t n, const float* lo, const float* step,
                       float* out);
+  // pred's RoPE-step prediction over channel pairs (2i, 2i+1), n even:
+  // out[c] = prev[c] * cs[c] + prev[c ^ 1] * sn[c] (sn is -sin at even c,
+  // +sin at odd c); a NaN result becomes 0, so every path agrees.
+  void (*rope_predict)(const float* prev, const float* cs, const float* sn, float* out, size_t n);
+  // pred's reconstruction while tokens are plain (1..254): out[i] =
+  // dtype(pred[i] + float(q) * step) with q = unzigzag(tok[i] - 1).
+  // Returns how many elements it did; stops early (possibly before a plain
+  // token) at escapes (0, 255) or anything the fast path does not take.
+  size_t (*pred_reconstruct)(const uint8_t* tok, const float* pred, float* out, size_t n, float step, int dtype);
 };
 
 // The kernels for the detected SIMD level (common/cpu.h).

@@ -1,6 +1,7 @@
 // pred: error-bounded predictive coding. Guarantees |x - x_hat| <= eps for
-// every element, measured against the input's values in its own dtype
-// (eps = 0: bit-exact).
+// every key element (MHA K, MLA rope key) and eps * v_eps_scale for every
+// value element (MHA V, MLA latent), measured against the input's values
+// in its own dtype (eps = 0: bit-exact).
 //
 // Each part of the slice (K and V; MLA latent and rope key) is coded row
 // by row (token by token). A row's prediction P comes from the previous
@@ -33,6 +34,7 @@
 
 #include "codec/codec_internal.h"
 #include "codec/dtype.h"
+#include "codec/kernels.h"
 #include "codec/rans.h"
 
 namespace flatkv::codec {
@@ -60,31 +62,32 @@ void PutVarint(std::vector<uint8_t>& out, uint64_t v) {
   out.push_back(uint8_t(v));
 }
 
-// Per-channel rotation for one step of RoPE: for even channel c of a pair,
-// P[c] = a * cs[c] - b * sn[c], P[c+1] = a * sn[c] + b * cs[c].
+// Per-channel rotation for one step of RoPE over channel pairs (2i, 2i+1):
+// P[c] = prev[c] * cs[c] + prev[c ^ 1] * sn[c] (kernels.h rope_predict).
 struct RopeStep {
-  std::vector<float> cs, sn;  // width entries (valid at even in-head channels)
+  std::vector<float> cs, sn;  // width entries; sn is -sin at even, +sin at odd channels
   bool on = false;
 };
 
 RopeStep MakeRopeStep(const Section& s, double theta) {
   RopeStep r;
-  if (!s.key || theta <= 0 || s.head_dim < 2) return r;
+  if (!s.key || theta <= 0 || s.head_dim < 2 || s.head_dim % 2) return r;
   r.on = true;
-  r.cs.assign(s.width, 1.0f);
-  r.sn.assign(s.width, 0.0f);
-  for (uint32_t c = 0; c < s.width; ++c) {
-    const uint32_t in_head = c % s.head_dim;
-    if (in_head % 2 || in_head + 1 >= s.head_dim) continue;
-    const double freq = std::pow(theta, -double(in_head) / s.head_dim);
-    r.cs[c] = float(std::nearbyint(std::cos(freq) * 65536.0) / 65536.0);
-    r.sn[c] = float(std::nearbyint(std::sin(freq) * 65536.0) / 65536.0);
+  r.cs.resize(s.width);
+  r.sn.resize(s.width);
+  for (uint32_t c = 0; c < s.width; c += 2) {
+    const double freq = std::pow(theta, -double(c % s.head_dim) / s.head_dim);
+    r.cs[c] = r.cs[c + 1] = float(std::nearbyint(std::cos(freq) * 65536.0) / 65536.0);
+    const float sn = float(std::nearbyint(std::sin(freq) * 65536.0) / 65536.0);
+    r.sn[c] = -sn;
+    r.sn[c + 1] = sn;
   }
   return r;
 }
 
 // The prediction row for row `t` from the reconstructed previous row.
-void Predict(const Section& s, const float* y, uint32_t t, int predictor, const RopeStep& rope, float* pred) {
+void Predict(const Section& s, const float* y, uint32_t t, int predictor, const RopeStep& rope, const Kernels& k,
+             float* pred) {
   if (t == 0 || predictor == 0) {
     std::fill_n(pred, s.width, 0.0f);
     return;
@@ -94,17 +97,7 @@ void Predict(const Section& s, const float* y, uint32_t t, int predictor, const 
     std::copy_n(prev, s.width, pred);
     return;
   }
-  for (uint32_t c = 0; c < s.width; ++c) {
-    const uint32_t in_head = c % s.head_dim;
-    if (in_head % 2 == 0 && in_head + 1 < s.head_dim) {
-      const float a = prev[c], b = prev[c + 1];
-      pred[c] = a * rope.cs[c] - b * rope.sn[c];
-      pred[c + 1] = a * rope.sn[c] + b * rope.cs[c];
-      ++c;
-    } else {
-      pred[c] = prev[c];
-    }
-  }
+  k.rope_predict(prev, rope.cs.data(), rope.sn.data(), pred, s.width);
 }
 
 class PredCodec final : public LossyCodec {
@@ -114,7 +107,8 @@ class PredCodec final : public LossyCodec {
                     {"predictor", "0 none, 1 previous token", 0, 1, 1, true},
                     {"rope_theta", "RoPE base for key prediction (0 = off)", 0, 1e9, 0, false},
                     {"coder", "0 auto (smallest), 1 rANS, 2 zstd, 3 stored", 0, 3, 0, true},
-                    {"zstd_level", "zstd level for coder 0/2", 1, 19, 3, true}}) {}
+                    {"zstd_level", "zstd level for coder 0/2", 1, 19, 3, true},
+                    {"v_eps_scale", "bound on values (MLA: latent) = eps * this", 1e-3, 1e6, 1, false}}) {}
   std::string_view name() const override { return "pred"; }
   uint8_t id() const override { return 5; }
   Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
@@ -136,22 +130,23 @@ class PredCodec final : public LossyCodec {
   bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& w) const override {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
-    const double eps = param(0);
-    const float step = float(2 * eps);
     auto* y = reinterpret_cast<float*>(ctx.Scratch(1, n * sizeof(float) + 4));
     auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
     std::vector<uint8_t> extra;
     const Sections p = SplitSlice(layout);
+    const Kernels& k = ActiveKernels();
     if (!w.Put<uint8_t>(0)) return false;
     uint64_t tok_at = 0;
     uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(4, RansBound(n) + ZSTD_compressBound(n) + 64));
     uint8_t* scratch = reinterpret_cast<uint8_t*>(ctx.Scratch(5, RansBound(n) + 64));
     for (const Section& s : p.part) {
+      const double eps = PartEps(s);
+      const float step = float(2 * eps);
       const RopeStep rope = MakeRopeStep(s, param(2));
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
       uint8_t* tok = tokens + tok_at;
       for (uint32_t t = 0; t < s.rows; ++t) {
-        Predict(s, y, t, int(param(1)), rope, pred);
+        Predict(s, y, t, int(param(1)), rope, k, pred);
         for (uint32_t c = 0; c < s.width; ++c) {
           const uint64_t at = s.At(t, c);
           const float v = x[at];
@@ -216,8 +211,6 @@ class PredCodec final : public LossyCodec {
   Status DecodeFloats(CodecContext& ctx, const SliceLayout& layout, ByteReader& r, float* y) const override {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
-    const double eps = param(0);
-    const float step = float(2 * eps);
     uint8_t reserved;
     if (!r.Get(reserved) || reserved != 0) return BodyCorrupt("pred", "bad reserved byte");
     auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
@@ -243,15 +236,24 @@ class PredCodec final : public LossyCodec {
     const uint8_t* e = ebytes;
     const uint8_t* e_end = ebytes + elen;
     const uint32_t esize = DTypeBytes(dt);
+    const Kernels& k = ActiveKernels();
     tok_at = 0;
     for (const Section& s : p.part) {
+      const double eps = PartEps(s);
+      const float step = float(2 * eps);
       const RopeStep rope = MakeRopeStep(s, param(2));
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
       const uint8_t* tok = tokens + tok_at;
       for (uint32_t t = 0; t < s.rows; ++t) {
-        Predict(s, y, t, int(param(1)), rope, pred);
+        Predict(s, y, t, int(param(1)), rope, k, pred);
         float* out = y + s.At(t, 0);
         for (uint32_t c = 0; c < s.width; ++c) {
+          if (eps > 0) {  // the fast path takes the plain tokens
+            const size_t done = k.pred_reconstruct(tok, pred + c, out + c, s.width - c, step, int(dt));
+            tok += done;
+            c += uint32_t(done);
+            if (c == s.width) break;
+          }
           const uint8_t b = *tok++;
           uint64_t z;
           if (b == 0) {
@@ -298,6 +300,8 @@ class PredCodec final : public LossyCodec {
   }
 
  private:
+  double PartEps(const Section& s) const { return s.key ? param(0) : param(0) * param(5); }
+
   bool WriteCoded(CodecContext& ctx, const uint8_t* tok, uint64_t m, uint8_t* coded, uint8_t* scratch,
                   ByteWriter& w) const {
     const int coder = int(param(3));

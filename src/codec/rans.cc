@@ -8,7 +8,8 @@ namespace {
 
 constexpr uint32_t kScaleBits = 12;
 constexpr uint32_t kTotal = 1u << kScaleBits;
-constexpr uint32_t kLow = 1u << 23;
+constexpr int kStates = 8;  // interleaved: symbol i uses state i % 8
+constexpr uint32_t kLow = 1u << 16;  // states live in [2^16, 2^32); renormalised 16 bits at a time
 
 // Normalises counts to frequencies summing to kTotal, each present symbol >= 1.
 void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
@@ -39,7 +40,7 @@ void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
 
 }  // namespace
 
-size_t RansBound(size_t n) { return n == 0 ? 0 : 2 + 3 * 256 + 16 + n + n / 2 + 16; }
+size_t RansBound(size_t n) { return n == 0 ? 0 : 32 + 2 * 256 + 4 * kStates + 2 * n + 16; }
 
 size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t* scratch) {
   if (n == 0) return 0;
@@ -53,80 +54,118 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
   const size_t scratch_size = RansBound(n);
   uint8_t* end = scratch + scratch_size;
   uint8_t* p = end;
-  uint32_t state[4] = {kLow, kLow, kLow, kLow};
+  uint32_t state[kStates];
+  std::fill_n(state, kStates, kLow);
   for (size_t i = n; i-- > 0;) {
     const uint8_t s = in[i];
-    uint32_t& x = state[i & 3];
+    uint32_t& x = state[i % kStates];
     const uint32_t f = freq[s];
-    const uint32_t x_max = ((kLow >> kScaleBits) << 8) * f;
-    while (x >= x_max) {
-      if (p == scratch) return 0;
-      *--p = uint8_t(x);
-      x >>= 8;
+    const uint64_t x_max = (uint64_t(kLow >> kScaleBits) << 16) * f;
+    if (x >= x_max) {
+      if (p - scratch < 2) return 0;
+      p -= 2;
+      const uint16_t word = uint16_t(x);
+      std::memcpy(p, &word, 2);
+      x >>= 16;
     }
     x = ((x / f) << kScaleBits) + (x % f) + cum[s];
   }
-  uint16_t m = 0;
-  for (int s = 0; s < 256; ++s) m += freq[s] != 0;
-  const size_t stream = size_t(end - p);
-  const size_t total = 2 + 3 * size_t(m) + 16 + stream;
-  if (total > cap) return 0;
-  uint8_t* o = out;
-  std::memcpy(o, &m, 2);
-  o += 2;
+  // Table: a 256-bit presence map, then each present symbol's frequency as
+  // one byte (< 128) or two (0x80 | low 7 bits, then the rest).
+  uint8_t table[32 + 2 * 256];
+  size_t tlen = 32;
+  std::memset(table, 0, 32);
   for (int s = 0; s < 256; ++s) {
     if (!freq[s]) continue;
-    *o++ = uint8_t(s);
-    const uint16_t f = uint16_t(freq[s]);
-    std::memcpy(o, &f, 2);
-    o += 2;
+    table[s >> 3] |= uint8_t(1u << (s & 7));
+    if (freq[s] < 128) {
+      table[tlen++] = uint8_t(freq[s]);
+    } else {
+      table[tlen++] = uint8_t(0x80 | (freq[s] & 0x7F));
+      table[tlen++] = uint8_t(freq[s] >> 7);
+    }
   }
-  std::memcpy(o, state, 16);
-  o += 16;
+  const size_t stream = size_t(end - p);
+  const size_t total = tlen + 4 * kStates + stream;
+  if (total > cap) return 0;
+  uint8_t* o = out;
+  std::memcpy(o, table, tlen);
+  o += tlen;
+  std::memcpy(o, state, 4 * kStates);
+  o += 4 * kStates;
   std::memcpy(o, p, stream);
   return total;
 }
 
 bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
   if (n == 0) return len == 0;
-  if (len < 2) return false;
-  uint16_t m;
-  std::memcpy(&m, in, 2);
-  if (m < 1 || m > 256 || len < 2 + 3 * size_t(m) + 16) return false;
-  uint32_t freq[256] = {}, cum[256] = {};
-  uint8_t slot_sym[kTotal];
+  if (len < 32) return false;
+  // One entry per slot: the symbol, its frequency and slot - cum.
+  struct Slot {
+    uint16_t freq;
+    uint16_t bias;
+    uint8_t sym;
+  };
+  Slot table[kTotal];
   uint32_t sum = 0;
-  const uint8_t* p = in + 2;
-  for (int i = 0; i < m; ++i, p += 3) {
-    const uint8_t s = p[0];
-    uint16_t f;
-    std::memcpy(&f, p + 1, 2);
-    if (f == 0 || freq[s] != 0 || sum + f > kTotal) return false;
-    freq[s] = f;
-    cum[s] = sum;
-    std::memset(slot_sym + sum, s, f);
+  const uint8_t* p = in + 32;
+  const uint8_t* end = in + len;
+  for (int s = 0; s < 256; ++s) {
+    if (!(in[s >> 3] >> (s & 7) & 1)) continue;
+    if (p == end) return false;
+    uint32_t f = *p++;
+    if (f & 0x80) {
+      if (p == end) return false;
+      f = (f & 0x7F) | (uint32_t(*p++) << 7);
+    }
+    if (f == 0 || sum + f > kTotal) return false;
+    for (uint32_t k = 0; k < f; ++k) table[sum + k] = {uint16_t(f), uint16_t(k), uint8_t(s)};
     sum += f;
   }
-  if (sum != kTotal) return false;
-  uint32_t state[4];
-  std::memcpy(state, p, 16);
-  p += 16;
-  for (uint32_t x : state)
-    if (x < kLow) return false;
-  const uint8_t* end = in + len;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t& x = state[i & 3];
-    const uint32_t slot = x & (kTotal - 1);
-    const uint8_t s = slot_sym[slot];
-    out[i] = s;
-    x = freq[s] * (x >> kScaleBits) + slot - cum[s];
-    while (x < kLow) {
-      if (p == end) return false;
-      x = (x << 8) | *p++;
+  if (sum != kTotal || end - p < 4 * kStates) return false;
+  uint32_t x[kStates];
+  std::memcpy(x, p, 4 * kStates);
+  p += 4 * kStates;
+  for (uint32_t v : x)
+    if (v < kLow) return false;
+  bool ok = true;
+  auto step = [&](uint32_t& st, uint8_t* o) {
+    const Slot e = table[st & (kTotal - 1)];
+    *o = e.sym;
+    st = uint32_t(e.freq) * (st >> kScaleBits) + e.bias;
+    // At most one 16-bit read per symbol; branch-free on the hot path.
+    const bool need = st < kLow;
+    uint16_t word = 0;
+    if (end - p >= 2) {
+      std::memcpy(&word, p, 2);
+    } else if (need) {
+      ok = false;
     }
+    st = need ? (st << 16) | word : st;
+    p += need && ok ? 2 : 0;
+  };
+  // Fast loop: eight symbols read at most 16 bytes, so no bounds checks.
+  auto fast = [&](uint32_t& st, uint8_t* o) {
+    const Slot e = table[st & (kTotal - 1)];
+    *o = e.sym;
+    st = uint32_t(e.freq) * (st >> kScaleBits) + e.bias;
+    // Arithmetic rather than a branch: whether a state needs a word is
+    // close to a coin flip, which a branch predictor cannot learn.
+    const uint32_t need = st < kLow;
+    uint16_t word;
+    std::memcpy(&word, p, 2);
+    st = (st << (need * 16)) | (uint32_t(word) & (0u - need));
+    p += need * 2;
+  };
+  size_t i = 0;
+  for (; i + kStates <= n && end - p >= 2 * kStates; i += kStates) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kStates; ++k) fast(x[k], out + i + k);
   }
+  for (; i < n; ++i) step(x[i % kStates], out + i);
   // The encoder started from kLow in every state: anything else is damage.
-  return p == end && state[0] == kLow && state[1] == kLow && state[2] == kLow && state[3] == kLow;
+  for (uint32_t v : x) ok = ok && v == kLow;
+  return ok && p == end;
 }
 
 }  // namespace flatkv::codec

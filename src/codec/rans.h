@@ -1,11 +1,13 @@
 // An order-0 rANS entropy coder for byte streams (after Duda, and Giesen's
-// ryg_rans): 32-bit states with byte-wise renormalisation, four states
-// interleaved (symbol i uses state i % 4) so the decoder's dependency
+// ryg_rans): 32-bit states renormalised 16 bits at a time (at most one
+// read per symbol, so the decoder needs no data-dependent loop), eight states
+// interleaved (symbol i uses state i % 8) so the decoder's dependency
 // chains overlap, probabilities quantized to 12 bits.
 //
-// Stream: u16 number of distinct symbols m (1..256); m times (u8 symbol,
-// u16 frequency), frequencies summing to 4096; four u32 final states; the
-// renormalisation bytes. An empty input encodes to zero bytes.
+// Stream: a 32-byte bitmap of the symbols present; for each present symbol
+// in order its frequency, one byte when < 128, else two (0x80 | f & 0x7F,
+// then f >> 7), frequencies summing to 4096; eight u32 final states; the
+// renormalisation words (u16). An empty input encodes to zero bytes.
 #pragma once
 
 #include <cstddef>

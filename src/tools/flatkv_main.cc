@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/bench_attention.h"
+#include "tools/bench_codecs.h"
 #include "tools/bench_engine.h"
 #include "tools/bench_restore.h"
 #include "tools/bench_serve.h"
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks")->require_subcommand(1);
   BenchRestoreArgs restore_args;
   CLI::App* restore = AddBenchRestoreCommand(*bench, restore_args);
+  BenchCodecsArgs codecs_args;
+  CLI::App* bench_codecs = AddBenchCodecsCommand(*bench, codecs_args);
   BenchEngineArgs engine_args;
   CLI::App* bench_engine = AddBenchEngineCommand(*bench, engine_args);
   BenchAttentionArgs attention_args;
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
   if (restore->parsed()) return RunBenchRestore(restore_args);
   if (bench_engine->parsed()) return RunBenchEngine(engine_args);
   if (bench_attention->parsed()) return RunBenchAttention(attention_args);
+  if (bench_codecs->parsed()) return RunBenchCodecs(codecs_args);
   if (stats->parsed()) return RunStats(stats_args);
   if (generate->parsed()) return RunGenerate(generate_args);
   if (perplexity->parsed()) return RunPerplexity(perplexity_args);

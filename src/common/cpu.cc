@@ -1,6 +1,9 @@
 #include "common/cpu.h"
 
 #include <cstdlib>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <cstring>
 
 namespace flatkv {
@@ -10,8 +13,12 @@ SimdLevel Detect() {
   SimdLevel level = SimdLevel::kScalar;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    level = SimdLevel::kAvx2;
+  // F16C and FMA from CPUID leaf 1 ECX (bits 29 and 12): clang 14's
+  // __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool leaf1 = __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  const bool f16c_fma = leaf1 && (ecx & (1u << 29)) && (ecx & (1u << 12));
+  if (__builtin_cpu_supports("avx2") && f16c_fma) level = SimdLevel::kAvx2;
   if (level == SimdLevel::kAvx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     level = SimdLevel::kAvx512;

@@ -97,13 +97,8 @@ TEST(AttentionCompactTest, HalfRemovedStaysCloseAndKeepsItsBudget) {
 TEST(AttentionCompactTest, StoreRoundTripCarriesACompressedConversation) {
   REQUIRE_MODEL();
   ::flatkv::testing::TempDir dir;
-  StoreOptions so;
-  so.shape = engine::Engine::ShapeFor(model->config);
-  so.block_tokens = 64;
+  StoreOptions so = ::flatkv::testing::SmallOptions(dir.path(), 0, 16);  // the stories260K shape, SSD only
   so.placement = std::make_shared<FixedPlacement>(Medium::kSsd);
-  so.ssd_dirs = {dir.path()};
-  so.ssd_capacity_bytes = 256ull << 20;
-  so.segment_bytes = 64ull << 20;
   auto store = Store::Open(so);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const auto prompt = Tokens(150, 5), next = Tokens(5, 6);

@@ -125,6 +125,29 @@ TEST(AttentionCompactTest, StoreRoundTripCarriesACompressedConversation) {
   ASSERT_TRUE((*store)->Close().ok());
 }
 
+TEST(AttentionCompactTest, EngineRejectsBadCompactedRequests) {
+  REQUIRE_MODEL();
+  auto e = engine::Engine::Create(*model, nullptr, {});
+  auto scorer = MakeStreamingScorer();
+  CompactOptions co;
+  co.scorer = scorer.get();
+  const auto prompt = Tokens(40, 7);
+  auto ckv = e->Compact(prompt, co);
+  ASSERT_TRUE(ckv.ok());
+  EXPECT_FALSE(e->GenerateCompacted(*ckv, {}, Greedy(2)).ok());                        // nothing to continue with
+  const std::vector<int> bad = {1, 100000};
+  EXPECT_FALSE(e->GenerateCompacted(*ckv, bad, Greedy(2)).ok());                       // token out of range
+  EXPECT_FALSE(e->GenerateCompacted(*ckv, Tokens(3, 1), Greedy(1000)).ok());           // past max_context
+  CompactedKv wrong = *ckv;
+  wrong.n_kv_heads = 1;
+  EXPECT_FALSE(e->GenerateCompacted(wrong, Tokens(3, 1), Greedy(2)).ok());             // another model's shape
+  EXPECT_EQ(e->PutCompacted(1, prompt, *ckv, "t").code(), Code::kFailedPrecondition);  // no store
+  EXPECT_FALSE(e->RestoreCompacted(prompt, "t").ok());
+  co.scorer = nullptr;
+  EXPECT_FALSE(e->Compact(prompt, co).ok());
+  EXPECT_FALSE(e->Compact({}, co).ok());
+}
+
 TEST(AttentionCompactTest, DecodeRejectsDamagedBlocks) {
   model::Config c;
   c.dim = 16;

@@ -48,8 +48,9 @@ std::vector<std::vector<uint32_t>> AdaKvLayer(const HeadScores& s, uint32_t k, d
     const float v = s.s[i];
     return std::make_tuple(std::isnan(v) ? -INFINITY : v, i % n, i);
   };
-  std::nth_element(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(rest), pool.end(),
-                   [&](uint64_t a, uint64_t b) { return key(a) > key(b); });
+  if (rest < pool.size())
+    std::nth_element(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(rest), pool.end(),
+                     [&](uint64_t a, uint64_t b) { return key(a) > key(b); });
   for (uint64_t j = 0; j < rest; ++j) out[pool[j] / n].push_back(static_cast<uint32_t>(pool[j] % n));
   for (auto& v : out) std::sort(v.begin(), v.end());
   return out;
@@ -153,8 +154,9 @@ std::vector<uint32_t> TopK(const float* scores, uint32_t n, uint32_t count) {
   count = std::min(count, n);
   std::vector<uint32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0u);
-  std::nth_element(idx.begin(), idx.begin() + count, idx.end(),
-                   [&](uint32_t a, uint32_t b) { return Before(scores[a], a, scores[b], b); });
+  if (count < n)
+    std::nth_element(idx.begin(), idx.begin() + count, idx.end(),
+                     [&](uint32_t a, uint32_t b) { return Before(scores[a], a, scores[b], b); });
   idx.resize(count);
   std::sort(idx.begin(), idx.end());
   return idx;

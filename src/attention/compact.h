@@ -15,8 +15,9 @@
 // (header, per-head counts, per-head positions) then slot blocks shaped like
 // KvCache pages, padded per head with zero rows past its count.
 //
-// Thread-safety: CompactedKv is a value; the hook reads it concurrently-safe
-// but a Transformer (and its hook) serves one thread.
+// Thread-safety: CompactedKv is a plain value. A hook only reads it (several
+// hooks may share one), but each hook keeps scratch, so like the
+// Transformer it is set on, it serves one thread.
 #pragma once
 
 #include <cstddef>

@@ -97,13 +97,8 @@ TEST(AttentionCompactTest, HalfRemovedStaysCloseAndKeepsItsBudget) {
 TEST(AttentionCompactTest, StoreRoundTripCarriesACompressedConversation) {
   REQUIRE_MODEL();
   ::flatkv::testing::TempDir dir;
-  StoreOptions so;
-  so.shape = engine::Engine::ShapeFor(model->config);
-  so.block_tokens = 64;
+  StoreOptions so = ::flatkv::testing::SmallOptions(dir.path(), 0, 16);  // the stories260K shape, SSD only
   so.placement = std::make_shared<FixedPlacement>(Medium::kSsd);
-  so.ssd_dirs = {dir.path()};
-  so.ssd_capacity_bytes = 256ull << 20;
-  so.segment_bytes = 64ull << 20;
   auto store = Store::Open(so);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const auto prompt = Tokens(150, 5), next = Tokens(5, 6);
@@ -128,6 +123,29 @@ TEST(AttentionCompactTest, StoreRoundTripCarriesACompressedConversation) {
   ASSERT_TRUE(before.ok() && after.ok());
   ExpectSameLogits(*before, *after);
   ASSERT_TRUE((*store)->Close().ok());
+}
+
+TEST(AttentionCompactTest, EngineRejectsBadCompactedRequests) {
+  REQUIRE_MODEL();
+  auto e = engine::Engine::Create(*model, nullptr, {});
+  auto scorer = MakeStreamingScorer();
+  CompactOptions co;
+  co.scorer = scorer.get();
+  const auto prompt = Tokens(40, 7);
+  auto ckv = e->Compact(prompt, co);
+  ASSERT_TRUE(ckv.ok());
+  EXPECT_FALSE(e->GenerateCompacted(*ckv, {}, Greedy(2)).ok());                        // nothing to continue with
+  const std::vector<int> bad = {1, 100000};
+  EXPECT_FALSE(e->GenerateCompacted(*ckv, bad, Greedy(2)).ok());                       // token out of range
+  EXPECT_FALSE(e->GenerateCompacted(*ckv, Tokens(3, 1), Greedy(1000)).ok());           // past max_context
+  CompactedKv wrong = *ckv;
+  wrong.n_kv_heads = 1;
+  EXPECT_FALSE(e->GenerateCompacted(wrong, Tokens(3, 1), Greedy(2)).ok());             // another model's shape
+  EXPECT_EQ(e->PutCompacted(1, prompt, *ckv, "t").code(), Code::kFailedPrecondition);  // no store
+  EXPECT_FALSE(e->RestoreCompacted(prompt, "t").ok());
+  co.scorer = nullptr;
+  EXPECT_FALSE(e->Compact(prompt, co).ok());
+  EXPECT_FALSE(e->Compact({}, co).ok());
 }
 
 TEST(AttentionCompactTest, DecodeRejectsDamagedBlocks) {

@@ -78,8 +78,9 @@ Status QuestDecode(const F16Cache& cache, const QuestIndex& index, int n_heads, 
     std::vector<uint32_t> order(index.pages - 1);  // every page but the newest, which is always read
     std::iota(order.begin(), order.end(), 0u);
     const uint32_t pick = want - 1;
-    std::nth_element(order.begin(), order.begin() + pick, order.end(),
-                     [&](uint32_t a, uint32_t b) { return bound[a] != bound[b] ? bound[a] > bound[b] : a > b; });
+    if (pick < order.size())
+      std::nth_element(order.begin(), order.begin() + pick, order.end(),
+                       [&](uint32_t a, uint32_t b) { return bound[a] != bound[b] ? bound[a] > bound[b] : a > b; });
     order.resize(pick);
     order.push_back(index.pages - 1);
     std::sort(order.begin(), order.end());

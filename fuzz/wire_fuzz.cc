@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case Type::kLookup: {
         auto m = DecodeLookup(payload);
         if (m.ok()) {
-          auto again = DecodeLookup(std::span(EncodeLookup(1, *m)).subspan(kHeaderBytes));
+          const auto frame = EncodeLookup(1, *m);
+          auto again = DecodeLookup(std::span(frame).subspan(kHeaderBytes));
           if (!again.ok() || again->keys != m->keys) __builtin_trap();
         }
         break;
@@ -32,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case Type::kRestore: {
         auto m = DecodeRestore(payload);
         if (m.ok()) {
-          auto again = DecodeRestore(std::span(EncodeRestore(1, *m)).subspan(kHeaderBytes));
+          const auto frame = EncodeRestore(1, *m);
+          auto again = DecodeRestore(std::span(frame).subspan(kHeaderBytes));
           if (!again.ok() || again->keys != m->keys || again->shm_offset != m->shm_offset) __builtin_trap();
         }
         break;

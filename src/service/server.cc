@@ -32,6 +32,14 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   auto store = Store::Open(config.store);
   if (!store.ok()) return store.status().WithContext("opening the store");
   s->store_ = std::move(store).value();
+  // A put frame must hold at least one block, a restore frame one layer slice.
+  const uint64_t least = s->store_->BlockBytes() + 1024;
+  if (config.max_frame_bytes < least) {
+    (void)s->store_->Close();
+    s->store_.reset();
+    return Status::InvalidArgument("limits.max_frame_bytes " + std::to_string(config.max_frame_bytes) +
+                                   " cannot hold one block of this shape (" + std::to_string(least) + " bytes with headers)");
+  }
   s->stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (s->stop_fd_ < 0) return Status::FromErrno(errno, "eventfd");
   IgnoreSigpipe();

@@ -118,6 +118,16 @@ TEST(ServerTest, BadTokenAndAddressesAreRefused) {
   EXPECT_GE(server->metrics().auth_failures.load(), 1u);
 }
 
+TEST(ServerTest, StartRefusesAFrameLimitBelowOneBlock) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.max_frame_bytes = 8192;  // a block is 80 KiB
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  auto s = Server::Start(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("max_frame_bytes 8192"), std::string::npos) << s.status().ToString();
+}
+
 TEST(ServerTest, TenantsCannotReachEachOthersBlocks) {
   TempDir dir;
   auto server = StartServer(SmallServerConfig(dir.path()));

@@ -346,17 +346,35 @@ Result<size_t> Conn::ReadSomeV(iovec* iov, int cnt, Clock::time_point deadline) 
   }
 }
 
+size_t Conn::FromBuffer(void* dst, size_t n) {
+  const size_t k = std::min(n, rend_ - rpos_);
+  if (k) {
+    std::memcpy(dst, rbuf_.data() + rpos_, k);
+    rpos_ += k;
+  }
+  return k;
+}
+
 Status Conn::ReadFull(void* buf, size_t n, Clock::time_point deadline, bool idle_ok) {
   auto* p = static_cast<std::byte*>(buf);
-  size_t got = 0;
+  size_t got = FromBuffer(p, n);
   while (got < n) {
-    FLATKV_ASSIGN_OR_RETURN(size_t k, ReadSome(p + got, n - got, deadline, idle_ok && got == 0));
+    const bool direct = n - got >= kBufferBytes / 2;
+    if (!direct && rbuf_.empty()) rbuf_.resize(kBufferBytes);
+    std::byte* into = direct ? p + got : rbuf_.data();
+    FLATKV_ASSIGN_OR_RETURN(size_t k, ReadSome(into, direct ? n - got : rbuf_.size(), deadline, idle_ok && got == 0));
     if (k == 0) {
       if (got == 0) return Status::Aborted("closed");
       return Status::IoError("the peer closed the connection mid-frame (" + std::to_string(got) + " of " +
                              std::to_string(n) + " bytes)");
     }
-    got += k;
+    if (direct) {
+      got += k;
+    } else {
+      rpos_ = 0;
+      rend_ = k;
+      got += FromBuffer(p + got, n - got);
+    }
   }
   return Status::Ok();
 }
@@ -364,6 +382,12 @@ Status Conn::ReadFull(void* buf, size_t n, Clock::time_point deadline, bool idle
 Status Conn::ReadV(std::span<iovec> iov_in, Clock::time_point deadline) {
   std::vector<iovec> iov(iov_in.begin(), iov_in.end());
   size_t i = 0;
+  while (i < iov.size() && rpos_ < rend_) {  // buffered bytes first
+    const size_t k = FromBuffer(iov[i].iov_base, iov[i].iov_len);
+    iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + k;
+    iov[i].iov_len -= k;
+    if (iov[i].iov_len == 0) ++i;
+  }
   while (i < iov.size()) {
     if (iov[i].iov_len == 0) {
       ++i;
@@ -486,7 +510,7 @@ void Conn::DropFds() {
   fds_.clear();
 }
 
-bool Conn::Buffered() const { return ssl_ != nullptr && SSL_pending(ssl_) > 0; }
+bool Conn::Buffered() const { return rpos_ < rend_ || (ssl_ != nullptr && SSL_pending(ssl_) > 0); }
 
 void Conn::Shutdown() { ::shutdown(fd_, SHUT_RD); }
 

@@ -86,7 +86,8 @@ class Conn {
 
   // Wakes a reader blocked on this connection (it sees EOF). Thread-safe.
   void Shutdown();
-  // Bytes already decrypted and buffered (TLS), readable without the socket.
+  // Bytes already read and buffered (or decrypted, with TLS): a frame may be
+  // readable without waiting on the socket.
   bool Buffered() const;
   int fd() const { return fd_; }
   bool unix_socket() const { return unix_; }
@@ -98,9 +99,17 @@ class Conn {
   Result<size_t> ReadSome(void* buf, size_t n, Clock::time_point deadline, bool unbounded);
   Result<size_t> ReadSomeV(iovec* iov, int cnt, Clock::time_point deadline);
 
+  // Copies buffered bytes into `dst`; returns how many.
+  size_t FromBuffer(void* dst, size_t n);
+
+  // Small reads (frame headers, lookups) go through a buffer, so a frame
+  // usually costs one read; large payloads are read in place.
+  static constexpr size_t kBufferBytes = 16 << 10;
   int fd_;
   bool unix_;
   SSL* ssl_ = nullptr;
+  std::vector<std::byte> rbuf_;
+  size_t rpos_ = 0, rend_ = 0;
   std::vector<int> fds_;  // received with SCM_RIGHTS, not yet taken
 };
 

@@ -18,6 +18,7 @@ struct BenchServeArgs {
   uint32_t reps = 0;           // restores per path; 0: 10 (quick: 4)
   double lookup_seconds = 0;   // per transport; 0: 2 (quick: 0.5)
   uint32_t lookup_keys = 16;   // keys per lookup
+  double lookup_interval_us = 5000;  // paced phase: each client once per this long
   std::string shape = "llama-3.1-8b";
   std::string dir;             // parent of the scratch directory; empty: /var/tmp
 };

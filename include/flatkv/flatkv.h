@@ -17,6 +17,8 @@
  *    call is reported as FLATKV_NO_SPACE.
  *  - Sizes are bytes as uint64_t; counts of blocks or keys as uint64_t in
  *    arguments, uint32_t in results (a restore covers at most 2^32 blocks).
+ *    Enumerated arguments (dtype, hash kind, layout) are int32_t taking the
+ *    enums' constants, so a value outside them is an error, not undefined.
  *
  * Thread-safety: a flatkv_store may be used from many threads at once. A
  * flatkv_restore is used by one thread at a time. A flatkv_namespace is
@@ -82,10 +84,10 @@ void flatkv_options_destroy(flatkv_options* options);
 flatkv_status* flatkv_options_set_shape_preset(flatkv_options* options, const char* name);
 /* Multi-head / grouped-query attention: 2 * kv_heads * head_dim elements per token and layer. */
 flatkv_status* flatkv_options_set_shape_mha(flatkv_options* options, uint32_t layers, uint32_t kv_heads,
-                                            uint32_t head_dim, flatkv_dtype dtype);
+                                            uint32_t head_dim, int32_t dtype);
 /* Multi-head latent attention: latent_dim + rope_dim elements per token and layer. */
 flatkv_status* flatkv_options_set_shape_mla(flatkv_options* options, uint32_t layers, uint32_t latent_dim,
-                                            uint32_t rope_dim, flatkv_dtype dtype);
+                                            uint32_t rope_dim, int32_t dtype);
 /* Tokens per block, 16..512 (default 64). */
 flatkv_status* flatkv_options_set_block_tokens(flatkv_options* options, uint32_t block_tokens);
 /* DRAM tier capacity; 0 disables the tier (default 256 MiB). */
@@ -131,7 +133,7 @@ typedef enum flatkv_hash_kind { FLATKV_HASH_XXH3 = 1, FLATKV_HASH_SHA256 = 2 } f
  * Immutable: thread-safe. */
 typedef struct flatkv_namespace flatkv_namespace;
 
-flatkv_status* flatkv_namespace_create(flatkv_hash_kind kind, uint64_t seed, const char* model_fingerprint,
+flatkv_status* flatkv_namespace_create(int32_t kind, uint64_t seed, const char* model_fingerprint,
                                        const char* adapter_id, const char* tenant_salt, flatkv_namespace** out);
 void flatkv_namespace_destroy(flatkv_namespace* ns);
 /* The parent of every chain's first block. */
@@ -191,7 +193,7 @@ typedef enum flatkv_layout {
  * n_keys * block_bytes bytes, laid out by `layout`) and waits for it.
  * *n_restored is the number of leading blocks valid in every layer. */
 flatkv_status* flatkv_store_restore(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, void* dst,
-                                    uint64_t dst_bytes, flatkv_layout layout, uint32_t* n_restored);
+                                    uint64_t dst_bytes, int32_t layout, uint32_t* n_restored);
 
 /* A restore in flight, consumed layer by layer: wait for layer l, use it,
  * release it (which lets a later layer load). Used by one thread at a time. */
@@ -202,7 +204,7 @@ typedef struct flatkv_restore flatkv_restore;
  * (and dst_bytes 0) they land in the store's window and
  * flatkv_restore_wait_layer hands out a pointer to each. */
 flatkv_status* flatkv_store_restore_start(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, void* dst,
-                                          uint64_t dst_bytes, flatkv_layout layout, flatkv_restore** out);
+                                          uint64_t dst_bytes, int32_t layout, flatkv_restore** out);
 /* Leading blocks found when the restore began; 0 for NULL. */
 uint32_t flatkv_restore_hit_blocks(const flatkv_restore* restore);
 /* Waits until `layer` has landed. *blocks: leading blocks valid in it.

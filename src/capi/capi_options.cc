@@ -16,7 +16,7 @@ Status CheckOptions(const flatkv_options* o) {
   return o ? Status::Ok() : Status::InvalidArgument("options is NULL");
 }
 
-flatkv::Result<flatkv::DType> ToDType(flatkv_dtype dtype) {
+flatkv::Result<flatkv::DType> ToDType(int32_t dtype) {
   switch (dtype) {
     case FLATKV_DTYPE_F16: return flatkv::DType::kF16;
     case FLATKV_DTYPE_BF16: return flatkv::DType::kBF16;
@@ -56,7 +56,7 @@ flatkv_status* flatkv_options_set_shape_preset(flatkv_options* options, const ch
 }
 
 flatkv_status* flatkv_options_set_shape_mha(flatkv_options* options, uint32_t layers, uint32_t kv_heads,
-                                            uint32_t head_dim, flatkv_dtype dtype) {
+                                            uint32_t head_dim, int32_t dtype) {
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckOptions(options));
     FLATKV_ASSIGN_OR_RETURN(auto t, ToDType(dtype));
@@ -65,7 +65,7 @@ flatkv_status* flatkv_options_set_shape_mha(flatkv_options* options, uint32_t la
 }
 
 flatkv_status* flatkv_options_set_shape_mla(flatkv_options* options, uint32_t layers, uint32_t latent_dim,
-                                            uint32_t rope_dim, flatkv_dtype dtype) {
+                                            uint32_t rope_dim, int32_t dtype) {
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckOptions(options));
     FLATKV_ASSIGN_OR_RETURN(auto t, ToDType(dtype));
@@ -161,7 +161,7 @@ flatkv_status* flatkv_options_set_shm_window(flatkv_options* options, uint64_t b
   });
 }
 
-flatkv_status* flatkv_namespace_create(flatkv_hash_kind kind, uint64_t seed, const char* model_fingerprint,
+flatkv_status* flatkv_namespace_create(int32_t kind, uint64_t seed, const char* model_fingerprint,
                                        const char* adapter_id, const char* tenant_salt, flatkv_namespace** out) {
   return Guard(__func__, [&]() -> Status {
     if (out == nullptr) return Status::InvalidArgument("out is NULL");

@@ -25,7 +25,7 @@ flatkv::Result<std::vector<flatkv::BlockKey>> Keys(const flatkv_key* keys, uint6
 }
 
 // Checks a caller destination of `dst_bytes` for `n` blocks.
-Status CheckDestination(const Geometry& g, uint64_t n, const void* dst, uint64_t dst_bytes, flatkv_layout layout,
+Status CheckDestination(const Geometry& g, uint64_t n, const void* dst, uint64_t dst_bytes, int32_t layout,
                         bool optional) {
   if (layout != FLATKV_LAYOUT_BLOCK_MAJOR && layout != FLATKV_LAYOUT_LAYER_MAJOR)
     return Status::InvalidArgument("unknown layout " + std::to_string(int(layout)) +
@@ -114,20 +114,20 @@ flatkv_status* flatkv_store_put(flatkv_store* store, uint64_t session, const fla
 }
 
 flatkv_status* flatkv_store_restore(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, void* dst,
-                                    uint64_t dst_bytes, flatkv_layout layout, uint32_t* n_restored) {
+                                    uint64_t dst_bytes, int32_t layout, uint32_t* n_restored) {
   return Guard(__func__, [&]() -> Status {
     if (n_restored) *n_restored = 0;
     FLATKV_RETURN_IF_ERROR(CheckStore(store));
     if (n_restored == nullptr) return Status::InvalidArgument("n_restored is NULL");
     FLATKV_ASSIGN_OR_RETURN(auto k, Keys(keys, n_keys));
     FLATKV_RETURN_IF_ERROR(CheckDestination(store->geometry, n_keys, dst, dst_bytes, layout, false));
-    FLATKV_ASSIGN_OR_RETURN(*n_restored, store->backend->Restore(k, static_cast<std::byte*>(dst), layout));
+    FLATKV_ASSIGN_OR_RETURN(*n_restored, store->backend->Restore(k, static_cast<std::byte*>(dst), static_cast<flatkv_layout>(layout)));
     return Status::Ok();
   });
 }
 
 flatkv_status* flatkv_store_restore_start(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, void* dst,
-                                          uint64_t dst_bytes, flatkv_layout layout, flatkv_restore** out) {
+                                          uint64_t dst_bytes, int32_t layout, flatkv_restore** out) {
   return Guard(__func__, [&]() -> Status {
     if (out == nullptr) return Status::InvalidArgument("out is NULL");
     *out = nullptr;
@@ -137,7 +137,7 @@ flatkv_status* flatkv_store_restore_start(flatkv_store* store, const flatkv_key*
     auto handle = std::make_unique<flatkv_restore>();
     handle->backend = store->backend;
     FLATKV_ASSIGN_OR_RETURN(handle->restore,
-                            store->backend->StartRestore(k, static_cast<std::byte*>(dst), layout));
+                            store->backend->StartRestore(k, static_cast<std::byte*>(dst), static_cast<flatkv_layout>(layout)));
     *out = handle.release();
     return Status::Ok();
   });

@@ -40,6 +40,18 @@ import json; j = json.load(open('$WORK/attention.json')); names = {m['name'] for
 assert {'snapkv+uniform', 'quest', 'certified_sampler', 'dense'} <= names, names
 for m in j['methods']: assert m['attn_output_rel_err'] is None or m['attn_output_rel_err'] >= 0, m
 " || fail "bench attention --quick --json"
+# The daemon: serve, ask it for stats, stop it with SIGTERM (a clean exit), restart warm.
+serve() { XDG_CACHE_HOME="$WORK/cache" XDG_RUNTIME_DIR="$WORK" "$FLATKV" serve --shape stories260K \
+            --dram-bytes 16MiB --ssd-bytes 64MiB --tcp 127.0.0.1:0 --http none 2>>"$WORK/serve.log" & }
+for round in 1 2; do
+  serve; pid=$!
+  for _ in $(seq 50); do [ -S "$WORK/flatkv.sock" ] && break; sleep 0.1; done
+  "$FLATKV" stats --server "unix:$WORK/flatkv.sock" --json > "$WORK/served.json" || fail "stats --server"
+  python3 -c "import json; s=json.load(open('$WORK/served.json')); assert s['tenants'][0]['name'] == 'default', s" \
+    || fail "stats --server JSON"
+  kill -TERM $pid; wait $pid || fail "serve did not stop cleanly (round $round): $(cat "$WORK/serve.log")"
+done
+[ -f "$WORK/cache/flatkv/store/MANIFEST" ] || fail "serve left no store under the cache directory"
 
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
@@ -47,6 +59,8 @@ set +e
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"
 "$FLATKV" bench restore --sizes-mib 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench with size 0"
+"$FLATKV" serve --tcp 0.0.0.0:7471 --print-config >/dev/null 2>&1; [ $? -eq 2 ] || fail "serve on a non-loopback address"
+"$FLATKV" stats --server bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats --server with a bad address"
 head -c 1000 /dev/urandom > "$WORK/junk.bin"
 "$FLATKV" generate --model "$WORK/junk.bin" --tokenizer "$M/tok512.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "junk model"
 set -e

@@ -1,4 +1,5 @@
-// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench attention`, `stats`,
+// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench codecs`,
+// `bench attention`, `bench serve`, `serve`, `stats`,
 // `generate`, `perplexity`, `dump-kv` and `replay`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>

@@ -1,0 +1,92 @@
+#include "service/remote_store.h"
+
+#include <cstring>
+#include <vector>
+
+namespace flatkv::service {
+namespace {
+
+// A restore already complete: per layer, its valid count and (without a
+// target) its bytes.
+class DoneRestore final : public flatkv::Restore {
+ public:
+  DoneRestore(uint32_t hit, uint32_t valid, std::vector<uint32_t> layer_valid, std::vector<std::vector<std::byte>> layers)
+      : hit_(hit), valid_(valid), layer_valid_(std::move(layer_valid)), layers_(std::move(layers)), locations_(hit) {}
+  uint32_t hit_blocks() const override { return hit_; }
+  std::span<const BlockLocation> locations() const override { return locations_; }
+  Result<LayerView> WaitLayer(uint32_t layer) override {
+    if (layer >= layer_valid_.size()) {
+      return Status::InvalidArgument("restore: layer " + std::to_string(layer) + " of " + std::to_string(layer_valid_.size()));
+    }
+    LayerView v;
+    v.layer = layer;
+    v.blocks = layer_valid_[layer];
+    if (!layers_.empty()) v.data = layers_[layer];
+    return v;
+  }
+  void ReleaseLayer(uint32_t layer) override {
+    if (layer < layers_.size()) layers_[layer] = {};
+  }
+  uint32_t Finish() override { return valid_; }
+
+ private:
+  uint32_t hit_, valid_;
+  std::vector<uint32_t> layer_valid_;
+  std::vector<std::vector<std::byte>> layers_;
+  std::vector<BlockLocation> locations_;
+};
+
+}  // namespace
+
+RemoteStore::RemoteStore(std::unique_ptr<Client> client) : client_(std::move(client)) {
+  options_.shape = client_->info().shape;
+  options_.block_tokens = client_->info().block_tokens;
+  options_.dram_capacity_bytes = 0;
+}
+
+Status RemoteStore::Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
+                        const PutOptions& options) {
+  if (closed_) return Status::FailedPrecondition("remote store: closed");
+  return client_->Put(session, keys, data, options.hint);
+}
+
+uint32_t RemoteStore::Match(std::span<const BlockKey> chain) const {
+  if (closed_) return 0;
+  auto hit = client_->Lookup(chain);
+  return hit.ok() ? *hit : 0;  // an unreachable daemon is a miss
+}
+
+Result<std::unique_ptr<flatkv::Restore>> RemoteStore::StartRestore(std::span<const BlockKey> chain, const RestoreTarget& target) {
+  if (closed_) return Status::FailedPrecondition("remote store: closed");
+  const uint32_t layers = options_.shape.layers;
+  const uint64_t lb = BlockLayerBytes();
+  std::vector<uint32_t> layer_valid(layers, 0);
+  std::vector<std::vector<std::byte>> kept;
+  if (!target.destination) kept.resize(layers);
+  auto r = client_->RestoreLayers(chain, [&](uint32_t layer, uint32_t blocks, std::span<const std::byte> data) {
+    layer_valid[layer] = blocks;
+    if (target.destination) {
+      for (uint32_t b = 0; b < blocks; ++b) std::memcpy(target.destination(layer, b), data.data() + uint64_t{b} * lb, lb);
+    } else {
+      kept[layer].assign(data.begin(), data.end());
+    }
+    return Status::Ok();
+  });
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<flatkv::Restore>(new DoneRestore(r->hit_blocks, r->valid_blocks, std::move(layer_valid), std::move(kept)));
+}
+
+Status RemoteStore::DropSession(SessionId session) {
+  return Status::NotSupported("remote store: dropping session " + std::to_string(session) +
+                              " is not in protocol version 1 (reserved: delete)");
+}
+
+Status RemoteStore::Close() {
+  if (closed_) return Status::FailedPrecondition("remote store: already closed");
+  closed_ = true;
+  return Status::Ok();
+}
+
+StoreStats RemoteStore::Stats() const { return StoreStats{}; }
+
+}  // namespace flatkv::service

@@ -1,0 +1,47 @@
+// RemoteStore: the Store interface over a Client, so code written against
+// an in-process Store (the reference engine, a connector) runs unchanged
+// against a `flatkv serve` daemon.
+//
+// Differences from a local Store: a restore is carried out in full inside
+// StartRestore (WaitLayer then returns at once, so there is no overlap of
+// loading with compute); with a RestoreTarget the bytes arrive over the
+// socket and are copied to the destinations, otherwise the whole restored
+// prefix is held in memory until the Restore is destroyed. locations()
+// report Medium::kNone (the daemon does not say where blocks live).
+// DropSession is NotSupported (reserved in the protocol); Stats() carries
+// no counters (ask the daemon: Client::StatsJson).
+//
+// Thread-safety: as the Client's: calls are serialized on its connection.
+#pragma once
+
+#include <memory>
+
+#include "flatkv/store.h"
+#include "service/client.h"
+
+namespace flatkv::service {
+
+class RemoteStore final : public Store {
+ public:
+  explicit RemoteStore(std::unique_ptr<Client> client);
+
+  Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
+             const PutOptions& options = {}) override;
+  uint32_t Match(std::span<const BlockKey> chain) const override;
+  Result<std::unique_ptr<flatkv::Restore>> StartRestore(std::span<const BlockKey> chain,
+                                                        const RestoreTarget& target = {}) override;
+  Status DropSession(SessionId session) override;
+  Status Close() override;
+  StoreStats Stats() const override;
+  const StoreOptions& options() const override { return options_; }
+  uint64_t BlockLayerBytes() const override { return client_->info().block_layer_bytes; }
+  uint64_t BlockBytes() const override { return client_->info().block_bytes; }
+  Client& client() { return *client_; }
+
+ private:
+  std::unique_ptr<Client> client_;
+  StoreOptions options_;  // shape and block_tokens as the daemon announced them
+  bool closed_ = false;
+};
+
+}  // namespace flatkv::service

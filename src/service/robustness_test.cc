@@ -23,6 +23,19 @@ using flatkv::testing::ChainKeys;
 using flatkv::testing::TempDir;
 using namespace flatkv::service::testing;
 
+// recv() that retries when a signal interrupts it (socket calls with a
+// timeout are not restarted automatically).
+ssize_t Recv(int fd, void* buf, size_t n, int flags) {
+  size_t got = 0;
+  for (;;) {
+    const ssize_t rc = ::recv(fd, static_cast<char*>(buf) + got, n - got, flags);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return got ? static_cast<ssize_t>(got) : rc;
+    got += static_cast<size_t>(rc);
+    if (!(flags & MSG_WAITALL) || got == n) return static_cast<ssize_t>(got);
+  }
+}
+
 bool SendAll(int fd, const std::vector<std::byte>& b) {
   return ::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
 }
@@ -32,12 +45,16 @@ bool ReadRaw(int fd, wire::Header* h, std::vector<std::byte>* payload) {
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::byte head[wire::kHeaderBytes];
-  if (::recv(fd, head, sizeof head, MSG_WAITALL) != static_cast<ssize_t>(sizeof head)) return false;
+  const ssize_t got = Recv(fd, head, sizeof head, MSG_WAITALL);
+  if (got != static_cast<ssize_t>(sizeof head)) {
+    std::fprintf(stderr, "ReadRaw: header read returned %zd (%s)\n", got, got < 0 ? std::strerror(errno) : "short");
+    return false;
+  }
   auto parsed = wire::ParseHeader(head, 1ull << 30);
   if (!parsed.ok()) return false;
   *h = *parsed;
   payload->resize(h->payload_bytes);
-  return h->payload_bytes == 0 || ::recv(fd, payload->data(), payload->size(), MSG_WAITALL) == static_cast<ssize_t>(payload->size());
+  return h->payload_bytes == 0 || Recv(fd, payload->data(), payload->size(), MSG_WAITALL) == static_cast<ssize_t>(payload->size());
 }
 
 // True when the peer has closed (EOF, or a reset when it closed with our
@@ -46,7 +63,7 @@ bool ClosedByPeer(int fd) {
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   char c;
-  const ssize_t rc = ::recv(fd, &c, 1, 0);
+  const ssize_t rc = Recv(fd, &c, 1, 0);
   return rc == 0 || (rc < 0 && errno == ECONNRESET);
 }
 
@@ -54,10 +71,17 @@ int RawHello(const std::string& tcp, const std::string& token) {
   const int fd = RawConnect(tcp);
   wire::Hello h;
   h.token = token;
-  if (fd < 0 || !SendAll(fd, wire::EncodeHello(1, h))) return -1;
+  if (fd < 0 || !SendAll(fd, wire::EncodeHello(1, h))) {
+    ADD_FAILURE() << "connecting or sending hello: " << std::strerror(errno);
+    return -1;
+  }
   wire::Header rh;
   std::vector<std::byte> p;
-  if (!ReadRaw(fd, &rh, &p) || rh.type != wire::Type::kHelloOk) return -1;
+  if (!ReadRaw(fd, &rh, &p) || rh.type != wire::Type::kHelloOk) {
+    ADD_FAILURE() << "no hello_ok: " << std::strerror(errno) << ", frame " << wire::TypeName(rh.type);
+    ::close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -155,7 +179,8 @@ TEST(RobustnessTest, ClientDisconnectingMidTransferLeavesTheServerServing) {
     r.keys = keys;
     ASSERT_TRUE(SendAll(fd, wire::EncodeRestore(2, r)));
     char some[100];
-    ASSERT_GT(::recv(fd, some, sizeof some, MSG_WAITALL), 0);
+    const ssize_t got = Recv(fd, some, sizeof some, MSG_WAITALL);
+    ASSERT_GT(got, 0) << "round " << round << ": " << std::strerror(errno);
     ::close(fd);
   }
   // The library client abandoning a restore from its callback.

@@ -184,6 +184,7 @@ void Server::ServeHttp(int fd) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) != 1) return;
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     req.append(buf, static_cast<size_t>(n));
   }

@@ -300,9 +300,13 @@ Result<size_t> Conn::ReadSome(void* buf, size_t n, Clock::time_point deadline, b
   if (ssl_) {
     if (SSL_pending(ssl_) == 0) FLATKV_RETURN_IF_ERROR(WaitFor(POLLIN, deadline, unbounded));
     SetTimeouts(fd_, deadline, unbounded);
-    const int rc = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+    int rc, err;
+    do {
+      errno = 0;
+      rc = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+      err = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
+    } while (err == SSL_ERROR_SYSCALL && errno == EINTR);
     if (rc > 0) return static_cast<size_t>(rc);
-    const int err = SSL_get_error(ssl_, rc);
     if (err == SSL_ERROR_ZERO_RETURN) return size_t{0};
     if (err == SSL_ERROR_SYSCALL && errno == 0) return size_t{0};
     if (err == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EWOULDBLOCK)) return Deadline("reading from the peer");
@@ -423,7 +427,9 @@ Status Conn::WriteV(std::span<const iovec> iov_in, Clock::time_point deadline) {
     size_t k;
     if (ssl_) {
       SetTimeouts(fd_, deadline, false);
+      errno = 0;
       const int rc = SSL_write(ssl_, iov[i].iov_base, static_cast<int>(std::min<size_t>(iov[i].iov_len, INT_MAX)));
+      if (rc <= 0 && SSL_get_error(ssl_, rc) == SSL_ERROR_SYSCALL && errno == EINTR) continue;
       if (rc <= 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return Deadline("writing to the peer");
         return Status::IoError("TLS write: " + SslErrors());
@@ -480,7 +486,10 @@ Status Conn::WriteWithFd(std::span<const std::byte> frame, int fd, Clock::time_p
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   FLATKV_RETURN_IF_ERROR(WaitFor(POLLOUT, deadline, false));
-  const ssize_t rc = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+  ssize_t rc;
+  do {
+    rc = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+  } while (rc < 0 && errno == EINTR);
   if (rc < 0) return Status::IoError(Status::FromErrno(errno, "sending a file descriptor").message());
   if (static_cast<size_t>(rc) < frame.size()) {
     return Write(frame.subspan(static_cast<size_t>(rc)), deadline);

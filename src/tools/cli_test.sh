@@ -34,12 +34,22 @@ n=$(python3 -c "import struct; h=open('$WORK/kv.bin','rb').read(40); print(struc
 size=$(stat -c %s "$WORK/kv.bin")
 [ "$size" -eq $((40 + 4*n + 4*5*n*8*(8+2*4))) ] || fail "dump-kv size $size for $n tokens"
 
+"$FLATKV" bench codecs --quick --json --kv "$WORK/kv.bin" > "$WORK/codecs.json"
+python3 -c "
+import json; j = json.load(open('$WORK/codecs.json'))
+assert j['memcpy_gbps'] > 0 and j['zstd1_ratio'] > 1, j
+for c in j['codecs']:
+    assert c['bits_per_element'] > 0 and c['attn_output_rel_err'] >= 0, c
+    assert c['recent_tokens'] or (c['decode_gbps'] > 0 and c['encode_gbps'] > 0), c
+" || fail "bench codecs json"
+
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"
 "$FLATKV" bench restore --sizes-mib 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench with size 0"
 head -c 1000 /dev/urandom > "$WORK/junk.bin"
+"$FLATKV" bench codecs --quick --kv "$WORK/junk.bin" >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench codecs on a junk dump"
 "$FLATKV" generate --model "$WORK/junk.bin" --tokenizer "$M/tok512.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "junk model"
 set -e
 echo "cli checks passed"

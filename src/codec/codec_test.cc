@@ -150,11 +150,12 @@ std::vector<std::byte> NastyData(const SliceLayout& l, uint64_t seed) {
 }
 
 TEST(Codec, PredHoldsItsErrorBoundOnEveryElement) {
-  for (double eps : {0.0, 1e-6, 0.001, 0.01, 0.1, 2.0}) {
+  for (double eps : {0.0, 1e-6, 0.01, 2.0}) {
     for (const char* extra : {"", ",rope_theta=500000", ",predictor=0", ",v_eps_scale=4"}) {
       auto c = MakeCodec("pred:eps=" + std::to_string(eps) + extra);
       ASSERT_TRUE(c.ok());
       for (const SliceLayout& l : Layouts()) {
+        if (l.shape.head_dim == 128 && *extra) continue;  // the big layouts once per eps
         for (int data = 0; data < 2; ++data) {
           std::vector<std::byte> in = data ? NastyData(l, 3) : std::vector<std::byte>(l.Bytes());
           if (!data) FillSyntheticKv(l, 9, in);
@@ -183,6 +184,20 @@ TEST(Codec, PredHoldsItsErrorBoundOnEveryElement) {
                 << b[i];
           }
         }
+      }
+    }
+  }
+}
+
+TEST(Codec, EmptyPartsAndSlicesRoundTrip) {
+  for (const char* spec : {"raw", "raw:dtype=2", "int8", "kivi", "hadamard-int4", "turbo:bits=3", "pred",
+                                  "pred:eps=0.1", "mla"}) {
+    auto c = MakeCodec(spec);
+    for (const SliceLayout& l : {Mla(16, 0, DType::kBF16, 5), Mha(2, 8, DType::kF16, 0), Mla(8, 4, DType::kF32, 0)}) {
+      if (!(*c)->Supports(l).ok()) continue;
+      const Roundtrip r = RunCodec(**c, l, 3);
+      if ((*c)->Lossless()) {
+        EXPECT_EQ(r.in, r.out) << spec;
       }
     }
   }

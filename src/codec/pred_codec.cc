@@ -335,7 +335,7 @@ class PredCodec final : public LossyCodec {
     switch (which) {
       case kStored:
         if (len != m) return BodyCorrupt("pred", "stored part of " + std::to_string(len) + " bytes, expected " + std::to_string(m));
-        std::memcpy(out, src, m);
+        if (m) std::memcpy(out, src, m);
         return Status::Ok();
       case kRans:
         if (!RansDecode(src, len, out, m)) return BodyCorrupt("pred", "bad rANS stream");

@@ -14,6 +14,9 @@
 namespace flatkv::codec {
 namespace {
 
+// Bitwise equality of two float arrays (empty ones included).
+bool SameBits(const float* a, const float* b, size_t n) { return n == 0 || std::memcmp(a, b, 4 * n) == 0; }
+
 TEST(CodecKernels, Avx2MatchesScalar) {
   const Kernels* fast = Avx2Kernels();
   if (!fast) GTEST_SKIP() << "no AVX2";
@@ -29,7 +32,7 @@ TEST(CodecKernels, Avx2MatchesScalar) {
         auto a = x, b = x;
         (inverse ? ref.fwht_sign : ref.sign_fwht)(a.data(), sign.data(), n, block, 0.125f);
         (inverse ? fast->fwht_sign : fast->sign_fwht)(b.data(), sign.data(), n, block, 0.125f);
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << "block " << block << " inverse " << inverse;
+        ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << "block " << block << " inverse " << inverse;
       }
     }
   for (int bits : {2, 3, 4, 8})
@@ -41,10 +44,10 @@ TEST(CodecKernels, Avx2MatchesScalar) {
         for (size_t i = 0; i < n; ++i) lo[i] = u(rng), step[i] = u(rng);
         ref.dequant_scalar(packed.data(), bits, first, n, 0.5f, 0.25f, a.data());
         fast->dequant_scalar(packed.data(), bits, first, n, 0.5f, 0.25f, b.data());
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << bits << " " << first << " " << n;
+        ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << bits << " " << first << " " << n;
         ref.dequant_vec(packed.data(), bits, first, n, lo.data(), step.data(), a.data());
         fast->dequant_vec(packed.data(), bits, first, n, lo.data(), step.data(), b.data());
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << bits << " " << first << " " << n;
+        ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << bits << " " << first << " " << n;
       }
 }
 
@@ -122,7 +125,7 @@ TEST(CodecKernels, PredKernelsAvx2MatchScalar) {
     prev[n - 1] = std::numeric_limits<float>::quiet_NaN();
     ref.rope_predict(prev.data(), cs.data(), sn.data(), a.data(), n);
     fast->rope_predict(prev.data(), cs.data(), sn.data(), b.data(), n);
-    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << n;
+    ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << n;
     for (int dt : {1, 2, 3})
       for (int trial = 0; trial < 20; ++trial) {
         std::vector<uint8_t> tok(n);
@@ -140,7 +143,7 @@ TEST(CodecKernels, PredKernelsAvx2MatchScalar) {
           if (!got) ob[db - 1] = oa[db - 1];
         }
         ASSERT_EQ(da, db);
-        ASSERT_EQ(0, std::memcmp(oa.data(), ob.data(), 4 * n)) << n << " dtype " << dt;
+        ASSERT_TRUE(SameBits(oa.data(), ob.data(), n)) << n << " dtype " << dt;
       }
   }
 }

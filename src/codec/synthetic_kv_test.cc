@@ -99,7 +99,7 @@ TEST(CodecDtype, Avx2MatchesScalarOnAwkwardSizes) {
       std::vector<float> fa(n), fb(n);
       scalar::ToFloat(dt, a.data(), fa.data(), n);
       avx2::ToFloat(dt, a.data(), fb.data(), n);
-      ASSERT_EQ(0, std::memcmp(fa.data(), fb.data(), 4 * n)) << DTypeName(dt) << " n=" << n;
+      ASSERT_TRUE(n == 0 || std::memcmp(fa.data(), fb.data(), 4 * n) == 0) << DTypeName(dt) << " n=" << n;
     }
   }
 }

@@ -89,7 +89,7 @@ TEST(Codec, RegistryNamesAndIdsAreStable) {
 
 TEST(Codec, LosslessRoundTripsAreBitExact) {
   for (const char* spec : {"raw", "raw:dtype=3", "pred", "pred:rope_theta=10000", "pred:coder=1", "pred:coder=2",
-                           "pred:coder=3", "pred:predictor=0"}) {
+                           "pred:coder=3", "pred:predictor=0", "pred:predictor=2,rope_theta=10000"}) {
     auto c = MakeCodec(spec);
     ASSERT_TRUE(c.ok()) << spec;
     ASSERT_TRUE((*c)->Lossless());
@@ -101,10 +101,18 @@ TEST(Codec, LosslessRoundTripsAreBitExact) {
 }
 
 TEST(Codec, LossyRoundTripsStayWithinTheirErrorBudget) {
-  const std::vector<std::pair<std::string, double>> cases = {
-      {"raw:dtype=2", 1e-4},   {"raw:dtype=1", 1e-5},   {"int8", 1e-3},      {"kivi:bits=4", 0.02},
-      {"kivi:bits=2", 0.3},    {"hadamard-int4", 0.02}, {"turbo:bits=4", 0.02}, {"turbo:bits=3", 0.06},
-      {"turbo:bits=2", 0.2},   {"mla", 0.02}, {"mla:latent_bits=3,rope_bits=5", 0.06},           {"pred:eps=0.01", 1e-3}};
+  const std::vector<std::pair<std::string, double>> cases = {{"raw:dtype=2", 1e-4},
+                                                             {"raw:dtype=1", 1e-5},
+                                                             {"int8", 1e-3},
+                                                             {"kivi:bits=4", 0.02},
+                                                             {"kivi:bits=2", 0.3},
+                                                             {"hadamard-int4", 0.02},
+                                                             {"turbo:bits=4", 0.02},
+                                                             {"turbo:bits=3", 0.06},
+                                                             {"turbo:bits=2", 0.2},
+                                                             {"mla", 0.02},
+                                                             {"mla:latent_bits=3,rope_bits=5", 0.06},
+                                                             {"pred:eps=0.01", 1e-3}};
   for (const auto& [spec, bound] : cases) {
     auto c = MakeCodec(spec);
     ASSERT_TRUE(c.ok()) << spec;
@@ -137,11 +145,20 @@ std::vector<std::byte> NastyData(const SliceLayout& l, uint64_t seed) {
   for (size_t i = 0; i < f.size(); ++i) {
     const uint64_t r = rng();
     switch (r % 8) {
-      case 0: f[i] = std::ldexp(float(int32_t(r >> 32)) / 2147483648.0f, int((r >> 8) % 60) - 30); break;
-      case 1: f[i] = float(int((r >> 8) % 64) - 32) * 0.005f; break;  // ties at eps multiples
-      case 2: f[i] = BitsToFloat(uint32_t(r >> 16)); break;          // anything, incl. NaN/Inf
-      case 3: f[i] = 1e-40f * float((r >> 8) % 7); break;             // subnormal
-      default: f[i] = (i > 0 ? f[i - 1] : 0.0f) + float(int32_t(r >> 40)) * 1e-9f;
+      case 0:
+        f[i] = std::ldexp(float(int32_t(r >> 32)) / 2147483648.0f, int((r >> 8) % 60) - 30);
+        break;
+      case 1:
+        f[i] = float(int((r >> 8) % 64) - 32) * 0.005f;
+        break;  // ties at eps multiples
+      case 2:
+        f[i] = BitsToFloat(uint32_t(r >> 16));
+        break;  // anything, incl. NaN/Inf
+      case 3:
+        f[i] = 1e-40f * float((r >> 8) % 7);
+        break;  // subnormal
+      default:
+        f[i] = (i > 0 ? f[i - 1] : 0.0f) + float(int32_t(r >> 40)) * 1e-9f;
     }
   }
   std::vector<std::byte> b(l.Bytes());
@@ -151,7 +168,7 @@ std::vector<std::byte> NastyData(const SliceLayout& l, uint64_t seed) {
 
 TEST(Codec, PredHoldsItsErrorBoundOnEveryElement) {
   for (double eps : {0.0, 1e-6, 0.01, 2.0}) {
-    for (const char* extra : {"", ",rope_theta=500000", ",predictor=0", ",v_eps_scale=4"}) {
+    for (const char* extra : {"", ",rope_theta=500000", ",predictor=0", ",predictor=2", ",v_eps_scale=4"}) {
       auto c = MakeCodec("pred:eps=" + std::to_string(eps) + extra);
       ASSERT_TRUE(c.ok());
       for (const SliceLayout& l : Layouts()) {
@@ -173,7 +190,7 @@ TEST(Codec, PredHoldsItsErrorBoundOnEveryElement) {
           const Sections parts = SplitSlice(l);
           for (size_t i = 0; i < a.size(); ++i) {
             bool key = l.shape.kind == AttentionKind::kMha ? i < parts.part[1].base
-                                                            : (i % parts.part[0].row_stride) >= parts.part[1].base;
+                                                           : (i % parts.part[0].row_stride) >= parts.part[1].base;
             const double bound = key ? eps : eps * v_scale;
             if (std::isnan(a[i])) {
               ASSERT_TRUE(std::isnan(b[i]));
@@ -190,8 +207,8 @@ TEST(Codec, PredHoldsItsErrorBoundOnEveryElement) {
 }
 
 TEST(Codec, EmptyPartsAndSlicesRoundTrip) {
-  for (const char* spec : {"raw", "raw:dtype=2", "int8", "kivi", "hadamard-int4", "turbo:bits=3", "pred",
-                                  "pred:eps=0.1", "mla"}) {
+  for (const char* spec :
+       {"raw", "raw:dtype=2", "int8", "kivi", "hadamard-int4", "turbo:bits=3", "pred", "pred:eps=0.1", "mla"}) {
     auto c = MakeCodec(spec);
     for (const SliceLayout& l : {Mla(16, 0, DType::kBF16, 5), Mha(2, 8, DType::kF16, 0), Mla(8, 4, DType::kF32, 0)}) {
       if (!(*c)->Supports(l).ok()) continue;
@@ -263,8 +280,9 @@ TEST(Codec, DecodeSliceChecksTheHeader) {
 }
 
 TEST(Codec, TruncatedAndDamagedSlicesAreRejectedWithoutCrashing) {
-  const std::vector<std::string> specs = {"raw",          "raw:dtype=1",  "int8", "kivi:bits=2", "hadamard-int4",
-                                          "turbo:bits=3", "pred",         "pred:eps=0.01", "pred:coder=1", "mla"};
+  const std::vector<std::string> specs = {"raw",           "raw:dtype=1",  "int8", "kivi:bits=2",
+                                          "hadamard-int4", "turbo:bits=3", "pred", "pred:eps=0.01",
+                                          "pred:coder=1",  "mla"};
   for (const auto& spec : specs) {
     auto c = MakeCodec(spec);
     const SliceLayout l = spec == "mla" ? Mla(16, 8, DType::kBF16, 5) : Mha(2, 8, DType::kBF16, 5);

@@ -90,13 +90,17 @@ TEST(CodecRans, RoundTripsAndRejectsDamage) {
   for (size_t n : {1, 2, 3, 5, 100, 4097, 50000}) {
     for (int kind = 0; kind < 3; ++kind) {
       std::vector<uint8_t> in(n);
-      for (auto& b : in) b = kind == 0 ? 7 : kind == 1 ? uint8_t(rng()) : uint8_t(std::min(254.0, std::fabs(std::normal_distribution<>(0, 3)(rng))));
+      for (auto& b : in)
+        b = kind == 0   ? 7
+            : kind == 1 ? uint8_t(rng())
+                        : uint8_t(std::min(254.0, std::fabs(std::normal_distribution<>(0, 3)(rng))));
       std::vector<uint8_t> out(RansBound(n)), scratch(RansBound(n)), back(n);
       const size_t len = RansEncode(in.data(), n, out.data(), out.size(), scratch.data());
       ASSERT_GT(len, 0u);
       ASSERT_TRUE(RansDecode(out.data(), len, back.data(), n));
       EXPECT_EQ(in, back);
-      for (size_t cut = 0; cut < std::min<size_t>(len, 40); ++cut) EXPECT_FALSE(RansDecode(out.data(), cut, back.data(), n));
+      for (size_t cut = 0; cut < std::min<size_t>(len, 40); ++cut)
+        EXPECT_FALSE(RansDecode(out.data(), cut, back.data(), n));
       for (int i = 0; i < 50; ++i) {
         auto bad = out;
         bad[rng() % len] ^= uint8_t(1 + rng() % 255);
@@ -138,7 +142,8 @@ TEST(CodecKernels, PredKernelsAvx2MatchScalar) {
         while (da < n && tok[da] != 0 && tok[da] != 255)
           da += ref.pred_reconstruct(tok.data() + da, pred.data() + da, oa.data() + da, n - da, 0.37f, dt);
         while (db < n && tok[db] != 0 && tok[db] != 255) {
-          const size_t got = fast->pred_reconstruct(tok.data() + db, pred.data() + db, ob.data() + db, n - db, 0.37f, dt);
+          const size_t got =
+              fast->pred_reconstruct(tok.data() + db, pred.data() + db, ob.data() + db, n - db, 0.37f, dt);
           db += got ? got : 1;  // a zero answer must be the scalar's too
           if (!got) ob[db - 1] = oa[db - 1];
         }

@@ -303,3 +303,51 @@ TEST(Codec, TruncatedAndDamagedSlicesAreRejectedWithoutCrashing) {
 
 }  // namespace
 }  // namespace flatkv::codec
+
+namespace flatkv::codec {
+namespace {
+
+// The encodings of a fixed slice, as FNV-1a hashes: any change to a body
+// layout (docs/format_codec.md) shows here, and must bump the version.
+// The data is exact in every dtype and needs no libm, so the hashes do not
+// depend on the machine.
+TEST(Codec, GoldenEncodingsAreStable) {
+  // pred only with the rANS coder: zstd's output may change between
+  // library versions (the test checks no zstd stream is involved).
+  const std::vector<std::pair<std::string, uint64_t>> golden = {
+      {"raw", 0xb9e3a57b954969b2ull},          {"raw:dtype=1", 0xc2cc856a3e3e487dull},
+      {"int8", 0xe6a22adb7a2ed89bull},         {"kivi:bits=2", 0x65b726d8fd880040ull},
+      {"kivi:bits=4", 0xb859dbfff75b3da8ull},  {"hadamard-int4", 0xa3c9b76a48bb4dedull},
+      {"turbo:bits=3", 0xa242acf1c1b30e47ull}, {"pred:eps=0.05,coder=1", 0x6ba33806884e6bb3ull}};
+  const SliceLayout l = Mha(2, 16, DType::kBF16, 40);
+  std::vector<float> f(l.Elements());
+  for (size_t i = 0; i < f.size(); ++i) f[i] = float(int((i * 37 + i / 64 * 5) % 101) - 50) / 16.0f;
+  std::vector<std::byte> in(l.Bytes());
+  FromFloat(l.shape.dtype, f.data(), in.data(), f.size());
+  std::string actual;
+  bool same = true;
+  for (const auto& [spec, want] : golden) {
+    auto c = MakeCodec(spec);
+    std::vector<std::byte> enc((*c)->MaxEncodedSize(l));
+    CodecContext ctx;
+    const size_t n = *(*c)->Encode(ctx, l, in, enc);
+    if ((*c)->name() == "pred") {  // a different zstd level must not change a byte
+      auto other = MakeCodec(spec + ",zstd_level=19");
+      std::vector<std::byte> enc2((*other)->MaxEncodedSize(l));
+      const size_t n2 = *(*other)->Encode(ctx, l, in, enc2);
+      const size_t params = kHeaderBytes + 8 * (*c)->Params().size();
+      ASSERT_EQ(n, n2) << spec;
+      EXPECT_EQ(0, std::memcmp(enc.data() + params, enc2.data() + params, n - params)) << spec;
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; ++i) h = (h ^ uint64_t(enc[i])) * 0x100000001b3ull;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "0x%016llxull", static_cast<unsigned long long>(h));
+    actual += "{\"" + spec + "\", " + buf + "}, ";
+    same = same && h == want;
+  }
+  EXPECT_TRUE(same) << "encodings changed; if on purpose, bump the format version and update: " << actual;
+}
+
+}  // namespace
+}  // namespace flatkv::codec

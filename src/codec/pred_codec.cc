@@ -22,7 +22,8 @@
 // byte: 0 = raw escape (value bytes in the extra stream), z + 1 when below
 // 255, else 255 and varint(z + 1 - 255) in the extra stream.
 //
-// Body: u8 reserved (0); per part: u8 coder (0 stored, 1 rANS (rans.h),
+// Body: u8 mode: 1 = the elements follow raw (when coding would be larger;
+// MaxEncodedSize is therefore the raw size plus the header); 0 = per part: u8 coder (0 stored, 1 rANS (rans.h),
 // 2 zstd), u32 length, the coded token bytes (rows * width of them);
 // then the extra stream: u8 coder (0 stored, 2 zstd), u32 raw length,
 // u32 coded length, the bytes. coder=0 (auto) keeps the smallest of rANS,
@@ -41,6 +42,7 @@ namespace flatkv::codec {
 namespace {
 
 constexpr uint8_t kStored = 0, kRans = 1, kZstd = 2;
+constexpr uint8_t kCodedBody = 0, kRawBody = 1;
 
 uint32_t Mono16(uint16_t u) { return (u & 0x8000u) ? uint16_t(~u) : uint16_t(u | 0x8000u); }
 uint16_t Unmono16(uint32_t m) { return (m & 0x8000u) ? uint16_t(m & 0x7FFFu) : uint16_t(~m); }
@@ -133,13 +135,27 @@ class PredCodec final : public LossyCodec {
   };
 
  protected:
-  uint64_t BodyBound(const SliceLayout& layout) const override {
+  // A coded body never exceeds the raw elements plus the mode byte: when
+  // coding would be larger the slice is stored raw (mode 1).
+  uint64_t BodyBound(const SliceLayout& layout) const override { return 1 + layout.Bytes(); }
+
+  bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& body) const override {
     const uint64_t n = layout.Elements();
-    return 1 + 2 * (5 + std::max<uint64_t>(n, RansBound(n)) + ZSTD_compressBound(n)) + 9 + 6 * n +
-           ZSTD_compressBound(6 * n);
+    // Code into a staging buffer big enough for the worst case (every part
+    // stored, every element escaped with a 5-byte varint), then keep the
+    // coded body or, when it is larger, the raw elements.
+    const uint64_t staging = 1 + 2 * 5 + n + 9 + 6 * n + 64;
+    auto* stage = ctx.Scratch(4, staging);
+    ByteWriter w({stage, staging});
+    if (!EncodeCoded(ctx, layout, x, w)) return false;
+    if (w.size() <= BodyBound(layout)) return body.Append(stage, w.size());
+    uint8_t* raw = body.Put<uint8_t>(kRawBody) ? body.Reserve(layout.Bytes()) : nullptr;
+    if (!raw) return false;
+    FromFloat(layout.shape.dtype, x, reinterpret_cast<std::byte*>(raw), n);
+    return true;
   }
 
-  bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& w) const override {
+  bool EncodeCoded(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& w) const {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
     auto* y = reinterpret_cast<float*>(ctx.Scratch(1, n * sizeof(float) + 4));
@@ -147,10 +163,11 @@ class PredCodec final : public LossyCodec {
     std::vector<uint8_t> extra;
     const Sections p = SplitSlice(layout);
     const Kernels& k = ActiveKernels();
-    if (!w.Put<uint8_t>(0)) return false;
+    if (!w.Put<uint8_t>(kCodedBody)) return false;
     uint64_t tok_at = 0;
-    uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(4, RansBound(n) + ZSTD_compressBound(n) + 64));
-    uint8_t* scratch = reinterpret_cast<uint8_t*>(ctx.Scratch(5, RansBound(n) + 64));
+    const uint64_t coded_bytes = RansBound(n) + ZSTD_compressBound(n) + 64;
+    uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(5, coded_bytes + RansBound(n) + 64));
+    uint8_t* scratch = coded + coded_bytes;
     for (const Section& s : p.part) {
       const double eps = PartEps(s);
       const float step = float(2 * eps);
@@ -227,8 +244,14 @@ class PredCodec final : public LossyCodec {
   Status DecodeFloats(CodecContext& ctx, const SliceLayout& layout, ByteReader& r, float* y) const override {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
-    uint8_t reserved;
-    if (!r.Get(reserved) || reserved != 0) return BodyCorrupt("pred", "bad reserved byte");
+    uint8_t mode;
+    if (!r.Get(mode) || (mode != kCodedBody && mode != kRawBody)) return BodyCorrupt("pred", "bad body mode");
+    if (mode == kRawBody) {
+      const uint8_t* raw = r.Take(layout.Bytes());
+      if (!raw) return BodyCorrupt("pred", "truncated raw body");
+      ToFloat(dt, reinterpret_cast<const std::byte*>(raw), y, n);
+      return Status::Ok();
+    }
     auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
     const Sections p = SplitSlice(layout);
     uint64_t tok_at = 0;

@@ -221,20 +221,20 @@ TEST(Codec, EmptyPartsAndSlicesRoundTrip) {
 }
 
 TEST(Codec, PredStoresIncompressibleSlicesRaw) {
-  const SliceLayout l = Mha(2, 8, DType::kF32, 16);
-  std::vector<std::byte> in(l.Bytes());
-  std::mt19937_64 rng(1);
-  for (auto& b : in) b = std::byte(rng());
-  for (const char* spec : {"pred", "pred:eps=1e-30"}) {
-    auto c = MakeCodec(spec);
-    std::vector<std::byte> enc((*c)->MaxEncodedSize(l)), out(l.Bytes());
-    CodecContext ctx;
-    auto n = (*c)->Encode(ctx, l, in, enc);
-    ASSERT_TRUE(n.ok()) << n.status().ToString();
-    EXPECT_EQ(*n, (*c)->MaxEncodedSize(l)) << spec;  // the raw body: mode byte + elements
-    ASSERT_TRUE(DecodeSlice(ctx, l, std::span(enc).first(*n), out).ok());
-    EXPECT_EQ(in, out) << spec;
-  }
+  for (const SliceLayout& l : {Mha(2, 8, DType::kF32, 16), Mla(16, 8, DType::kF32, 1)})
+    for (const char* spec : {"pred", "pred:eps=1e-30", "pred:coder=1", "pred:coder=2"}) {
+      std::vector<std::byte> in(l.Bytes());
+      std::mt19937_64 rng(1);
+      for (auto& b : in) b = std::byte(rng());
+      auto c = MakeCodec(spec);
+      std::vector<std::byte> enc((*c)->MaxEncodedSize(l)), out(l.Bytes());
+      CodecContext ctx;
+      auto n = (*c)->Encode(ctx, l, in, enc);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      EXPECT_EQ(*n, (*c)->MaxEncodedSize(l)) << spec;  // the raw body: mode byte + elements
+      ASSERT_TRUE(DecodeSlice(ctx, l, std::span(enc).first(*n), out).ok());
+      EXPECT_EQ(in, out) << spec;
+    }
 }
 
 TEST(Codec, SpecsAndParameterErrors) {

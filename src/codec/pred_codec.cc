@@ -141,10 +141,11 @@ class PredCodec final : public LossyCodec {
 
   bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& body) const override {
     const uint64_t n = layout.Elements();
-    // Code into a staging buffer big enough for the worst case (every part
-    // stored, every element escaped with a 5-byte varint), then keep the
-    // coded body or, when it is larger, the raw elements.
-    const uint64_t staging = 1 + 2 * 5 + n + 9 + 6 * n + 64;
+    // Code into a staging buffer big enough for the worst case (each part
+    // as large as a forced rANS stream can be, every element escaped with a
+    // 5-byte varint), then keep the coded body or, when it is larger, the
+    // raw elements.
+    const uint64_t staging = 1 + 2 * (5 + n + RansBound(n)) + 9 + 6 * n + 64;
     auto* stage = ctx.Scratch(4, staging);
     ByteWriter w({stage, staging});
     if (!EncodeCoded(ctx, layout, x, w)) return false;

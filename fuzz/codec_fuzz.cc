@@ -14,8 +14,9 @@
 
 namespace {
 
-const char* const kSpecs[] = {"raw",          "raw:dtype=2",  "int8",         "kivi:bits=2", "kivi:bits=4",
-                              "hadamard-int4", "turbo:bits=3", "pred",         "pred:eps=0.01,rope_theta=10000",
+const char* const kSpecs[] = {"raw",          "raw:dtype=2",  "int8",
+                              "kivi:bits=2",  "kivi:bits=4",  "hadamard-int4",
+                              "turbo:bits=3", "pred",         "pred:eps=0.01,rope_theta=10000",
                               "pred:coder=1", "pred:coder=2", "mla"};
 constexpr size_t kNumSpecs = sizeof(kSpecs) / sizeof(kSpecs[0]);
 

@@ -77,7 +77,8 @@ Status LossyCodec::Decode(CodecContext& ctx, const SliceLayout& layout, std::spa
   FLATKV_RETURN_IF_ERROR(Supports(layout));
   const uint64_t n = layout.Elements();
   const bool direct = layout.shape.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(out.data()) % 4 == 0;
-  float* y = direct ? reinterpret_cast<float*>(out.data()) : reinterpret_cast<float*>(ctx.Scratch(0, n * sizeof(float)));
+  float* y =
+      direct ? reinterpret_cast<float*>(out.data()) : reinterpret_cast<float*>(ctx.Scratch(0, n * sizeof(float)));
   ByteReader r(in);
   FLATKV_RETURN_IF_ERROR(DecodeFloats(ctx, layout, r, y));
   if (r.remaining() != 0) return BodyCorrupt(name(), std::to_string(r.remaining()) + " trailing bytes");

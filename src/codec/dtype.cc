@@ -4,6 +4,7 @@ namespace flatkv::codec {
 namespace scalar {
 
 void ToFloat(DType dtype, const std::byte* in, float* out, size_t n) {
+  if (n == 0) return;
   if (dtype == DType::kF32) {
     std::memcpy(out, in, 4 * n);
     return;
@@ -12,6 +13,7 @@ void ToFloat(DType dtype, const std::byte* in, float* out, size_t n) {
 }
 
 void FromFloat(DType dtype, const float* in, std::byte* out, size_t n) {
+  if (n == 0) return;
   switch (dtype) {
     case DType::kF32:
       std::memcpy(out, in, 4 * n);

@@ -53,9 +53,9 @@ inline uint16_t FloatToHalf(float f) {
     const uint16_t m = uint16_t((a >> 13) & 0x3FF);
     return uint16_t(sign | 0x7C00 | (m ? m : 0x200));
   }
-  if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00);                      // rounds to >= 65520: inf
-  if (a >= 0x38800000u) {                                                    // normal half
-    const uint32_t r = a - 0x38000000u;                                      // rebias exponent 127 -> 15
+  if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00);  // rounds to >= 65520: inf
+  if (a >= 0x38800000u) {                                // normal half
+    const uint32_t r = a - 0x38000000u;                  // rebias exponent 127 -> 15
     const uint32_t rounded = r + 0xFFFu + ((r >> 13) & 1);
     return uint16_t(sign | (rounded >> 13));
   }
@@ -95,9 +95,12 @@ inline float LoadElement(DType dtype, const std::byte* p, size_t i) {
 // Rounds a float to the nearest value representable in `dtype`.
 inline float RoundToDType(DType dtype, float f) {
   switch (dtype) {
-    case DType::kF16: return HalfToFloat(FloatToHalf(f));
-    case DType::kBF16: return Bf16ToFloat(FloatToBf16(f));
-    case DType::kF32: return f;
+    case DType::kF16:
+      return HalfToFloat(FloatToHalf(f));
+    case DType::kBF16:
+      return Bf16ToFloat(FloatToBf16(f));
+    case DType::kF32:
+      return f;
   }
   return f;
 }

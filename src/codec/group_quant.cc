@@ -31,8 +31,8 @@ uint64_t GroupQuantBound(const Section& s, Grouping g, int bits, uint32_t group)
   return Groups(s, g, group) * 2 * sizeof(float) + uint64_t(s.rows) * RowBytes(s, bits);
 }
 
-bool EncodeGroupQuant(const Section& s, Grouping g, int bits, uint32_t group, bool wide, const float* x,
-                      ByteWriter& w, uint8_t* codes) {
+bool EncodeGroupQuant(const Section& s, Grouping g, int bits, uint32_t group, bool wide, const float* x, ByteWriter& w,
+                      uint8_t* codes) {
   if (s.rows == 0 || s.width == 0) return true;
   const uint32_t max_code = (1u << bits) - 1;
   // codes: rows * width bytes, one per code, packed at the end.
@@ -45,7 +45,8 @@ bool EncodeGroupQuant(const Section& s, Grouping g, int bits, uint32_t group, bo
         MinStep(v, n, 1, bits, wide, lo, step);
         if (!PutMeta(w, lo, wide) || !PutMeta(w, step, wide)) return false;
         const float inv = step > 0 ? 1.0f / step : 0.0f;
-        for (uint32_t i = 0; i < n; ++i) codes[uint64_t(r) * s.width + c0 + i] = uint8_t(QuantCode(v[i], lo, inv, max_code));
+        for (uint32_t i = 0; i < n; ++i)
+          codes[uint64_t(r) * s.width + c0 + i] = uint8_t(QuantCode(v[i], lo, inv, max_code));
       }
   } else {
     for (uint32_t r0 = 0; r0 < s.rows; r0 += group) {

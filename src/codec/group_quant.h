@@ -18,8 +18,8 @@ namespace flatkv::codec {
 enum class Grouping { kPerToken, kPerChannel };
 
 uint64_t GroupQuantBound(const Section& s, Grouping g, int bits, uint32_t group);
-bool EncodeGroupQuant(const Section& s, Grouping g, int bits, uint32_t group, bool wide, const float* x,
-                      ByteWriter& w, uint8_t* codes_scratch);
+bool EncodeGroupQuant(const Section& s, Grouping g, int bits, uint32_t group, bool wide, const float* x, ByteWriter& w,
+                      uint8_t* codes_scratch);
 // `meta_scratch` holds 2 * s.width floats.
 Status DecodeGroupQuant(std::string_view codec, const Section& s, Grouping g, int bits, uint32_t group, bool wide,
                         ByteReader& r, float* y, float* meta_scratch, const Kernels& k);

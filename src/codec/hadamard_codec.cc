@@ -69,7 +69,8 @@ class HadamardCodec final : public LossyCodec {
             if (!std::isfinite(scale)) scale = 0;
             if (!PutMeta(w, scale, wide)) return false;
             const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-            for (uint32_t j = 0; j < len; ++j) codes[off - at + j] = uint8_t(QuantCode(rot[off + j], -8.0f * scale, inv, 15));
+            for (uint32_t j = 0; j < len; ++j)
+              codes[off - at + j] = uint8_t(QuantCode(rot[off + j], -8.0f * scale, inv, 15));
           }
       const uint64_t rb = (s.width + 1) / 2;
       for (uint32_t r = 0; r < s.rows; ++r) {

@@ -16,7 +16,7 @@ namespace {
 
 class Int8Codec final : public LossyCodec {
  public:
-  Int8Codec() : LossyCodec({}) {}
+  Int8Codec() : LossyCodec(std::vector<CodecParamInfo>{}) {}
   std::string_view name() const override { return "int8"; }
   uint8_t id() const override { return 1; }
   Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }

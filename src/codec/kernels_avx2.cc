@@ -1,12 +1,11 @@
 // AVX2 versions of codec/kernels.h; bit-identical to the scalar reference.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "codec/dtype.h"
 #include "codec/kernels.h"
-
-#include <algorithm>
 
 namespace flatkv::codec {
 namespace scalar {
@@ -112,10 +111,10 @@ inline __m256 Codes8(const uint8_t* packed, int bits, size_t i) {
   }
   uint32_t w = 0;
   std::memcpy(&w, p, size_t(bits));
-  const __m256i shifts = bits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)
-                                   : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m256i v = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w)), shifts),
-                                     _mm256_set1_epi32((1 << bits) - 1));
+  const __m256i shifts =
+      bits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28) : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i v =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w)), shifts), _mm256_set1_epi32((1 << bits) - 1));
   return _mm256_cvtepi32_ps(v);
 }
 
@@ -123,7 +122,8 @@ void DequantScalar(const uint8_t* packed, int bits, size_t first, size_t n, floa
   size_t i = 0;
   if ((bits == 2 || bits == 4 || bits == 8) && (first * size_t(bits)) % 8 == 0) {
     const __m256 l = _mm256_set1_ps(lo), s = _mm256_set1_ps(step);
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(l, _mm256_mul_ps(s, Codes8(packed, bits, first + i))));
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_add_ps(l, _mm256_mul_ps(s, Codes8(packed, bits, first + i))));
   }
   if (i < n) scalar::kKernels.dequant_scalar(packed, bits, first + i, n - i, lo, step, out + i);
 }
@@ -133,8 +133,8 @@ void DequantVec(const uint8_t* packed, int bits, size_t first, size_t n, const f
   size_t i = 0;
   if ((bits == 2 || bits == 4 || bits == 8) && (first * size_t(bits)) % 8 == 0)
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(lo + i),
-                                              _mm256_mul_ps(_mm256_loadu_ps(step + i), Codes8(packed, bits, first + i))));
+      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(lo + i), _mm256_mul_ps(_mm256_loadu_ps(step + i),
+                                                                                     Codes8(packed, bits, first + i))));
   if (i < n) scalar::kKernels.dequant_vec(packed, bits, first + i, n - i, lo + i, step + i, out + i);
 }
 
@@ -143,7 +143,8 @@ void RopePredict(const float* prev, const float* cs, const float* sn, float* out
   for (; c + 8 <= n; c += 8) {
     const __m256 a = _mm256_loadu_ps(prev + c);
     const __m256 b = _mm256_permute_ps(a, 0xB1);  // prev[c ^ 1]
-    const __m256 p = _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(cs + c)), _mm256_mul_ps(b, _mm256_loadu_ps(sn + c)));
+    const __m256 p =
+        _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(cs + c)), _mm256_mul_ps(b, _mm256_loadu_ps(sn + c)));
     _mm256_storeu_ps(out + c, _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q)));
   }
   if (c < n) scalar::kKernels.rope_predict(prev + c, cs + c, sn + c, out + c, n - c);
@@ -172,8 +173,10 @@ size_t PredReconstruct(const uint8_t* tok, const float* pred, float* out, size_t
     const __m256 r = _mm256_add_ps(_mm256_loadu_ps(pred + i), _mm256_mul_ps(_mm256_cvtepi32_ps(q), st));
     if (_mm256_movemask_ps(_mm256_cmp_ps(r, r, _CMP_UNORD_Q))) break;
     __m256 o = r;
-    if (dt == DType::kBF16) o = RoundBf16(r);
-    else if (dt == DType::kF16) o = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (dt == DType::kBF16)
+      o = RoundBf16(r);
+    else if (dt == DType::kF16)
+      o = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     _mm256_storeu_ps(out + i, o);
   }
   return i + scalar::kKernels.pred_reconstruct(tok + i, pred + i, out + i, std::min<size_t>(n - i, 8), step, dtype);

@@ -14,6 +14,9 @@
 namespace flatkv::codec {
 namespace {
 
+// Bitwise equality of two float arrays (empty ones included).
+bool SameBits(const float* a, const float* b, size_t n) { return n == 0 || std::memcmp(a, b, 4 * n) == 0; }
+
 TEST(CodecKernels, Avx2MatchesScalar) {
   const Kernels* fast = Avx2Kernels();
   if (!fast) GTEST_SKIP() << "no AVX2";
@@ -29,7 +32,7 @@ TEST(CodecKernels, Avx2MatchesScalar) {
         auto a = x, b = x;
         (inverse ? ref.fwht_sign : ref.sign_fwht)(a.data(), sign.data(), n, block, 0.125f);
         (inverse ? fast->fwht_sign : fast->sign_fwht)(b.data(), sign.data(), n, block, 0.125f);
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << "block " << block << " inverse " << inverse;
+        ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << "block " << block << " inverse " << inverse;
       }
     }
   for (int bits : {2, 3, 4, 8})
@@ -41,10 +44,10 @@ TEST(CodecKernels, Avx2MatchesScalar) {
         for (size_t i = 0; i < n; ++i) lo[i] = u(rng), step[i] = u(rng);
         ref.dequant_scalar(packed.data(), bits, first, n, 0.5f, 0.25f, a.data());
         fast->dequant_scalar(packed.data(), bits, first, n, 0.5f, 0.25f, b.data());
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << bits << " " << first << " " << n;
+        ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << bits << " " << first << " " << n;
         ref.dequant_vec(packed.data(), bits, first, n, lo.data(), step.data(), a.data());
         fast->dequant_vec(packed.data(), bits, first, n, lo.data(), step.data(), b.data());
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << bits << " " << first << " " << n;
+        ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << bits << " " << first << " " << n;
       }
 }
 
@@ -87,13 +90,17 @@ TEST(CodecRans, RoundTripsAndRejectsDamage) {
   for (size_t n : {1, 2, 3, 5, 100, 4097, 50000}) {
     for (int kind = 0; kind < 3; ++kind) {
       std::vector<uint8_t> in(n);
-      for (auto& b : in) b = kind == 0 ? 7 : kind == 1 ? uint8_t(rng()) : uint8_t(std::min(254.0, std::fabs(std::normal_distribution<>(0, 3)(rng))));
+      for (auto& b : in)
+        b = kind == 0   ? 7
+            : kind == 1 ? uint8_t(rng())
+                        : uint8_t(std::min(254.0, std::fabs(std::normal_distribution<>(0, 3)(rng))));
       std::vector<uint8_t> out(RansBound(n)), scratch(RansBound(n)), back(n);
       const size_t len = RansEncode(in.data(), n, out.data(), out.size(), scratch.data());
       ASSERT_GT(len, 0u);
       ASSERT_TRUE(RansDecode(out.data(), len, back.data(), n));
       EXPECT_EQ(in, back);
-      for (size_t cut = 0; cut < std::min<size_t>(len, 40); ++cut) EXPECT_FALSE(RansDecode(out.data(), cut, back.data(), n));
+      for (size_t cut = 0; cut < std::min<size_t>(len, 40); ++cut)
+        EXPECT_FALSE(RansDecode(out.data(), cut, back.data(), n));
       for (int i = 0; i < 50; ++i) {
         auto bad = out;
         bad[rng() % len] ^= uint8_t(1 + rng() % 255);
@@ -122,7 +129,7 @@ TEST(CodecKernels, PredKernelsAvx2MatchScalar) {
     prev[n - 1] = std::numeric_limits<float>::quiet_NaN();
     ref.rope_predict(prev.data(), cs.data(), sn.data(), a.data(), n);
     fast->rope_predict(prev.data(), cs.data(), sn.data(), b.data(), n);
-    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * n)) << n;
+    ASSERT_TRUE(SameBits(a.data(), b.data(), n)) << n;
     for (int dt : {1, 2, 3})
       for (int trial = 0; trial < 20; ++trial) {
         std::vector<uint8_t> tok(n);
@@ -135,12 +142,13 @@ TEST(CodecKernels, PredKernelsAvx2MatchScalar) {
         while (da < n && tok[da] != 0 && tok[da] != 255)
           da += ref.pred_reconstruct(tok.data() + da, pred.data() + da, oa.data() + da, n - da, 0.37f, dt);
         while (db < n && tok[db] != 0 && tok[db] != 255) {
-          const size_t got = fast->pred_reconstruct(tok.data() + db, pred.data() + db, ob.data() + db, n - db, 0.37f, dt);
+          const size_t got =
+              fast->pred_reconstruct(tok.data() + db, pred.data() + db, ob.data() + db, n - db, 0.37f, dt);
           db += got ? got : 1;  // a zero answer must be the scalar's too
           if (!got) ob[db - 1] = oa[db - 1];
         }
         ASSERT_EQ(da, db);
-        ASSERT_EQ(0, std::memcmp(oa.data(), ob.data(), 4 * n)) << n << " dtype " << dt;
+        ASSERT_TRUE(SameBits(oa.data(), ob.data(), n)) << n << " dtype " << dt;
       }
   }
 }

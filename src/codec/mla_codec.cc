@@ -50,8 +50,8 @@ class MlaCodec final : public LossyCodec {
     if (!r.Get(wide) || wide > 1) return BodyCorrupt("mla", "bad metadata flag");
     const Sections p = SplitSlice(layout);
     for (int i = 0; i < 2; ++i)
-      FLATKV_RETURN_IF_ERROR(
-          DecodeGroupQuant("mla", p.part[i], Grouping::kPerToken, Bits(i), group(), wide, r, y, nullptr, ActiveKernels()));
+      FLATKV_RETURN_IF_ERROR(DecodeGroupQuant("mla", p.part[i], Grouping::kPerToken, Bits(i), group(), wide, r, y,
+                                              nullptr, ActiveKernels()));
     return Status::Ok();
   }
 

@@ -22,7 +22,8 @@
 // byte: 0 = raw escape (value bytes in the extra stream), z + 1 when below
 // 255, else 255 and varint(z + 1 - 255) in the extra stream.
 //
-// Body: u8 reserved (0); per part: u8 coder (0 stored, 1 rANS (rans.h),
+// Body: u8 mode: 1 = the elements follow raw (when coding would be larger;
+// MaxEncodedSize is therefore the raw size plus the header); 0 = per part: u8 coder (0 stored, 1 rANS (rans.h),
 // 2 zstd), u32 length, the coded token bytes (rows * width of them);
 // then the extra stream: u8 coder (0 stored, 2 zstd), u32 raw length,
 // u32 coded length, the bytes. coder=0 (auto) keeps the smallest of rANS,
@@ -41,6 +42,7 @@ namespace flatkv::codec {
 namespace {
 
 constexpr uint8_t kStored = 0, kRans = 1, kZstd = 2;
+constexpr uint8_t kCodedBody = 0, kRawBody = 1;
 
 uint32_t Mono16(uint16_t u) { return (u & 0x8000u) ? uint16_t(~u) : uint16_t(u | 0x8000u); }
 uint16_t Unmono16(uint32_t m) { return (m & 0x8000u) ? uint16_t(m & 0x7FFFu) : uint16_t(~m); }
@@ -100,15 +102,26 @@ void Predict(const Section& s, const float* y, uint32_t t, int predictor, const 
   k.rope_predict(prev, rope.cs.data(), rope.sn.data(), pred, s.width);
 }
 
+// predictor=2: head h (> 0) of row t is predicted as its previous-token
+// prediction plus how far head h-1's reconstruction landed from its own:
+// P2[c] = P[c] + (y[t][c - hd] - P[c - hd]); a NaN becomes 0.
+void CrossHead(const float* pred, const float* row, uint32_t c0, uint32_t hd, float* p2) {
+  for (uint32_t c = c0; c < c0 + hd; ++c) {
+    const float p = pred[c] + (row[c - hd] - pred[c - hd]);
+    p2[c] = p == p ? p : 0.0f;
+  }
+}
+
 class PredCodec final : public LossyCodec {
  public:
   PredCodec()
-      : LossyCodec({{"eps", "absolute error bound per element (0 = lossless)", 0, 1e9, 0, false},
-                    {"predictor", "0 none, 1 previous token", 0, 1, 1, true},
-                    {"rope_theta", "RoPE base for key prediction (0 = off)", 0, 1e9, 0, false},
-                    {"coder", "0 auto (smallest), 1 rANS, 2 zstd, 3 stored", 0, 3, 0, true},
-                    {"zstd_level", "zstd level for coder 0/2", 1, 19, 3, true},
-                    {"v_eps_scale", "bound on values (MLA: latent) = eps * this", 1e-3, 1e6, 1, false}}) {}
+      : LossyCodec(
+            {{"eps", "absolute error bound per element (0 = lossless)", 0, 1e9, 0, false},
+             {"predictor", "0 none, 1 previous token, 2 previous token + the previous head's change", 0, 2, 1, true},
+             {"rope_theta", "RoPE base for key prediction (0 = off)", 0, 1e9, 0, false},
+             {"coder", "0 auto (smallest), 1 rANS, 2 zstd, 3 stored", 0, 3, 0, true},
+             {"zstd_level", "zstd level for coder 0/2", 1, 19, 3, true},
+             {"v_eps_scale", "bound on values (MLA: latent) = eps * this", 1e-3, 1e6, 1, false}}) {}
   std::string_view name() const override { return "pred"; }
   uint8_t id() const override { return 5; }
   Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
@@ -122,12 +135,28 @@ class PredCodec final : public LossyCodec {
   };
 
  protected:
-  uint64_t BodyBound(const SliceLayout& layout) const override {
+  // A coded body never exceeds the raw elements plus the mode byte: when
+  // coding would be larger the slice is stored raw (mode 1).
+  uint64_t BodyBound(const SliceLayout& layout) const override { return 1 + layout.Bytes(); }
+
+  bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& body) const override {
     const uint64_t n = layout.Elements();
-    return 1 + 2 * (5 + std::max<uint64_t>(n, RansBound(n)) + ZSTD_compressBound(n)) + 9 + 6 * n + ZSTD_compressBound(6 * n);
+    // Code into a staging buffer big enough for the worst case (each part
+    // as large as a forced rANS stream can be, every element escaped with a
+    // 5-byte varint), then keep the coded body or, when it is larger, the
+    // raw elements.
+    const uint64_t staging = 1 + 2 * (5 + n + RansBound(n)) + 9 + 6 * n + 64;
+    auto* stage = ctx.Scratch(4, staging);
+    ByteWriter w({stage, staging});
+    if (!EncodeCoded(ctx, layout, x, w)) return false;
+    if (w.size() <= BodyBound(layout)) return body.Append(stage, w.size());
+    uint8_t* raw = body.Put<uint8_t>(kRawBody) ? body.Reserve(layout.Bytes()) : nullptr;
+    if (!raw) return false;
+    FromFloat(layout.shape.dtype, x, reinterpret_cast<std::byte*>(raw), n);
+    return true;
   }
 
-  bool EncodeFloats(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& w) const override {
+  bool EncodeCoded(CodecContext& ctx, const SliceLayout& layout, const float* x, ByteWriter& w) const {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
     auto* y = reinterpret_cast<float*>(ctx.Scratch(1, n * sizeof(float) + 4));
@@ -135,25 +164,30 @@ class PredCodec final : public LossyCodec {
     std::vector<uint8_t> extra;
     const Sections p = SplitSlice(layout);
     const Kernels& k = ActiveKernels();
-    if (!w.Put<uint8_t>(0)) return false;
+    if (!w.Put<uint8_t>(kCodedBody)) return false;
     uint64_t tok_at = 0;
-    uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(4, RansBound(n) + ZSTD_compressBound(n) + 64));
-    uint8_t* scratch = reinterpret_cast<uint8_t*>(ctx.Scratch(5, RansBound(n) + 64));
+    const uint64_t coded_bytes = RansBound(n) + ZSTD_compressBound(n) + 64;
+    uint8_t* coded = reinterpret_cast<uint8_t*>(ctx.Scratch(5, coded_bytes + RansBound(n) + 64));
+    uint8_t* scratch = coded + coded_bytes;
     for (const Section& s : p.part) {
       const double eps = PartEps(s);
       const float step = float(2 * eps);
       const RopeStep rope = MakeRopeStep(s, param(2));
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
+      auto* p2 = reinterpret_cast<float*>(ctx.Scratch(7, (s.width + 1) * sizeof(float)));
       uint8_t* tok = tokens + tok_at;
       for (uint32_t t = 0; t < s.rows; ++t) {
         Predict(s, y, t, int(param(1)), rope, k, pred);
+        const bool cross = param(1) == 2;
         for (uint32_t c = 0; c < s.width; ++c) {
           const uint64_t at = s.At(t, c);
           const float v = x[at];
+          if (cross && c >= s.head_dim && c % s.head_dim == 0) CrossHead(pred, y + s.At(t, 0), c, s.head_dim, p2);
+          const float pc = cross && c >= s.head_dim ? p2[c] : pred[c];
           uint64_t z;
           bool raw = false;
           if (eps == 0) {
-            const uint32_t pb = ElementBits(dt, pred[c]), xb = ElementBits(dt, v);
+            const uint32_t pb = ElementBits(dt, pc), xb = ElementBits(dt, v);
             if (dt == DType::kF32) {
               const int32_t d = int32_t(Mono32(xb) - Mono32(pb));
               z = (uint32_t(d) << 1) ^ uint32_t(d >> 31);
@@ -163,11 +197,11 @@ class PredCodec final : public LossyCodec {
             }
             y[at] = v;
           } else {
-            const double qd = std::nearbyint((double(v) - double(pred[c])) / double(step));
+            const double qd = std::nearbyint((double(v) - double(pc)) / double(step));
             raw = true;
             if (std::fabs(qd) < 1073741824.0) {
               const int32_t q = int32_t(qd);
-              const float r = RoundToDType(dt, pred[c] + float(q) * step);
+              const float r = RoundToDType(dt, pc + float(q) * step);
               if (std::fabs(double(v) - double(r)) <= eps) {
                 raw = false;
                 y[at] = r;
@@ -211,8 +245,14 @@ class PredCodec final : public LossyCodec {
   Status DecodeFloats(CodecContext& ctx, const SliceLayout& layout, ByteReader& r, float* y) const override {
     const uint64_t n = layout.Elements();
     const DType dt = layout.shape.dtype;
-    uint8_t reserved;
-    if (!r.Get(reserved) || reserved != 0) return BodyCorrupt("pred", "bad reserved byte");
+    uint8_t mode;
+    if (!r.Get(mode) || (mode != kCodedBody && mode != kRawBody)) return BodyCorrupt("pred", "bad body mode");
+    if (mode == kRawBody) {
+      const uint8_t* raw = r.Take(layout.Bytes());
+      if (!raw) return BodyCorrupt("pred", "truncated raw body");
+      ToFloat(dt, reinterpret_cast<const std::byte*>(raw), y, n);
+      return Status::Ok();
+    }
     auto* tokens = reinterpret_cast<uint8_t*>(ctx.Scratch(2, n + 1));
     const Sections p = SplitSlice(layout);
     uint64_t tok_at = 0;
@@ -229,7 +269,8 @@ class PredCodec final : public LossyCodec {
     if (!ebytes) return BodyCorrupt("pred", "truncated extra stream");
     if (ecoder == kZstd) {
       auto* buf = reinterpret_cast<uint8_t*>(ctx.Scratch(6, elen + 1));
-      const size_t got = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(ContextAccess::ZstdDCtx(ctx)), buf, elen, ebytes, eclen);
+      const size_t got =
+          ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(ContextAccess::ZstdDCtx(ctx)), buf, elen, ebytes, eclen);
       if (ZSTD_isError(got) || got != elen) return BodyCorrupt("pred", "bad zstd extra stream");
       ebytes = buf;
     }
@@ -243,53 +284,63 @@ class PredCodec final : public LossyCodec {
       const float step = float(2 * eps);
       const RopeStep rope = MakeRopeStep(s, param(2));
       auto* pred = reinterpret_cast<float*>(ctx.Scratch(3, (s.width + 1) * sizeof(float)));
+      auto* p2 = reinterpret_cast<float*>(ctx.Scratch(7, (s.width + 1) * sizeof(float)));
+      const bool cross = param(1) == 2;
+      const uint32_t seg = cross ? s.head_dim : s.width;
       const uint8_t* tok = tokens + tok_at;
       for (uint32_t t = 0; t < s.rows; ++t) {
         Predict(s, y, t, int(param(1)), rope, k, pred);
         float* out = y + s.At(t, 0);
-        for (uint32_t c = 0; c < s.width; ++c) {
-          if (eps > 0) {  // the fast path takes the plain tokens
-            const size_t done = k.pred_reconstruct(tok, pred + c, out + c, s.width - c, step, int(dt));
-            tok += done;
-            c += uint32_t(done);
-            if (c == s.width) break;
+        for (uint32_t c0 = 0; c0 < s.width; c0 += seg) {
+          const float* P = pred;
+          if (cross && c0 > 0) {
+            CrossHead(pred, out, c0, s.head_dim, p2);
+            P = p2;
           }
-          const uint8_t b = *tok++;
-          uint64_t z;
-          if (b == 0) {
-            if (eps == 0 || size_t(e_end - e) < esize) return BodyCorrupt("pred", "bad raw escape");
-            uint32_t bits = 0;
-            for (uint32_t i = 0; i < esize; ++i) bits |= uint32_t(e[i]) << (8 * i);
-            e += esize;
-            out[c] = BitsToElement(dt, bits);
-            continue;
-          }
-          if (b < 255) {
-            z = b - 1;
-          } else {
-            uint64_t v = 0;
-            int shift = 0;
-            for (;;) {
-              if (e == e_end || shift > 35) return BodyCorrupt("pred", "bad varint in extra stream");
-              const uint8_t byte = *e++;
-              v |= uint64_t(byte & 0x7F) << shift;
-              shift += 7;
-              if (!(byte & 0x80)) break;
+          for (uint32_t c = c0; c < c0 + seg; ++c) {
+            if (eps > 0) {  // the fast path takes the plain tokens
+              const size_t done = k.pred_reconstruct(tok, P + c, out + c, c0 + seg - c, step, int(dt));
+              tok += done;
+              c += uint32_t(done);
+              if (c == c0 + seg) break;
             }
-            z = v + 254;
-          }
-          if (eps == 0) {
-            const uint32_t pb = ElementBits(dt, pred[c]);
-            if (dt == DType::kF32) {
-              const uint32_t d = uint32_t(z >> 1) ^ (0u - uint32_t(z & 1));
-              out[c] = BitsToFloat(Unmono32(Mono32(pb) + d));
+            const uint8_t b = *tok++;
+            uint64_t z;
+            if (b == 0) {
+              if (eps == 0 || size_t(e_end - e) < esize) return BodyCorrupt("pred", "bad raw escape");
+              uint32_t bits = 0;
+              for (uint32_t i = 0; i < esize; ++i) bits |= uint32_t(e[i]) << (8 * i);
+              e += esize;
+              out[c] = BitsToElement(dt, bits);
+              continue;
+            }
+            if (b < 255) {
+              z = b - 1;
             } else {
-              const uint16_t d = uint16_t(uint16_t(z >> 1) ^ uint16_t(0u - uint32_t(z & 1)));
-              out[c] = BitsToElement(dt, Unmono16(uint16_t(Mono16(uint16_t(pb)) + d)));
+              uint64_t v = 0;
+              int shift = 0;
+              for (;;) {
+                if (e == e_end || shift > 35) return BodyCorrupt("pred", "bad varint in extra stream");
+                const uint8_t byte = *e++;
+                v |= uint64_t(byte & 0x7F) << shift;
+                shift += 7;
+                if (!(byte & 0x80)) break;
+              }
+              z = v + 254;
             }
-          } else {
-            const int32_t q = int32_t(uint32_t(z >> 1) ^ (0u - uint32_t(z & 1)));
-            out[c] = RoundToDType(dt, pred[c] + float(q) * step);
+            if (eps == 0) {
+              const uint32_t pb = ElementBits(dt, P[c]);
+              if (dt == DType::kF32) {
+                const uint32_t d = uint32_t(z >> 1) ^ (0u - uint32_t(z & 1));
+                out[c] = BitsToFloat(Unmono32(Mono32(pb) + d));
+              } else {
+                const uint16_t d = uint16_t(uint16_t(z >> 1) ^ uint16_t(0u - uint32_t(z & 1)));
+                out[c] = BitsToElement(dt, Unmono16(uint16_t(Mono16(uint16_t(pb)) + d)));
+              }
+            } else {
+              const int32_t q = int32_t(uint32_t(z >> 1) ^ (0u - uint32_t(z & 1)));
+              out[c] = RoundToDType(dt, P[c] + float(q) * step);
+            }
           }
         }
       }
@@ -313,8 +364,8 @@ class PredCodec final : public LossyCodec {
       if (rans == 0) rans = SIZE_MAX;
     }
     if (m && (coder == 0 || coder == 2)) {
-      zs = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(ContextAccess::ZstdCCtx(ctx)), zstd_out, ZSTD_compressBound(m), tok,
-                             m, int(param(4)));
+      zs = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(ContextAccess::ZstdCCtx(ctx)), zstd_out, ZSTD_compressBound(m),
+                             tok, m, int(param(4)));
       if (ZSTD_isError(zs)) zs = SIZE_MAX;
     }
     uint8_t which = kStored;
@@ -334,8 +385,9 @@ class PredCodec final : public LossyCodec {
     if (!src) return BodyCorrupt("pred", "part of " + std::to_string(len) + " bytes is truncated");
     switch (which) {
       case kStored:
-        if (len != m) return BodyCorrupt("pred", "stored part of " + std::to_string(len) + " bytes, expected " + std::to_string(m));
-        std::memcpy(out, src, m);
+        if (len != m)
+          return BodyCorrupt("pred", "stored part of " + std::to_string(len) + " bytes, expected " + std::to_string(m));
+        if (m) std::memcpy(out, src, m);
         return Status::Ok();
       case kRans:
         if (!RansDecode(src, len, out, m)) return BodyCorrupt("pred", "bad rANS stream");

@@ -8,7 +8,7 @@ namespace {
 
 constexpr uint32_t kScaleBits = 12;
 constexpr uint32_t kTotal = 1u << kScaleBits;
-constexpr int kStates = 8;  // interleaved: symbol i uses state i % 8
+constexpr int kStates = 8;           // interleaved: symbol i uses state i % 8
 constexpr uint32_t kLow = 1u << 16;  // states live in [2^16, 2^32); renormalised 16 bits at a time
 
 // Normalises counts to frequencies summing to kTotal, each present symbol >= 1.

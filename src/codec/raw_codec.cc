@@ -46,6 +46,7 @@ class RawCodec final : public CodecBase {
 
   // Converts n elements; returns the bytes written.
   static size_t Convert(DType from, const std::byte* in, DType to, std::byte* out, uint64_t n) {
+    if (n == 0) return 0;
     if (from == to) {
       std::memcpy(out, in, n * DTypeBytes(from));
       return n * DTypeBytes(from);

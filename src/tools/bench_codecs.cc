@@ -5,16 +5,16 @@
 //              heads x 128, 32 query heads, one slice = 64 tokens;
 //   mla:       synthetic DeepSeek-V3-shaped MLA slices (latent 512, rope 64).
 // Speeds are single-threaded, in raw input bytes per CPU-second of the
-// measuring thread, on the synthetic slices, next to memcpy and zstd -1 of
-// the same bytes measured the same way.
+// measuring thread, on each dataset's own slices; memcpy and zstd -1 are
+// measured the same way on the synthetic slices.
 #include "tools/bench_codecs.h"
 
 #include <zstd.h>
 
-#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "codec/dtype.h"
@@ -339,9 +339,11 @@ Result<std::vector<MlaRow>> RunMla(bool quick, DType dtype) {
     in[b].resize(l.Bytes());
     codec::FillSyntheticKv(l, 77, in[b]);
     codec::ToFloat(dtype, in[b].data(), kv.data() + uint64_t(b) * l.tokens * w, l.Elements());
-    codec::FillSyntheticQueries(l, heads, 77, std::span(q).subspan(uint64_t(b) * l.tokens * heads * w, l.tokens * heads * w));
+    codec::FillSyntheticQueries(l, heads, 77,
+                                std::span(q).subspan(uint64_t(b) * l.tokens * heads * w, l.tokens * heads * w));
   }
-  auto attend = [&](const std::vector<float>& c, uint32_t t, uint32_t h, std::vector<double>& sc, std::vector<double>& o) {
+  auto attend = [&](const std::vector<float>& c, uint32_t t, uint32_t h, std::vector<double>& sc,
+                    std::vector<double>& o) {
     const float* qv = q.data() + (uint64_t(t) * heads + h) * w;
     sc.assign(t + 1, 0);
     double mx = -1e300;
@@ -361,9 +363,10 @@ Result<std::vector<MlaRow>> RunMla(bool quick, DType dtype) {
     for (double& x : o) x /= sum;
   };
   std::vector<MlaRow> rows;
-  for (const char* spec : {"raw", "int8", "kivi:bits=4", "hadamard-int4", "mla:latent_bits=8,rope_bits=8",
-                           "mla:latent_bits=4,rope_bits=8", "mla:latent_bits=4,rope_bits=4", "mla:latent_bits=3,rope_bits=8",
-                           "mla:latent_bits=2,rope_bits=8", "mla:latent_bits=8,rope_bits=2"}) {
+  for (const char* spec :
+       {"raw", "int8", "kivi:bits=4", "hadamard-int4", "mla:latent_bits=8,rope_bits=8", "mla:latent_bits=4,rope_bits=8",
+        "mla:latent_bits=4,rope_bits=4", "mla:latent_bits=3,rope_bits=8", "mla:latent_bits=2,rope_bits=8",
+        "mla:latent_bits=8,rope_bits=2"}) {
     FLATKV_ASSIGN_OR_RETURN(auto codec, MakeCodec(spec));
     CodecContext ctx;
     std::vector<float> dec(kv.size());
@@ -435,8 +438,9 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
     for (const auto& q : real->q)
       for (float x : q) any_q = any_q || x != 0;
     if (!any_q)
-      notes.push_back("the dump's queries are all zero (Transformer's query sink is never called, src/model), so its "
-                      "attention figures are uniform-attention figures");
+      notes.push_back(
+          "the dump's queries are all zero (Transformer's query sink is never called, src/model), so its "
+          "attention figures are uniform-attention figures");
   } else {
     const std::string mp = a.model.empty() ? DefaultModelDir() + "/stories260K.bin" : a.model;
     const std::string tp = a.tokenizer.empty() && a.model.empty() ? DefaultModelDir() + "/tok512.bin" : a.tokenizer;
@@ -516,15 +520,20 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
   const SliceSet synth_slices = Slices(synth);
   const Baselines base = MeasureBaselines(synth_slices, min_seconds);
 
-  std::vector<Setting> settings = {{"raw"},         {"int8"},         {"kivi:bits=4"},   {"kivi:bits=4", 128},
-                                   {"kivi:bits=2"}, {"kivi:bits=2", 128}, {"hadamard-int4"}, {"turbo:bits=4"},
-                                   {"turbo:bits=3"}, {"turbo:bits=2"}, {"pred"}};
+  std::vector<Setting> settings = {{"raw"},           {"int8"},
+                                   {"kivi:bits=4"},   {"kivi:bits=4", 128},
+                                   {"kivi:bits=2"},   {"kivi:bits=2", 128},
+                                   {"hadamard-int4"}, {"turbo:bits=4"},
+                                   {"turbo:bits=3"},  {"turbo:bits=2"},
+                                   {"pred"}};
   std::vector<Row> rows;
   nlohmann::json pred_json = nlohmann::json::array();
   std::vector<const Dataset*> datasets;
   if (real) datasets.push_back(&*real);
   datasets.push_back(&synth);
   for (const Dataset* d : datasets) {
+    const SliceSet own_slices = d == &synth ? SliceSet{} : Slices(*d);
+    const SliceSet& slices = d == &synth ? synth_slices : own_slices;
     std::vector<Setting> s = settings;
     s.push_back({WithTheta("pred", d->rope_theta)});
     // pred: the largest eps with attention-output error < 1%, with values
@@ -541,8 +550,10 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
       if (!q.ok()) return Fail(kExitFailure, q.status().ToString());
       if (q->bits_per_element < best_bits) best_bits = q->bits_per_element, at_eps = buf, eps_found = *eps;
     }
-    for (const std::string& p : {WithTheta(at_eps, d->rope_theta), at_eps, at_eps + ",predictor=0",
-                                 WithTheta(at_eps + ",coder=1", d->rope_theta), WithTheta(at_eps + ",coder=2", d->rope_theta)})
+    for (const std::string& p :
+         {WithTheta(at_eps, d->rope_theta), at_eps, at_eps + ",predictor=0",
+          WithTheta(at_eps + ",predictor=2", d->rope_theta), WithTheta(at_eps + ",coder=1", d->rope_theta),
+          WithTheta(at_eps + ",coder=2", d->rope_theta)})
       s.push_back({p});
     for (const Setting& st : s) {
       auto c = MakeCodec(st.spec);
@@ -560,15 +571,15 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
         r.has_e2e = true;
         r.e2e = Compare(run, *lp);
       }
-      if (d == &synth && st.recent == 0) {
-        auto sp = MeasureSpeed(synth_slices, **c, min_seconds);
+      if (st.recent == 0) {
+        auto sp = MeasureSpeed(slices, **c, min_seconds);
         if (!sp.ok()) return Fail(kExitFailure, r.name + ": " + sp.status().ToString());
         r.has_speed = true;
         r.speed = *sp;
       }
       rows.push_back(r);
     }
-    const Row& best = rows[rows.size() - 5];
+    const Row& best = rows[rows.size() - 6];
     double zstd_bits = 0;
     {
       uint64_t raw = 0, z = 0;
@@ -616,8 +627,10 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
     std::printf("%s\n", j.dump(1).c_str());
     return kExitOk;
   }
-  std::printf("flatkv bench codecs: codecs see %s; speeds per thread CPU-second on the synthetic slices (%.1f MiB)\n",
-              std::string(DTypeName(*dtype)).c_str(), synth_slices.bytes / 1048576.0);
+  std::printf(
+      "flatkv bench codecs: codecs see %s; speeds per thread CPU-second; baselines on the synthetic slices (%.1f "
+      "MiB)\n",
+      std::string(DTypeName(*dtype)).c_str(), synth_slices.bytes / 1048576.0);
   std::printf("baselines: memcpy %.2f GB/s; zstd -1 ratio %.3f, compress %.2f GB/s, decompress %.2f GB/s\n",
               base.memcpy_gbps, base.zstd1_ratio, base.zstd1_compress_gbps, base.zstd1_decompress_gbps);
   for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
@@ -630,18 +643,21 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
     }
     PrintRow(r);
   }
-  std::printf("\nsynthetic DeepSeek-V3 MLA (latent 512 + rope 64): score error vs value (latent) error\n  %-44s %6s  %10s %10s  %9s %9s\n",
-              "codec", "bits", "latent_mse", "rope_mse", "score_err", "out_err");
+  std::printf(
+      "\nsynthetic DeepSeek-V3 MLA (latent 512 + rope 64): score error vs value (latent) error\n  %-44s %6s  %10s %10s "
+      " %9s %9s\n",
+      "codec", "bits", "latent_mse", "rope_mse", "score_err", "out_err");
   for (const MlaRow& r : *mla)
-    std::printf("  %-44s %6.2f  %10.3g %10.3g  %8.3f%% %8.3f%%\n", r.name.c_str(), r.bits, r.latent_rel_mse, r.rope_rel_mse,
-                100 * r.score_rel_err, 100 * r.output_rel_err);
+    std::printf("  %-44s %6.2f  %10.3g %10.3g  %8.3f%% %8.3f%%\n", r.name.c_str(), r.bits, r.latent_rel_mse,
+                r.rope_rel_mse, 100 * r.score_rel_err, 100 * r.output_rel_err);
   for (const auto& p : pred_json)
-    std::printf("\npred on %s: %s keeps attention-output error %.3f%% at %.3f bits/element: %.2fx smaller than "
-                "bf16, %.2fx smaller than zstd -1 (%.3f bits/element)\n",
-                p["dataset"].get<std::string>().c_str(), p["spec"].get<std::string>().c_str(),
-                100 * p["attn_output_rel_err"].get<double>(), p["bits_per_element"].get<double>(),
-                p["x_smaller_than_bf16"].get<double>(), p["x_smaller_than_zstd1"].get<double>(),
-                p["zstd1_bits_per_element"].get<double>());
+    std::printf(
+        "\npred on %s: %s keeps attention-output error %.3f%% at %.3f bits/element: %.2fx smaller than "
+        "bf16, %.2fx smaller than zstd -1 (%.3f bits/element)\n",
+        p["dataset"].get<std::string>().c_str(), p["spec"].get<std::string>().c_str(),
+        100 * p["attn_output_rel_err"].get<double>(), p["bits_per_element"].get<double>(),
+        p["x_smaller_than_bf16"].get<double>(), p["x_smaller_than_zstd1"].get<double>(),
+        p["zstd1_bits_per_element"].get<double>());
   return kExitOk;
 }
 

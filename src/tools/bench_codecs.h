@@ -6,19 +6,18 @@
 // docs/benchmarks.md has the figures; docs/format_codec.md the codecs.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace flatkv::tools {
 
 struct BenchCodecsArgs {
-  std::string kv;         // a dump-kv file instead of running stories260K in-process
-  std::string model;      // default: stories260K from the shared data
+  std::string kv;     // a dump-kv file instead of running stories260K in-process
+  std::string model;  // default: stories260K from the shared data
   std::string tokenizer;
   std::string dtype = "bf16";  // what the codecs see
   bool json = false;
-  bool quick = false;     // smaller inputs and shorter timings (CI)
+  bool quick = false;  // smaller inputs and shorter timings (CI)
 };
 
 CLI::App* AddBenchCodecsCommand(CLI::App& bench, BenchCodecsArgs& args);

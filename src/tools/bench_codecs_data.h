@@ -15,9 +15,9 @@ namespace flatkv::tools {
 
 struct Dataset {
   std::string name;
-  KvShape shape;              // MHA; dtype is what the codecs see (bf16 by default)
+  KvShape shape;  // MHA; dtype is what the codecs see (bf16 by default)
   uint32_t layers = 0;
-  uint32_t tokens = 0;        // sequence length
+  uint32_t tokens = 0;         // sequence length
   uint32_t block_tokens = 64;  // tokens per slice
   uint32_t q_heads = 0;
   double rope_theta = 0;

@@ -52,6 +52,14 @@ for round in 1 2; do
   kill -TERM $pid; wait $pid || fail "serve did not stop cleanly (round $round): $(cat "$WORK/serve.log")"
 done
 [ -f "$WORK/cache/flatkv/store/MANIFEST" ] || fail "serve left no store under the cache directory"
+"$FLATKV" bench codecs --quick --json --kv "$WORK/kv.bin" > "$WORK/codecs.json"
+python3 -c "
+import json; j = json.load(open('$WORK/codecs.json'))
+assert j['memcpy_gbps'] > 0 and j['zstd1_ratio'] > 1, j
+for c in j['codecs']:
+    assert c['bits_per_element'] > 0 and c['attn_output_rel_err'] >= 0, c
+    assert c['recent_tokens'] or (c['decode_gbps'] > 0 and c['encode_gbps'] > 0), c
+" || fail "bench codecs json"
 
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
@@ -62,6 +70,7 @@ set +e
 "$FLATKV" serve --tcp 0.0.0.0:7471 --print-config >/dev/null 2>&1; [ $? -eq 2 ] || fail "serve on a non-loopback address"
 "$FLATKV" stats --server bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats --server with a bad address"
 head -c 1000 /dev/urandom > "$WORK/junk.bin"
+"$FLATKV" bench codecs --quick --kv "$WORK/junk.bin" >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench codecs on a junk dump"
 "$FLATKV" generate --model "$WORK/junk.bin" --tokenizer "$M/tok512.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "junk model"
 set -e
 echo "cli checks passed"

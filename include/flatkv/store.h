@@ -94,8 +94,8 @@ struct LayerView {
 // layers at a time. Consume layers in order: WaitLayer(l), use the view (or
 // the destination), ReleaseLayer(l), which lets the next layer load.
 //
-// If a block fails its checksum or its read fails, that block and every
-// later one become misses: later views carry fewer blocks, and Finish()
+// If a block fails its checksum, its read or (when stored encoded) its
+// decoding, that block and every later one become misses: later views carry fewer blocks, and Finish()
 // returns the final count. Destroying a Restore waits for its I/O.
 class Restore {
  public:

@@ -10,7 +10,9 @@
 //  - allocated DRAM/SSD extents never exceed the configured capacities.
 // Thread-safety: public methods are thread-safe. mu_ is never held while
 // waiting for data I/O (manifest appends for extent create/free are the
-// only I/O under it; they are small buffered writes).
+// only I/O under it; they are small buffered writes, plus, once per
+// directory, the in-place version upgrade before its first coded extent).
+// Coded puts (store_coded.cc) encode before taking it.
 #pragma once
 
 #include <atomic>

@@ -102,7 +102,8 @@ std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, 
     if (n == "ssd_restore") runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers));
     if (n == "files_per_block") runs.push_back(MakeFilesPerBlockRun(ev));
     if (n == "rocksdb") runs.push_back(MakeRocksDbRun(ev));
-    if (n == "ssd_codec_restore" && codec) runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers, codec));
+    if (n == "ssd_codec_restore" && codec)
+      runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers, codec, args.decode_threads));
   }
   return runs;
 }
@@ -411,6 +412,9 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   cmd->add_option("--codec", a.codec,
                   "Also restore the session stored with this codec (ssd_codec_restore; e.g. pred, kivi:bits=2) "
                   "and fill every run's session with synthetic KV");
+  cmd->add_option("--decode-threads", a.decode_threads,
+                  "StoreOptions::decode_threads for ssd_codec_restore (default: the store's default)")
+      ->check(CLI::Range(1u, 256u));
   cmd->add_flag("--drop-caches", a.drop_caches,
                 "Also write 1 to /proc/sys/vm/drop_caches before page-cache reads (needs root)");
   return cmd;

@@ -28,6 +28,7 @@ struct BenchRestoreArgs {
   // and fills the session with synthetic KV (codec/synthetic_kv.h) instead
   // of random bytes, for every run.
   std::string codec;
+  uint32_t decode_threads = 0;      // StoreOptions::decode_threads for the store runs; 0: its default
 };
 
 // Adds `restore` to `bench`, parsing into `args`.

@@ -82,8 +82,9 @@ std::unique_ptr<RestoreRun> MakeRawDirectReadRun(uint64_t request_bytes, uint32_
 // A flatkv Store holding the session on one medium (kDram or kSsd).
 // `window_layers` overrides StoreOptions::window_layers when nonzero. With
 // a codec the run is ssd_codec_restore (SSD) and the blocks are stored encoded.
+// `decode_threads` overrides StoreOptions::decode_threads when nonzero.
 std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers = 0,
-                                         std::shared_ptr<const Codec> codec = nullptr);
+                                         std::shared_ptr<const Codec> codec = nullptr, uint32_t decode_threads = 0);
 // One file per block, written with write()+fsync and read with buffered pread.
 std::unique_ptr<RestoreRun> MakeFilesPerBlockRun(const PageCacheEvictor* evictor);
 // RocksDB with default options, one value per block under its 16-byte key.

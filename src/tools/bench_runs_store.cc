@@ -23,8 +23,8 @@ uint64_t ExtentBytes(uint64_t layer_target, uint64_t block_layer_bytes, uint64_t
 
 class StoreRun final : public RestoreRun {
  public:
-  StoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec)
-      : medium_(medium), window_layers_(window_layers), codec_(std::move(codec)) {}
+  StoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec, uint32_t decode_threads)
+      : medium_(medium), window_layers_(window_layers), codec_(std::move(codec)), decode_threads_(decode_threads) {}
   ~StoreRun() override { (void)Teardown(); }
 
   std::string_view name() const override {
@@ -43,6 +43,8 @@ class StoreRun final : public RestoreRun {
     o.block_tokens = s.block_tokens;
     o.placement = std::make_shared<FixedPlacement>(medium_);
     o.codec = codec_;
+    if (decode_threads_ != 0) o.decode_threads = decode_threads_;
+    decode_threads_used_ = o.decode_threads;
     if (window_layers_ != 0) o.window_layers = window_layers_;
     window_layers_used_ = o.window_layers;
     // Encoded blocks may exceed their raw size (headers, incompressible
@@ -200,6 +202,7 @@ class StoreRun final : public RestoreRun {
     j["bytes_read_per_restore"] = restores_ ? double(m.bytes_read - base.bytes_read) / double(restores_) : 0.0;
     if (codec_) {
       j["codec"] = codec_->Spec();
+      j["decode_threads"] = decode_threads_used_;
       j["decode_failures"] = st.decode_failures;
     }
     if (medium_ == Medium::kSsd) {
@@ -217,6 +220,8 @@ class StoreRun final : public RestoreRun {
   const uint32_t window_layers_;  // 0: the StoreOptions default
   const std::shared_ptr<const Codec> codec_;  // null: raw
   std::vector<std::byte> expected_;           // a lossy codec's decoded session; empty otherwise
+  const uint32_t decode_threads_;             // 0: the StoreOptions default
+  uint32_t decode_threads_used_ = 0;
   uint32_t window_layers_used_ = 0;
   const BenchSession* session_ = nullptr;
   std::unique_ptr<Store> store_;
@@ -245,8 +250,9 @@ class StoreRun final : public RestoreRun {
 
 }  // namespace
 
-std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec) {
-  return std::make_unique<StoreRun>(medium, window_layers, std::move(codec));
+std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec,
+                                         uint32_t decode_threads) {
+  return std::make_unique<StoreRun>(medium, window_layers, std::move(codec), decode_threads);
 }
 
 }  // namespace flatkv::tools

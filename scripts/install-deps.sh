@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   librocksdb-dev                        # the RocksDB peer in `flatkv bench restore`
-  libtomlplusplus-dev                   # `flatkv serve` config files
+  libtomlplusplus-dev openssl           # `flatkv serve` config files; openssl makes the TLS test's certificate
   pybind11-dev python3-dev python3-numpy python3-pytest  # the Python module and its tests
 )
 missing=()

@@ -5,19 +5,9 @@
 #include <cmath>
 
 #include "attention/f16.h"
+#include "common/random.h"
 
 namespace flatkv::attention {
-namespace {
-
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-
-}  // namespace
 
 double BernsteinRadius(double sigma2, double L, double p) {
   const double c = std::log(2.0 / p), a = 2.0 / 3.0 * L * c;
@@ -76,7 +66,7 @@ Status CertifiedDecode(const F16Cache& cache, const SamplerIndex& index, int n_h
     // 2. The race's noise, shared by the group's heads (each head's
     //    inclusions are still independent across keys): r = max(1/E, 1/cap).
     std::vector<float> r(n);
-    const auto seed = static_cast<uint32_t>(SplitMix(o.seed * 0x100000001B3ull + static_cast<uint64_t>(kvh)));
+    const auto seed = static_cast<uint32_t>(SplitMix64(o.seed * 0x100000001B3ull + static_cast<uint64_t>(kvh)));
     k.race_rates(seed, 0, n, static_cast<float>(1.0 / o.cap), r.data());
     float vmax = 0;
     for (uint32_t i = 0; i < n; ++i) vmax = std::max(vmax, vn[i]);

@@ -52,8 +52,9 @@ bool CompactedKv::operator==(const CompactedKv& o) const {
   for (size_t i = 0; i < heads.size(); ++i) {
     const Head &a = heads[i], &b = o.heads[i];
     if (a.pos != b.pos || a.k.size() != b.k.size() || a.v.size() != b.v.size()) return false;
-    if (std::memcmp(a.k.data(), b.k.data(), a.k.size() * 4) != 0 || std::memcmp(a.v.data(), b.v.data(), a.v.size() * 4) != 0)
-      return false;
+    // Bitwise (NaN payloads and -0 included); empty vectors may have null data.
+    if (!a.k.empty() && std::memcmp(a.k.data(), b.k.data(), a.k.size() * 4) != 0) return false;
+    if (!a.v.empty() && std::memcmp(a.v.data(), b.v.data(), a.v.size() * 4) != 0) return false;
   }
   return true;
 }

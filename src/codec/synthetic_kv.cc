@@ -4,27 +4,21 @@
 #include <vector>
 
 #include "codec/dtype.h"
+#include "common/random.h"
 
 namespace flatkv::codec {
 namespace {
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // A deterministic standard normal for (seed, a, b, c).
 float Gauss(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
-  const uint64_t h1 = Mix(seed ^ Mix(a ^ Mix(b ^ Mix(c))));
-  const uint64_t h2 = Mix(h1);
+  const uint64_t h1 = SplitMix64(seed ^ SplitMix64(a ^ SplitMix64(b ^ SplitMix64(c))));
+  const uint64_t h2 = SplitMix64(h1);
   const double u1 = (double(h1 >> 11) + 0.5) / 9007199254740992.0;
   const double u2 = double(h2 >> 11) / 9007199254740992.0;
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 float Uniform(uint64_t seed, uint64_t a, uint64_t b) {
-  return float(double(Mix(seed ^ Mix(a ^ Mix(b + 77))) >> 11) / 9007199254740992.0);
+  return float(double(SplitMix64(seed ^ SplitMix64(a ^ SplitMix64(b + 77))) >> 11) / 9007199254740992.0);
 }
 
 uint32_t Position(const SliceLayout& l, uint32_t t) {

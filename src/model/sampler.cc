@@ -9,17 +9,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/random.h"
 #include "model/transformer.h"
 
 namespace flatkv::model {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // in: p (n); out: the first index of the largest value (0 when all are NaN)
 int Argmax(const float* p, int n) {

@@ -41,7 +41,14 @@ for target in build/fuzz/*_fuzz; do
   mkdir -p "$corpus"
   seeds=fuzz/seeds/$name
   echo "--- $name"
-  "$target" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) 2>&1 | tail -5
+  log=build/fuzz/$name.log
+  if ! "$target" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -artifact_prefix="build/fuzz/$name-" \
+      "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) > "$log" 2>&1; then
+    grep -v '^#' "$log" | tail -40
+    echo "$name FAILED (the input that failed is build/fuzz/$name-crash-* or similar)"
+    exit 1
+  fi
+  tail -5 "$log"
 done
 
 step "all tests passed"

@@ -9,7 +9,7 @@
 #include <unordered_set>
 
 #include "common/checksum.h"
-#include "store/latch.h"
+#include "store/segment_writer.h"
 #include "store/store_impl.h"
 
 namespace flatkv {
@@ -17,7 +17,6 @@ namespace {
 
 constexpr uint64_t kSsdAlign = 4096;
 constexpr uint64_t kDramAlign = 64;
-constexpr uint64_t kWriteWaveBytes = 64ull << 20;  // staging bytes in flight per Put
 
 uint64_t BatchAlign(Medium m) { return m == Medium::kSsd ? kSsdAlign : kDramAlign; }
 
@@ -199,10 +198,8 @@ Status StoreImpl::WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& sl
   const uint32_t layers = options_.shape.layers;
   uint64_t total = 0;
   for (uint32_t n : lens) total += n;
-  AlignedBuffer staging;
-  uint64_t staged = 0;
-  Latch latch;
-  std::vector<int> synced;
+  const uint64_t want = total + slots.size() * kSsdAlign;  // one wave holds the whole put if it can
+  SegmentWriter writer(*this);
   Status status;
   size_t j = 0;
   while (j < slots.size() && status.ok()) {
@@ -224,45 +221,25 @@ Status StoreImpl::WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& sl
       break;
     }
     auto [fd, file_base] = loc.value();
-    if (std::find(synced.begin(), synced.end(), fd) == synced.end()) synced.push_back(fd);
     for (uint32_t l = 0; l < layers && status.ok(); ++l) {
       const uint64_t start = offs[j * layers + l];
       const uint64_t last = (j + n - 1) * layers + l;
       const uint64_t end = uint64_t{offs[last]} + lens[last];
       const uint64_t bytes = RoundUp(end - start, kSsdAlign);
-      if (staged + bytes > staging.size()) {  // wave full (or none yet): wait for it, then reuse or grow the buffer
-        status = latch.Wait();
-        staged = 0;
-        if (!status.ok()) break;
-        if (staging.size() < bytes) {
-          ReleaseWindow(std::move(staging));
-          staging = AcquireWindow(std::max(bytes, std::min(kWriteWaveBytes, total + slots.size() * kSsdAlign)));
-        }
+      auto dst = writer.Stage(bytes, want);
+      if (!dst.ok()) {
+        status = dst.status();
+        break;
       }
-      std::byte* dst = staging.data() + staged;
-      staged += bytes;
       for (size_t m = j; m < j + n; ++m)
-        std::memcpy(dst + (offs[m * layers + l] - start), ptrs[m * layers + l], lens[m * layers + l]);
-      std::memset(dst + (end - start), 0, bytes - (end - start));
-      latch.Add();
-      const uint64_t off = file_base + l * g.layer_stride + start;
-      engine_->Submit({io::Op::kWrite, fd, off, dst, bytes, [&latch, this, off](Status s) {
-                         if (!s.ok()) counters_.io_errors++;
-                         latch.Done(s.WithContext("write segment at offset " + std::to_string(off)));
-                       }});
-      counters_.ssd.NoteDepth(engine_->outstanding());
+        std::memcpy(*dst + (offs[m * layers + l] - start), ptrs[m * layers + l], lens[m * layers + l]);
+      std::memset(*dst + (end - start), 0, bytes - (end - start));
+      writer.Submit(fd, file_base + l * g.layer_stride + start, *dst, bytes);
     }
     j += n;
   }
-  Status waited = latch.Wait();
-  if (status.ok()) status = waited;
-  if (status.ok() && options_.sync_writes)
-    for (int fd : synced) {
-      status = engine_->Execute({io::Op::kSync, fd, 0, nullptr, 0, nullptr});
-      if (!status.ok()) break;
-    }
-  if (staging.size() > 0) ReleaseWindow(std::move(staging));
-  return status;
+  Status finished = writer.Finish();
+  return status.ok() ? finished : status;
 }
 
 }  // namespace flatkv

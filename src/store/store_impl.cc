@@ -6,12 +6,11 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
-#include "store/latch.h"
+#include "store/segment_writer.h"
 
 namespace flatkv {
 namespace {
 
-constexpr uint64_t kWriteWaveBytes = 64ull << 20;  // staging bytes in flight per Put
 
 Status ValidateOptions(const StoreOptions& o) {
   if (o.block_tokens < 16 || o.block_tokens > 512)
@@ -494,10 +493,7 @@ Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& s
                               std::span<const std::byte> data) {
   const uint64_t block_bytes = BlockBytes();
   const uint32_t layers = options_.shape.layers;
-  AlignedBuffer staging;
-  uint64_t staged = 0;
-  Latch latch;
-  std::vector<int> synced;
+  SegmentWriter writer(*this);
   Status status;
   size_t k = 0;
   while (k < slots.size() && status.ok()) {
@@ -512,51 +508,33 @@ Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& s
         for (size_t j = 0; j < n; ++j)
           std::memcpy(dram_->At(e->base + g.Offset(l, first + j)),
                       data.data() + inputs[k + j] * block_bytes + l * block_layer_bytes_, block_layer_bytes_);
-    } else {
-      const uint64_t run_bytes = n * g.slot_stride;
-      if (staging.size() < run_bytes || (staging.size() < run_bytes * layers && staging.size() < kWriteWaveBytes)) {
-        status = latch.Wait();
-        ReleaseWindow(std::move(staging));
-        staging = AcquireWindow(std::max(std::min(kWriteWaveBytes, run_bytes * layers), run_bytes));
-        staged = 0;
+      k += n;
+      continue;
+    }
+    auto loc = ssd_[e->device]->Locate(e->base, true);
+    if (!loc.ok()) {
+      status = loc.status();
+      break;
+    }
+    auto [fd, file_base] = loc.value();
+    const uint64_t run_bytes = n * g.slot_stride;
+    for (uint32_t l = 0; l < layers && status.ok(); ++l) {
+      auto dst = writer.Stage(run_bytes, run_bytes * layers);
+      if (!dst.ok()) {
+        status = dst.status();
+        break;
       }
-      auto loc = ssd_[e->device]->Locate(e->base, true);
-      if (!loc.ok()) { status = loc.status(); break; }
-      auto [fd, file_base] = loc.value();
-      if (std::find(synced.begin(), synced.end(), fd) == synced.end()) synced.push_back(fd);
-      for (uint32_t l = 0; l < layers && status.ok(); ++l) {
-        if (staged + run_bytes > staging.size()) {  // wave full: wait for it, then reuse the buffer
-          status = latch.Wait();
-          staged = 0;
-          if (!status.ok()) break;
-        }
-        std::byte* dst = staging.data() + staged;
-        staged += run_bytes;
-        for (size_t j = 0; j < n; ++j) {
-          std::memcpy(dst + j * g.slot_stride, data.data() + inputs[k + j] * block_bytes + l * block_layer_bytes_,
-                      block_layer_bytes_);
-          std::memset(dst + j * g.slot_stride + block_layer_bytes_, 0, g.slot_stride - block_layer_bytes_);
-        }
-        latch.Add();
-        const uint64_t off = file_base + g.Offset(l, first);
-        engine_->Submit({io::Op::kWrite, fd, off, dst, run_bytes, [&latch, this, off](Status s) {
-                           if (!s.ok()) counters_.io_errors++;
-                           latch.Done(s.WithContext("write segment at offset " + std::to_string(off)));
-                         }});
-        counters_.ssd.NoteDepth(engine_->outstanding());
+      for (size_t j = 0; j < n; ++j) {
+        std::memcpy(*dst + j * g.slot_stride, data.data() + inputs[k + j] * block_bytes + l * block_layer_bytes_,
+                    block_layer_bytes_);
+        std::memset(*dst + j * g.slot_stride + block_layer_bytes_, 0, g.slot_stride - block_layer_bytes_);
       }
+      writer.Submit(fd, file_base + g.Offset(l, first), *dst, run_bytes);
     }
     k += n;
   }
-  Status waited = latch.Wait();
-  if (status.ok()) status = waited;
-  if (status.ok() && options_.sync_writes)
-    for (int fd : synced) {
-      status = engine_->Execute({io::Op::kSync, fd, 0, nullptr, 0, nullptr});
-      if (!status.ok()) break;
-    }
-  if (staging.size() > 0) ReleaseWindow(std::move(staging));
-  return status;
+  Status finished = writer.Finish();
+  return status.ok() ? finished : status;
 }
 
 uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {

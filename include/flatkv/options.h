@@ -24,6 +24,20 @@ enum class IoEngineKind : uint8_t {
   kThreadPool = 2,  // blocking pread/pwrite on worker threads
 };
 
+// Which blocks a store with an SSD tier writes to SSD.
+enum class SsdAdmission : uint8_t {
+  // Every block, when it is put: a put is acknowledged once its SSD write
+  // has completed, and every acknowledged block survives kill -9 (with
+  // sync_writes, power loss too). The default.
+  kAll = 0,
+  // A session's blocks reach SSD only once the session has been reused
+  // (a restore hit its blocks), after Dynamo KVBM's presence filter and
+  // LMCache's SSD gate: fewer SSD bytes written, for wear. Until then its
+  // blocks are DRAM-only: acknowledged as DRAM-only, and lost when
+  // their DRAM is reclaimed or the process dies.
+  kOnReuse = 1,
+};
+
 struct StoreOptions {
   // The KV shape of every block. Required. Reopening an SSD directory with a
   // different shape or block size is refused.
@@ -53,17 +67,30 @@ struct StoreOptions {
   uint64_t dram_extent_layer_bytes = 256ull << 10;
   uint64_t ssd_extent_layer_bytes = 2ull << 20;
 
-  // The most DRAM one session may hold before the default placement sends
-  // its new extents to SSD.
-  uint64_t session_dram_share_bytes = 64ull << 20;
-  // A session untouched for this long is idle: its DRAM extents may be
-  // reclaimed to make room for another session's new extents. Reclaimed
-  // blocks are gone (blocks never migrate), so this trades DRAM hits for
-  // new sessions against misses for sessions that come back: agent sessions
-  // pause for minutes between calls. In the Claude Code replay
-  // (docs/benchmarks.md) 10 s lost 2.4-3.6 points of hit rate against an
-  // infinite cache, 600 s lost 0.1-0.3.
+  // Placement with an SSD tier (docs/architecture.md, "Placement and
+  // reclaim"): every block gets its home on SSD, written once and never
+  // moved; DRAM holds *copies* of the extents of recently used sessions.
+  // Dropping a copy never loses data. Without an SSD tier DRAM is the only
+  // home and reclaim deletes blocks.
+  //
+  // The most DRAM copies one session may hold; 0 derives it from the
+  // capacities (documented in docs/architecture.md).
+  uint64_t session_dram_share_bytes = 0;
+  // DRAM-only stores: a session untouched for this long is idle, and its
+  // extents are reclaimed before those of sessions in use. With an SSD
+  // tier, DRAM copies are reclaimed least recently used session first
+  // whatever their age, and this setting is not used.
   std::chrono::milliseconds dram_idle_after{600000};
+  // Which blocks are written to their SSD home (docs/architecture.md,
+  // "Durability").
+  SsdAdmission ssd_admission = SsdAdmission::kAll;
+  // A restore that read a session's blocks from SSD into host memory also
+  // re-admits them as that session's DRAM copy (a copy, never a move).
+  bool readmit_on_restore = true;
+  // Bytes of put data whose DRAM copy is visible but whose SSD write has
+  // not completed yet; a put beyond it waits for earlier SSD writes
+  // (back-pressure). 0 derives it from the capacities.
+  uint64_t ssd_write_buffer_bytes = 0;
 
   // A restore's window holds max(window_layers, window_bytes / layer bytes)
   // layers (at most the model's): the layers loading or held by the consumer

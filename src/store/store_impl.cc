@@ -249,7 +249,8 @@ PlacementContext StoreImpl::MakeContext(SessionId session, PutHint hint) {
   c.session = session;
   c.hint = hint;
   c.session_dram_bytes = sessions_[session].dram_bytes;
-  c.session_share_bytes = options_.session_dram_share_bytes;
+  // 0: until the SSD-home placement lands, the former default of 64 MiB.
+  c.session_share_bytes = options_.session_dram_share_bytes ? options_.session_dram_share_bytes : (64ull << 20);
   if (dram_) {
     const uint64_t eb = dram_->geometry().extent_bytes;
     c.dram_extent_bytes = eb;

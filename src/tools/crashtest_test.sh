@@ -15,7 +15,7 @@ run() {
     for log in "$WORK/$dir"/worker.log "$WORK/$dir"/serve.log; do
       [ -f "$log" ] && { echo "--- last lines of $log"; tail -20 "$log"; }
     done
-    echo "FAIL: flatkv crashtest $* (DRAM $DRAM bytes)"
+    echo "FAIL: flatkv crashtest $* (DRAM tier: $DRAM)"
     exit 1
   fi
 }

@@ -1,6 +1,6 @@
 // The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench codecs`,
 // `bench attention`, `bench serve`, `serve`, `stats`,
-// `generate`, `perplexity`, `dump-kv` and `replay`.
+// `generate`, `perplexity`, `dump-kv`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
 
@@ -9,6 +9,7 @@
 #include "tools/bench_engine.h"
 #include "tools/bench_restore.h"
 #include "tools/bench_serve.h"
+#include "tools/crashtest_cmd.h"
 #include "tools/model_cmds.h"
 #include "tools/replay_cmd.h"
 #include "tools/serve_cmd.h"
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
   CLI::App* replay = AddReplayCommand(app, replay_args);
   ServeArgs serve_args;
   CLI::App* serve = AddServeCommand(app, serve_args);
+  CrashtestArgs crashtest_args;
+  CLI::App* crashtest = AddCrashtestCommand(app, crashtest_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,5 +63,6 @@ int main(int argc, char** argv) {
   if (replay->parsed()) return RunReplay(replay_args);
   if (serve->parsed()) return RunServe(serve_args);
   if (bench_serve->parsed()) return RunBenchServe(serve_bench_args);
+  if (crashtest->parsed()) return RunCrashtest(crashtest_args);
   return kExitUsage;
 }

@@ -92,6 +92,129 @@ flatkv_dtype ToDType(const std::string& dtype) {
   throw py::value_error("dtype must be \"f16\", \"bf16\" or \"f32\", got \"" + dtype + "\"");
 }
 
+// Keyword values, checked with messages that name the keyword and the value.
+std::string Repr(const py::handle& v) { return std::string(py::repr(v)); }
+std::string TypeName(const py::handle& v) { return std::string(py::str(py::type::of(v).attr("__name__"))); }
+
+uint64_t ToUInt(const py::handle& v, const char* name, uint64_t max) {
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw py::type_error(std::string(name) + " must be an int, got " + TypeName(v) + " " + Repr(v));
+  if (py::int_(0).attr("__gt__")(v).cast<bool>())
+    throw py::value_error(std::string(name) + " must be >= 0, got " + Repr(v));
+  if (py::int_(max).attr("__lt__")(v).cast<bool>())
+    throw py::value_error(std::string(name) + " must be at most " + std::to_string(max) + ", got " + Repr(v));
+  return v.cast<uint64_t>();
+}
+uint64_t ToU64(const py::handle& v, const char* name) { return ToUInt(v, name, UINT64_MAX); }
+uint32_t ToU32(const py::handle& v, const char* name) { return static_cast<uint32_t>(ToUInt(v, name, UINT32_MAX)); }
+
+int32_t ToFlag(const py::handle& v, const char* name) {
+  if (!py::isinstance<py::bool_>(v))
+    throw py::type_error(std::string(name) + " must be True or False, got " + TypeName(v) + " " + Repr(v));
+  return v.cast<bool>() ? 1 : 0;
+}
+
+// A string naming one of `table`'s values.
+template <size_t N>
+int32_t ToEnum(const py::handle& v, const char* name, const std::pair<const char*, int32_t> (&table)[N]) {
+  std::string known;
+  for (const auto& [n, c] : table) known += (known.empty() ? "\"" : ", \"") + std::string(n) + "\"";
+  if (!py::isinstance<py::str>(v))
+    throw py::type_error(std::string(name) + " must be one of " + known + ", got " + TypeName(v) + " " + Repr(v));
+  const std::string s = v.cast<std::string>();
+  for (const auto& [n, c] : table)
+    if (s == n) return c;
+  throw py::value_error(std::string(name) + " must be one of " + known + ", got " + Repr(v));
+}
+
+// Enumerated keywords as strings, one row per C constant (the daemon's
+// config file spells them the same way).
+constexpr std::pair<const char*, int32_t> kSsdAdmissions[] = {
+    {"all", FLATKV_SSD_ADMISSION_ALL},
+    {"on-reuse", FLATKV_SSD_ADMISSION_ON_REUSE},
+};
+constexpr std::pair<const char*, int32_t> kIoEngines[] = {
+    {"auto", FLATKV_IO_AUTO},
+    {"uring", FLATKV_IO_URING},
+    {"threadpool", FLATKV_IO_THREAD_POOL},
+};
+// Put hints, one row per flag (none: the store decides).
+constexpr std::pair<const char*, int32_t> kPutHints[] = {
+    {"auto", 0},
+    {"one-shot", FLATKV_PUT_ONE_SHOT},
+    {"hot", FLATKV_PUT_HOT},
+};
+
+// One row per keyword of flatkv.Store(...) that is one C setter; absent
+// keywords keep the C API's (StoreOptions') defaults. The SSD directories
+// (ssd_dir, ssd_dirs, ssd_bytes) are handled apart: one call per directory.
+struct Keyword {
+  const char* name;
+  const char* help;
+  flatkv_status* (*set)(flatkv_options*, const py::handle& value, const char* name);
+};
+
+#define FLATKV_KW_U64(setter) [](flatkv_options* o, const py::handle& v, const char* n) { return setter(o, ToU64(v, n)); }
+#define FLATKV_KW_U32(setter) [](flatkv_options* o, const py::handle& v, const char* n) { return setter(o, ToU32(v, n)); }
+#define FLATKV_KW_FLAG(setter) [](flatkv_options* o, const py::handle& v, const char* n) { return setter(o, ToFlag(v, n)); }
+
+const Keyword kKeywords[] = {
+    {"block_tokens", "tokens per block, 16..512 (default 64)", FLATKV_KW_U32(flatkv_options_set_block_tokens)},
+    {"dram_bytes", "DRAM tier capacity, bytes; 0 disables it (default 256 MiB)",
+     FLATKV_KW_U64(flatkv_options_set_dram_capacity)},
+    {"segment_bytes", "bytes of one preallocated segment file", FLATKV_KW_U64(flatkv_options_set_segment_bytes)},
+    {"extent_layer_bytes", "target bytes of one layer's run in an extent, both media",
+     [](flatkv_options* o, const py::handle& v, const char* n) {
+       const uint64_t b = ToU64(v, n);
+       return flatkv_options_set_extent_layer_bytes(o, b, b);
+     }},
+    {"dram_extent_layer_bytes", "the same, DRAM extents only",
+     FLATKV_KW_U64(flatkv_options_set_dram_extent_layer_bytes)},
+    {"ssd_extent_layer_bytes", "the same, SSD extents only", FLATKV_KW_U64(flatkv_options_set_ssd_extent_layer_bytes)},
+    {"session_dram_share_bytes", "most DRAM copies one session holds, bytes; 0 derives it (default)",
+     FLATKV_KW_U64(flatkv_options_set_session_dram_share)},
+    {"dram_idle_after_ms", "DRAM-only stores: a session idle this long (ms) is reclaimed first",
+     FLATKV_KW_U64(flatkv_options_set_dram_idle_after_ms)},
+    {"ssd_admission", "which blocks are written to SSD: \"all\" (default) or \"on-reuse\"",
+     [](flatkv_options* o, const py::handle& v, const char* n) {
+       return flatkv_options_set_ssd_admission(o, ToEnum(v, n, kSsdAdmissions));
+     }},
+    {"readmit_on_restore", "an SSD restore re-admits the session's DRAM copy (default True)",
+     FLATKV_KW_FLAG(flatkv_options_set_readmit_on_restore)},
+    {"ssd_write_buffer_bytes", "put bytes whose SSD write may be outstanding; 0 derives it (default)",
+     FLATKV_KW_U64(flatkv_options_set_ssd_write_buffer)},
+    {"window_layers", "layers a restore's window holds at least", FLATKV_KW_U32(flatkv_options_set_window_layers)},
+    {"window_bytes", "bytes a restore's window holds at least", FLATKV_KW_U64(flatkv_options_set_window_bytes)},
+    {"max_request_bytes", "largest single SSD read, bytes", FLATKV_KW_U64(flatkv_options_set_max_request_bytes)},
+    {"ssd_io", "SSD I/O engine: \"auto\" (default), \"uring\" or \"threadpool\"",
+     [](flatkv_options* o, const py::handle& v, const char* n) {
+       return flatkv_options_set_ssd_io(o, ToEnum(v, n, kIoEngines));
+     }},
+    {"ssd_queue_depth", "io_uring ring entries", FLATKV_KW_U32(flatkv_options_set_ssd_queue_depth)},
+    {"ssd_threads", "thread-pool I/O engine workers", FLATKV_KW_U32(flatkv_options_set_ssd_threads)},
+    {"dram_threads", "workers copying DRAM hits", FLATKV_KW_U32(flatkv_options_set_dram_threads)},
+    {"decode_threads", "workers decoding coded blocks", FLATKV_KW_U32(flatkv_options_set_decode_threads)},
+    {"direct_io", "O_DIRECT on segment files (default True)", FLATKV_KW_FLAG(flatkv_options_set_direct_io)},
+    {"sync_writes", "fdatasync after every put (default False)", FLATKV_KW_FLAG(flatkv_options_set_sync_writes)},
+    {"verify_dram_reads", "verify checksums of DRAM hits too (default False)",
+     FLATKV_KW_FLAG(flatkv_options_set_verify_dram_reads)},
+};
+
+#undef FLATKV_KW_U64
+#undef FLATKV_KW_U32
+#undef FLATKV_KW_FLAG
+
+// Store()'s docstring, from the table.
+std::string StoreDoc() {
+  std::string doc =
+      "Store(shape, **options): opens an embedded store. `shape` is a preset name or a dict (kind, layers, "
+      "kv_heads/head_dim or latent_dim/rope_dim, dtype).\n\nOptions (absent: the store's default):\n"
+      "  ssd_dir / ssd_dirs: one SSD directory / a list of them (default: none)\n"
+      "  ssd_bytes: SSD capacity per directory, bytes (default 4 GiB)\n";
+  for (const Keyword& k : kKeywords) doc += "  " + std::string(k.name) + ": " + k.help + "\n";
+  return doc;
+}
+
 struct OptionsDeleter {
   void operator()(flatkv_options* o) const { flatkv_options_destroy(o); }
 };
@@ -253,10 +376,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static std::unique_ptr<Store> Open(const py::object& shape, uint32_t block_tokens, uint64_t dram_bytes,
-                                     const std::optional<std::string>& ssd_dir, uint64_t ssd_bytes,
-                                     std::optional<uint64_t> segment_bytes, std::optional<uint64_t> extent_layer_bytes,
-                                     bool direct_io) {
+  static std::unique_ptr<Store> Open(const py::object& shape, const py::kwargs& options) {
     OptionsPtr o = NewOptions();
     if (py::isinstance<py::str>(shape)) {
       Check(flatkv_options_set_shape_preset(o.get(), shape.cast<std::string>().c_str()));
@@ -264,7 +384,7 @@ class Store {
       auto d = shape.cast<py::dict>();
       auto get = [&](const char* k) -> uint32_t {
         if (!d.contains(k)) throw py::value_error(std::string("shape is missing \"") + k + "\"");
-        return d[k].cast<uint32_t>();
+        return ToU32(d[k], (std::string("shape[\"") + k + "\"]").c_str());
       };
       const std::string kind = d.contains("kind") ? d["kind"].cast<std::string>() : "mha";
       const flatkv_dtype dtype = ToDType(d.contains("dtype") ? d["dtype"].cast<std::string>() : "bf16");
@@ -277,13 +397,32 @@ class Store {
     } else {
       throw py::type_error("shape must be a preset name or a dict");
     }
-    Check(flatkv_options_set_block_tokens(o.get(), block_tokens));
-    Check(flatkv_options_set_dram_capacity(o.get(), dram_bytes));
-    if (ssd_dir) Check(flatkv_options_add_ssd_dir(o.get(), ssd_dir->c_str(), ssd_bytes));
-    if (segment_bytes) Check(flatkv_options_set_segment_bytes(o.get(), *segment_bytes));
-    if (extent_layer_bytes)
-      Check(flatkv_options_set_extent_layer_bytes(o.get(), *extent_layer_bytes, *extent_layer_bytes));
-    Check(flatkv_options_set_direct_io(o.get(), direct_io ? 1 : 0));
+    std::vector<std::string> ssd_dirs;
+    uint64_t ssd_bytes = uint64_t{4} << 30;
+    for (const auto& [key_obj, value] : options) {
+      const std::string key = py::str(key_obj);
+      if (value.is_none()) continue;  // None: the default
+      if (key == "ssd_dir") {
+        ssd_dirs.push_back(py::str(value));
+      } else if (key == "ssd_dirs") {
+        if (py::isinstance<py::str>(value) || !py::isinstance<py::sequence>(value))
+          throw py::type_error("ssd_dirs must be a list of paths, got " + TypeName(value) + " " + Repr(value));
+        for (const auto& d : value.cast<py::sequence>()) ssd_dirs.push_back(py::str(d));
+      } else if (key == "ssd_bytes") {
+        ssd_bytes = ToU64(value, "ssd_bytes");
+      } else {
+        const Keyword* k = nullptr;
+        for (const Keyword& row : kKeywords)
+          if (key == row.name) k = &row;
+        if (k == nullptr) {
+          std::string known = "ssd_dir, ssd_dirs, ssd_bytes";
+          for (const Keyword& row : kKeywords) known += std::string(", ") + row.name;
+          throw py::type_error("Store() got an unknown option '" + key + "' (known: " + known + ")");
+        }
+        Check(k->set(o.get(), value, k->name));
+      }
+    }
+    for (const auto& d : ssd_dirs) Check(flatkv_options_add_ssd_dir(o.get(), d.c_str(), ssd_bytes));
     return std::make_unique<Store>(o.get());
   }
 
@@ -311,14 +450,21 @@ class Store {
     return hit;
   }
 
-  void Put(uint64_t session, const py::object& keys_obj, const py::object& data, bool one_shot) {
+  void Put(uint64_t session, const py::object& keys_obj, const py::object& data, bool one_shot,
+           const py::object& hint) {
+    uint32_t flags = one_shot ? FLATKV_PUT_ONE_SHOT : 0;
+    if (!hint.is_none()) {
+      const uint32_t h = static_cast<uint32_t>(ToEnum(hint, "hint", kPutHints));
+      if (one_shot && h != FLATKV_PUT_ONE_SHOT)
+        throw py::value_error("one_shot=True contradicts hint=" + Repr(hint));
+      flags = h;
+    }
     auto keys = ToKeys(keys_obj);
     Buffer buf(data, false, "data");
     flatkv_status* st;
     {
       py::gil_scoped_release release;
-      st = flatkv_store_put(s_, session, keys.data(), keys.size(), buf.data(), buf.bytes(),
-                            one_shot ? FLATKV_PUT_ONE_SHOT : 0);
+      st = flatkv_store_put(s_, session, keys.data(), keys.size(), buf.data(), buf.bytes(), flags);
     }
     Check(st);
   }
@@ -363,22 +509,8 @@ class Store {
     Check(st);
   }
 
-  py::object Stats() {
-    std::string json;
-    flatkv_status* st;
-    {
-      py::gil_scoped_release release;
-      uint64_t needed = 0;
-      st = flatkv_store_stats_json(s_, nullptr, 0, &needed);
-      if (st == nullptr) {
-        json.resize(needed);
-        st = flatkv_store_stats_json(s_, json.data(), needed, &needed);
-        json.resize(needed ? needed - 1 : 0);
-      }
-    }
-    Check(st);
-    return py::module_::import("json").attr("loads")(json);
-  }
+  py::object Stats() { return Json(flatkv_store_stats_json); }
+  py::object Options() { return Json(flatkv_store_options_json); }
 
   void Close() {
     flatkv_status* st;
@@ -390,6 +522,24 @@ class Store {
   }
 
  private:
+  // One of the *_json calls, parsed.
+  py::object Json(flatkv_status* (*call)(flatkv_store*, char*, uint64_t, uint64_t*)) {
+    std::string json;
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      uint64_t needed = 0;
+      st = call(s_, nullptr, 0, &needed);
+      if (st == nullptr) {
+        json.resize(needed);
+        st = call(s_, json.data(), needed, &needed);
+        json.resize(needed ? needed - 1 : 0);
+      }
+    }
+    Check(st);
+    return py::module_::import("json").attr("loads")(json);
+  }
+
   flatkv_store* s_ = nullptr;
 };
 
@@ -425,13 +575,9 @@ PYBIND11_MODULE(flatkv, m) {
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](Restore& r, py::args) { r.Close(); });
 
+  static const std::string store_doc = StoreDoc();
   py::class_<Store>(m, "Store", "An embedded store or a daemon client.")
-      .def(py::init(&Store::Open), py::arg("shape"), py::arg("block_tokens") = 64,
-           py::arg("dram_bytes") = uint64_t{256} << 20, py::arg("ssd_dir") = py::none(),
-           py::arg("ssd_bytes") = uint64_t{4} << 30, py::arg("segment_bytes") = py::none(),
-           py::arg("extent_layer_bytes") = py::none(), py::arg("direct_io") = true,
-           "Opens an embedded store. `shape` is a preset name or a dict (kind, layers, kv_heads/head_dim or "
-           "latent_dim/rope_dim, dtype).")
+      .def(py::init(&Store::Open), py::arg("shape"), store_doc.c_str())
       .def_static("connect", &Store::Connect, py::arg("address"), py::arg("token") = "",
                   py::arg("shm_window_bytes") = 0, "Connects to a `flatkv serve` daemon (unix:/path, tcp:host:port).")
       .def_property_readonly("layers", &Store::layers)
@@ -439,13 +585,19 @@ PYBIND11_MODULE(flatkv, m) {
       .def_property_readonly("block_layer_bytes", &Store::block_layer_bytes)
       .def_property_readonly("block_bytes", &Store::block_bytes)
       .def("match", &Store::Match, py::arg("keys"))
-      .def("put", &Store::Put, py::arg("session"), py::arg("keys"), py::arg("data"), py::arg("one_shot") = false)
+      .def("put", &Store::Put, py::arg("session"), py::arg("keys"), py::arg("data"), py::arg("one_shot") = false,
+           py::arg("hint") = py::none(),
+           "Stores blocks for `session`. hint: \"auto\" (the store decides), \"one-shot\" (not reused soon) or "
+           "\"hot\" (reused soon); one_shot=True is hint=\"one-shot\".")
       .def("restore", &Store::RestoreInto, py::arg("keys"), py::arg("out"), py::arg("layout") = "block",
            "Restores the stored prefix of `keys` into the writable buffer `out`; returns the blocks restored.")
       .def("restore_start", &Store::RestoreStart, py::arg("keys"), py::arg("out") = py::none(),
            py::arg("layout") = "block")
       .def("drop_session", &Store::DropSession, py::arg("session"))
       .def("stats", &Store::Stats)
+      .def("options", &Store::Options,
+           "The options the store runs with, a dict keyed by StoreOptions' field names (a daemon's: its store's, "
+           "with ssd_dirs their number).")
       .def("close", &Store::Close)
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](Store& s, py::args) { s.Close(); });

@@ -100,10 +100,58 @@ flatkv_status* flatkv_options_set_segment_bytes(flatkv_options* options, uint64_
 /* Target bytes of one layer's run in a DRAM / SSD extent (default 256 KiB / 2 MiB; > 0). */
 flatkv_status* flatkv_options_set_extent_layer_bytes(flatkv_options* options, uint64_t dram_bytes,
                                                      uint64_t ssd_bytes);
+/* The same, one medium at a time. */
+flatkv_status* flatkv_options_set_dram_extent_layer_bytes(flatkv_options* options, uint64_t bytes);
+flatkv_status* flatkv_options_set_ssd_extent_layer_bytes(flatkv_options* options, uint64_t bytes);
 /* Ask for O_DIRECT on segment files (default 1). */
 flatkv_status* flatkv_options_set_direct_io(flatkv_options* options, int32_t enable);
 /* fdatasync data and manifest after every put (default 0). */
 flatkv_status* flatkv_options_set_sync_writes(flatkv_options* options, int32_t enable);
+/* Verify checksums of DRAM hits too; SSD hits always are (default 0). */
+flatkv_status* flatkv_options_set_verify_dram_reads(flatkv_options* options, int32_t enable);
+
+/* Placement (docs/architecture.md, "Placement and reclaim"; every field's
+ * trade-off is in include/flatkv/options.h). */
+/* The most DRAM copies one session may hold, bytes; 0 (the default) derives
+ * it from the capacities. */
+flatkv_status* flatkv_options_set_session_dram_share(flatkv_options* options, uint64_t bytes);
+/* DRAM-only stores: a session untouched for `ms` milliseconds is idle and
+ * reclaimed first (default 600000; at most 2^63 - 1). */
+flatkv_status* flatkv_options_set_dram_idle_after_ms(flatkv_options* options, uint64_t ms);
+/* Which blocks a store with an SSD tier writes to SSD. */
+typedef enum flatkv_ssd_admission {
+  FLATKV_SSD_ADMISSION_ALL = 0,      /* every block, when it is put (the default) */
+  FLATKV_SSD_ADMISSION_ON_REUSE = 1  /* a session's blocks once it is reused; DRAM-only until then */
+} flatkv_ssd_admission;
+flatkv_status* flatkv_options_set_ssd_admission(flatkv_options* options, int32_t admission);
+/* A restore that read blocks from SSD re-admits them as the session's DRAM
+ * copy (default 1). */
+flatkv_status* flatkv_options_set_readmit_on_restore(flatkv_options* options, int32_t enable);
+/* Put bytes whose SSD write may still be outstanding before a put waits;
+ * 0 (the default) derives it from the capacities. */
+flatkv_status* flatkv_options_set_ssd_write_buffer(flatkv_options* options, uint64_t bytes);
+
+/* I/O. */
+/* A restore's window holds max(window_layers, window_bytes / layer bytes)
+ * layers (default 4 layers, 32 MiB; layers > 0). */
+flatkv_status* flatkv_options_set_window_layers(flatkv_options* options, uint32_t layers);
+flatkv_status* flatkv_options_set_window_bytes(flatkv_options* options, uint64_t bytes);
+/* Coalesced SSD reads are split into requests of at most this many bytes
+ * (default 4 MiB; > 0; opening requires a multiple of 4096). */
+flatkv_status* flatkv_options_set_max_request_bytes(flatkv_options* options, uint64_t bytes);
+typedef enum flatkv_io_engine {
+  FLATKV_IO_AUTO = 0,       /* io_uring where the kernel allows it, else the thread pool (the default) */
+  FLATKV_IO_URING = 1,      /* io_uring only: opening fails where it is refused */
+  FLATKV_IO_THREAD_POOL = 2 /* blocking pread/pwrite on worker threads */
+} flatkv_io_engine;
+flatkv_status* flatkv_options_set_ssd_io(flatkv_options* options, int32_t engine);
+/* io_uring ring entries (default 32; > 0). */
+flatkv_status* flatkv_options_set_ssd_queue_depth(flatkv_options* options, uint32_t depth);
+/* Worker threads (each > 0): the thread-pool I/O engine's (default 4),
+ * copying DRAM hits (default 2), decoding coded blocks (default 4). */
+flatkv_status* flatkv_options_set_ssd_threads(flatkv_options* options, uint32_t threads);
+flatkv_status* flatkv_options_set_dram_threads(flatkv_options* options, uint32_t threads);
+flatkv_status* flatkv_options_set_decode_threads(flatkv_options* options, uint32_t threads);
 
 /* Makes flatkv_store_open connect to a daemon instead of opening a store in
  * this process. `address` is "unix:/path/to/socket" or "tcp:host:port";
@@ -172,7 +220,9 @@ uint64_t flatkv_store_block_bytes(const flatkv_store* store);
 /* How many leading keys of `keys` are stored (no data I/O). */
 flatkv_status* flatkv_store_match(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t* n_hit);
 
+/* Put flags: at most one placement hint (none: the store decides). */
 #define FLATKV_PUT_ONE_SHOT UINT32_C(1) /* the blocks will not be reused soon: place them on SSD */
+#define FLATKV_PUT_HOT UINT32_C(2)      /* the blocks will be reused soon: DRAM if the session's share allows */
 
 /* Stores `n_keys` blocks for `session`. `data` is the blocks back to back,
  * exactly n_keys * flatkv_store_block_bytes bytes. Blocks already stored are
@@ -260,6 +310,14 @@ flatkv_status* flatkv_store_stats(flatkv_store* store, flatkv_stats* out);
  * capacity 0 only *needed is set; a smaller capacity fails with
  * INVALID_ARGUMENT and writes nothing. */
 flatkv_status* flatkv_store_stats_json(flatkv_store* store, char* buf, uint64_t capacity, uint64_t* needed);
+
+/* The options the store runs with, as one JSON object NUL-terminated in
+ * `buf` (the StoreOptions field names: "dram_capacity_bytes",
+ * "session_dram_share_bytes", "dram_idle_after_ms", "ssd_admission":
+ * "all" | "on-reuse", ...; docs/c_api.md). A daemon client reports the
+ * daemon's store, with "ssd_dirs" the number of its directories. Buffer
+ * convention as flatkv_store_stats_json. */
+flatkv_status* flatkv_store_options_json(flatkv_store* store, char* buf, uint64_t capacity, uint64_t* needed);
 
 #ifdef __cplusplus
 } /* extern "C" */

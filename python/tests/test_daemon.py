@@ -31,7 +31,7 @@ def serve_binary():
 class Daemon:
     """A daemon on a Unix socket in `tmp`, SSD directory included."""
 
-    def __init__(self, binary, tmp):
+    def __init__(self, binary, tmp, store_settings=""):
         self.socket = str(tmp / "flatkv.sock")
         self.config = tmp / "flatkv.toml"
         self.config.write_text(f"""
@@ -42,7 +42,7 @@ dram_bytes = "8MiB"
 ssd_dir = "{tmp / 'ssd'}"
 ssd_bytes = "64MiB"
 segment_bytes = "8MiB"
-
+{store_settings}
 [listen]
 unix = "{self.socket}"
 tcp = ""
@@ -133,3 +133,35 @@ def test_client_round_trip_tenants_and_warm_restart(daemon):
     assert store.restore(keys, out) == 4
     assert np.array_equal(out, data)
     store.close()
+
+
+def test_config_file_settings_reach_the_daemons_store(tmp_path):
+    d = Daemon(serve_binary(), tmp_path, store_settings="""
+session_dram_share_bytes = "2MiB"
+dram_idle_after_ms = 1234
+ssd_admission = "on-reuse"
+readmit_on_restore = false
+window_layers = 3
+verify_dram_reads = true
+""")
+    try:
+        store = d.start()
+        o = store.options()
+        assert o["session_dram_share_bytes"] == 2 << 20
+        assert o["dram_idle_after_ms"] == 1234
+        assert o["ssd_admission"] == "on-reuse"
+        assert o["readmit_on_restore"] is False
+        assert o["window_layers"] == 3
+        assert o["verify_dram_reads"] is True
+        assert o["ssd_write_buffer_bytes"] == 0  # not set: the store derives it
+        assert o["ssd_dirs"] == 1  # the daemon's paths are not shown to tenants
+        # Hints cross the wire.
+        ns = flatkv.Namespace(model_fingerprint="stories260k")
+        keys = ns.keys(np.arange(3 * 16), 16)
+        data = payload(3, store.block_bytes, seed=6)
+        for i, hint in enumerate(["auto", "hot", "one-shot"]):
+            store.put(10 + i, keys[i:i + 1], data[i:i + 1], hint=hint)
+        assert store.match(keys) == 3
+        store.close()
+    finally:
+        assert d.stop() == 0

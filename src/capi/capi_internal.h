@@ -81,6 +81,8 @@ class Backend {
   virtual Status DropSession(uint64_t session) = 0;
   virtual Result<StoreStats> Stats() = 0;
   virtual Result<std::string> StatsJson() = 0;
+  // The store's options (StoreOptionsToJson; a daemon's, from its stats).
+  virtual Result<std::string> OptionsJson() = 0;
   virtual Status Close() = 0;
 };
 
@@ -97,6 +99,8 @@ inline std::byte* Destination(std::byte* dst, flatkv_layout layout, const Geomet
 // Parses a daemon's or a store's stats JSON (StoreStats::ToJson's keys, at
 // the top level or under "store").
 Result<StoreStats> StatsFromJson(const std::string& json);
+// The "options" object of a daemon's stats JSON, as JSON text.
+Result<std::string> OptionsFromStatsJson(const std::string& json);
 
 // A new error status; nullptr for OK. Never throws: when even the status
 // cannot be allocated it returns the shared out-of-memory status.

@@ -1,5 +1,7 @@
 // flatkv_options and flatkv_namespace: what a store is opened with, and
 // key hashing.
+#include <chrono>
+#include <cstdint>
 #include <new>
 #include <string>
 #include <vector>
@@ -23,6 +25,50 @@ flatkv::Result<flatkv::DType> ToDType(int32_t dtype) {
     case FLATKV_DTYPE_F32: return flatkv::DType::kF32;
   }
   return Status::InvalidArgument("unknown dtype " + std::to_string(int(dtype)) + " (FLATKV_DTYPE_F16=1, BF16=2, F32=3)");
+}
+
+// One row per C constant of an enumerated option: dropping a value is
+// dropping its row.
+template <typename E>
+struct EnumValue {
+  int32_t c;
+  const char* c_name;
+  E value;
+};
+constexpr EnumValue<flatkv::SsdAdmission> kSsdAdmissions[] = {
+    {FLATKV_SSD_ADMISSION_ALL, "FLATKV_SSD_ADMISSION_ALL", flatkv::SsdAdmission::kAll},
+    {FLATKV_SSD_ADMISSION_ON_REUSE, "FLATKV_SSD_ADMISSION_ON_REUSE", flatkv::SsdAdmission::kOnReuse},
+};
+constexpr EnumValue<flatkv::IoEngineKind> kIoEngines[] = {
+    {FLATKV_IO_AUTO, "FLATKV_IO_AUTO", flatkv::IoEngineKind::kAuto},
+    {FLATKV_IO_URING, "FLATKV_IO_URING", flatkv::IoEngineKind::kUring},
+    {FLATKV_IO_THREAD_POOL, "FLATKV_IO_THREAD_POOL", flatkv::IoEngineKind::kThreadPool},
+};
+
+// The value of C constant `c`, or "unknown <what> 7 (A=0, B=1)".
+template <typename E, size_t N>
+flatkv::Result<E> FromC(const EnumValue<E> (&table)[N], int32_t c, const char* what) {
+  std::string known;
+  for (const auto& row : table) {
+    if (row.c == c) return row.value;
+    known += (known.empty() ? "" : ", ") + std::string(row.c_name) + "=" + std::to_string(row.c);
+  }
+  return Status::InvalidArgument("unknown " + std::string(what) + " " + std::to_string(int(c)) + " (" + known + ")");
+}
+
+// "<name> is 0, expected > 0" for counts that must be positive.
+Status CheckPositive(uint64_t v, const char* name) {
+  if (v == 0) return Status::InvalidArgument(std::string(name) + " is 0, expected > 0");
+  return Status::Ok();
+}
+
+// Runs `set` on the options after the NULL check, inside the exception barrier.
+template <typename F>
+flatkv_status* SetOption(const char* where, flatkv_options* o, F&& set) {
+  return Guard(where, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(o));
+    return set(o->store);
+  });
 }
 
 Status SetShape(flatkv_options* o, const flatkv::KvShape& shape) {
@@ -124,6 +170,22 @@ flatkv_status* flatkv_options_set_extent_layer_bytes(flatkv_options* options, ui
   });
 }
 
+flatkv_status* flatkv_options_set_dram_extent_layer_bytes(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(bytes, "dram_extent_layer_bytes"));
+    o.dram_extent_layer_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_ssd_extent_layer_bytes(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(bytes, "ssd_extent_layer_bytes"));
+    o.ssd_extent_layer_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
 flatkv_status* flatkv_options_set_direct_io(flatkv_options* options, int32_t enable) {
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckOptions(options));
@@ -136,6 +198,112 @@ flatkv_status* flatkv_options_set_sync_writes(flatkv_options* options, int32_t e
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckOptions(options));
     options->store.sync_writes = enable != 0;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_verify_dram_reads(flatkv_options* options, int32_t enable) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
+    o.verify_dram_reads = enable != 0;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_session_dram_share(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
+    o.session_dram_share_bytes = bytes;  // 0: derived
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_dram_idle_after_ms(flatkv_options* options, uint64_t ms) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
+    if (ms > uint64_t{INT64_MAX})
+      return Status::InvalidArgument("dram_idle_after_ms " + std::to_string(ms) + " exceeds 2^63 - 1");
+    o.dram_idle_after = std::chrono::milliseconds(static_cast<int64_t>(ms));
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_ssd_admission(flatkv_options* options, int32_t admission) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_ASSIGN_OR_RETURN(o.ssd_admission, FromC(kSsdAdmissions, admission, "ssd admission"));
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_readmit_on_restore(flatkv_options* options, int32_t enable) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
+    o.readmit_on_restore = enable != 0;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_ssd_write_buffer(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
+    o.ssd_write_buffer_bytes = bytes;  // 0: derived
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_window_layers(flatkv_options* options, uint32_t layers) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(layers, "window_layers"));
+    o.window_layers = layers;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_window_bytes(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
+    o.window_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_max_request_bytes(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(bytes, "max_request_bytes"));
+    o.max_request_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_ssd_io(flatkv_options* options, int32_t engine) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_ASSIGN_OR_RETURN(o.ssd_io, FromC(kIoEngines, engine, "I/O engine"));
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_ssd_queue_depth(flatkv_options* options, uint32_t depth) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(depth, "ssd_queue_depth"));
+    o.ssd_queue_depth = depth;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_ssd_threads(flatkv_options* options, uint32_t threads) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(threads, "ssd_threads"));
+    o.ssd_threads = threads;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_dram_threads(flatkv_options* options, uint32_t threads) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(threads, "dram_threads"));
+    o.dram_threads = threads;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_decode_threads(flatkv_options* options, uint32_t threads) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(threads, "decode_threads"));
+    o.decode_threads = threads;
     return Status::Ok();
   });
 }

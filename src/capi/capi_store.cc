@@ -40,6 +40,42 @@ Status CheckDestination(const Geometry& g, uint64_t n, const void* dst, uint64_t
   return Status::Ok();
 }
 
+// The put flags that are placement hints, one row each: dropping a hint is
+// dropping its row (a flag no row names is an unknown flag).
+constexpr struct {
+  uint32_t flag;
+  flatkv::PutHint hint;
+} kPutHints[] = {
+    {FLATKV_PUT_ONE_SHOT, flatkv::PutHint::kOneShot},
+    {FLATKV_PUT_HOT, flatkv::PutHint::kHot},
+};
+
+flatkv::Result<flatkv::PutHint> HintOf(uint32_t flags) {
+  uint32_t known = 0;
+  for (const auto& row : kPutHints) known |= row.flag;
+  if (flags & ~known) return Status::InvalidArgument("unknown put flags " + std::to_string(flags & ~known));
+  flatkv::PutHint hint = flatkv::PutHint::kAuto;
+  int hints = 0;
+  for (const auto& row : kPutHints)
+    if (flags & row.flag) hint = row.hint, ++hints;
+  if (hints > 1)
+    return Status::InvalidArgument("put flags " + std::to_string(flags) + " name " + std::to_string(hints) +
+                                   " placement hints, at most one is allowed");
+  return hint;
+}
+
+// Writes `json` with its NUL into `buf` under the *_json buffer convention.
+Status CopyOut(const std::string& json, char* buf, uint64_t capacity, uint64_t* needed) {
+  *needed = json.size() + 1;
+  if (buf == nullptr && capacity == 0) return Status::Ok();
+  if (buf == nullptr) return Status::InvalidArgument("buf is NULL with capacity " + std::to_string(capacity));
+  if (capacity < *needed)
+    return Status::InvalidArgument("buf holds " + std::to_string(capacity) + " bytes, the JSON needs " +
+                                   std::to_string(*needed));
+  std::memcpy(buf, json.c_str(), *needed);
+  return Status::Ok();
+}
+
 }  // namespace
 
 extern "C" {
@@ -107,8 +143,7 @@ flatkv_status* flatkv_store_put(flatkv_store* store, uint64_t session, const fla
     if (data_bytes != n_keys * bb)
       return Status::InvalidArgument("data is " + std::to_string(data_bytes) + " bytes, expected " +
                                      std::to_string(n_keys) + " blocks x " + std::to_string(bb) + " bytes");
-    if (flags & ~FLATKV_PUT_ONE_SHOT) return Status::InvalidArgument("unknown put flags " + std::to_string(flags));
-    const auto hint = (flags & FLATKV_PUT_ONE_SHOT) ? flatkv::PutHint::kOneShot : flatkv::PutHint::kAuto;
+    FLATKV_ASSIGN_OR_RETURN(const flatkv::PutHint hint, HintOf(flags));
     return store->backend->Put(session, k, std::span(static_cast<const std::byte*>(data), data_bytes), hint);
   });
 }
@@ -236,14 +271,17 @@ flatkv_status* flatkv_store_stats_json(flatkv_store* store, char* buf, uint64_t 
     FLATKV_RETURN_IF_ERROR(CheckStore(store));
     if (needed == nullptr) return Status::InvalidArgument("needed is NULL");
     FLATKV_ASSIGN_OR_RETURN(auto json, store->backend->StatsJson());
-    *needed = json.size() + 1;
-    if (buf == nullptr && capacity == 0) return Status::Ok();
-    if (buf == nullptr) return Status::InvalidArgument("buf is NULL with capacity " + std::to_string(capacity));
-    if (capacity < *needed)
-      return Status::InvalidArgument("buf holds " + std::to_string(capacity) + " bytes, the JSON needs " +
-                                     std::to_string(*needed));
-    std::memcpy(buf, json.c_str(), *needed);
-    return Status::Ok();
+    return CopyOut(json, buf, capacity, needed);
+  });
+}
+
+flatkv_status* flatkv_store_options_json(flatkv_store* store, char* buf, uint64_t capacity, uint64_t* needed) {
+  return Guard(__func__, [&]() -> Status {
+    if (needed) *needed = 0;
+    FLATKV_RETURN_IF_ERROR(CheckStore(store));
+    if (needed == nullptr) return Status::InvalidArgument("needed is NULL");
+    FLATKV_ASSIGN_OR_RETURN(auto json, store->backend->OptionsJson());
+    return CopyOut(json, buf, capacity, needed);
   });
 }
 

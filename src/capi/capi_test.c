@@ -143,6 +143,24 @@ static void test_option_errors(void) {
   ERR(flatkv_options_add_ssd_dir(o, "", 1 << 20), FLATKV_INVALID_ARGUMENT, "SSD directory");
   ERR(flatkv_options_add_ssd_dir(o, "/tmp/x", 0), FLATKV_INVALID_ARGUMENT, "0 bytes");
   ERR(flatkv_options_set_server(o, "http://localhost", "t"), FLATKV_INVALID_ARGUMENT, "http://localhost");
+  /* Enumerated options take their constants only; counts that must be
+   * positive say which one was 0. */
+  ERR(flatkv_options_set_ssd_admission(o, 2), FLATKV_INVALID_ARGUMENT,
+      "unknown ssd admission 2 (FLATKV_SSD_ADMISSION_ALL=0, FLATKV_SSD_ADMISSION_ON_REUSE=1)");
+  ERR(flatkv_options_set_ssd_admission(o, -1), FLATKV_INVALID_ARGUMENT, "unknown ssd admission -1");
+  ERR(flatkv_options_set_ssd_io(o, 3), FLATKV_INVALID_ARGUMENT, "unknown I/O engine 3 (FLATKV_IO_AUTO=0");
+  ERR(flatkv_options_set_dram_idle_after_ms(o, UINT64_MAX), FLATKV_INVALID_ARGUMENT,
+      "dram_idle_after_ms 18446744073709551615 exceeds 2^63 - 1");
+  ERR(flatkv_options_set_window_layers(o, 0), FLATKV_INVALID_ARGUMENT, "window_layers is 0");
+  ERR(flatkv_options_set_max_request_bytes(o, 0), FLATKV_INVALID_ARGUMENT, "max_request_bytes is 0");
+  ERR(flatkv_options_set_ssd_queue_depth(o, 0), FLATKV_INVALID_ARGUMENT, "ssd_queue_depth is 0");
+  ERR(flatkv_options_set_ssd_threads(o, 0), FLATKV_INVALID_ARGUMENT, "ssd_threads is 0");
+  ERR(flatkv_options_set_dram_threads(o, 0), FLATKV_INVALID_ARGUMENT, "dram_threads is 0");
+  ERR(flatkv_options_set_decode_threads(o, 0), FLATKV_INVALID_ARGUMENT, "decode_threads is 0");
+  ERR(flatkv_options_set_ssd_extent_layer_bytes(o, 0), FLATKV_INVALID_ARGUMENT, "ssd_extent_layer_bytes is 0");
+  ERR(flatkv_options_set_session_dram_share(NULL, 1), FLATKV_INVALID_ARGUMENT,
+      "flatkv_options_set_session_dram_share: options is NULL");
+  ERR(flatkv_options_set_readmit_on_restore(NULL, 1), FLATKV_INVALID_ARGUMENT, "options is NULL");
 
   flatkv_store* store = (flatkv_store*)1;
   ERR(flatkv_store_open(o, &store), FLATKV_INVALID_ARGUMENT, "no KV shape");
@@ -352,6 +370,108 @@ static void test_embedded(void) {
   free(data);
 }
 
+/* The store's options as JSON, NUL-terminated; NULL on error (reported). */
+static char* options_json(flatkv_store* s) {
+  uint64_t needed = 0;
+  OK(flatkv_store_options_json(s, NULL, 0, &needed));
+  if (needed == 0) return NULL;
+  char* json = malloc(needed);
+  ERR(flatkv_store_options_json(s, json, needed - 1, &needed), FLATKV_INVALID_ARGUMENT, "the JSON needs");
+  OK(flatkv_store_options_json(s, json, needed, &needed));
+  return json;
+}
+
+/* Expects `"key":value` in `json` (nlohmann's compact form). */
+#define HAS(json, kv) expect_has((json), (kv), __LINE__)
+static void expect_has(const char* json, const char* kv, int line) {
+  if (json == NULL || strstr(json, kv) == NULL) {
+    fprintf(stderr, "%s:%d: options JSON lacks %s: %s\n", __FILE__, line, kv, json ? json : "(null)");
+    failures++;
+  }
+}
+
+/* Every option set through the C API is the store's once it is open. */
+static void test_options_take_effect(void) {
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/knobs", temp_root);
+  flatkv_options* o = small_options(dir, 2u << 20);
+  OK(flatkv_options_set_session_dram_share(o, 1u << 20));
+  OK(flatkv_options_set_dram_idle_after_ms(o, 1500));
+  OK(flatkv_options_set_ssd_admission(o, FLATKV_SSD_ADMISSION_ON_REUSE));
+  OK(flatkv_options_set_readmit_on_restore(o, 0));
+  OK(flatkv_options_set_ssd_write_buffer(o, 3u << 20));
+  OK(flatkv_options_set_window_layers(o, 2));
+  OK(flatkv_options_set_window_bytes(o, 1u << 20));
+  OK(flatkv_options_set_max_request_bytes(o, 1u << 20));
+  OK(flatkv_options_set_ssd_io(o, FLATKV_IO_THREAD_POOL));
+  OK(flatkv_options_set_ssd_queue_depth(o, 8));
+  OK(flatkv_options_set_ssd_threads(o, 3));
+  OK(flatkv_options_set_dram_threads(o, 1));
+  OK(flatkv_options_set_decode_threads(o, 2));
+  OK(flatkv_options_set_verify_dram_reads(o, 1));
+  OK(flatkv_options_set_sync_writes(o, 1));
+  OK(flatkv_options_set_direct_io(o, 0));
+  OK(flatkv_options_set_dram_extent_layer_bytes(o, 2 * kLayerBytes));
+  OK(flatkv_options_set_ssd_extent_layer_bytes(o, 8 * kLayerBytes));
+  flatkv_store* s = NULL;
+  OK(flatkv_store_open(o, &s));
+  flatkv_options_destroy(o);
+  if (s == NULL) return;
+  char* json = options_json(s);
+  HAS(json, "\"block_tokens\":16");
+  HAS(json, "\"dram_capacity_bytes\":2097152");
+  HAS(json, "\"ssd_capacity_bytes\":4194304");
+  HAS(json, "\"segment_bytes\":1048576");
+  HAS(json, "\"dram_extent_layer_bytes\":4096");
+  HAS(json, "\"ssd_extent_layer_bytes\":16384");
+  HAS(json, "\"session_dram_share_bytes\":1048576");
+  HAS(json, "\"dram_idle_after_ms\":1500");
+  HAS(json, "\"ssd_admission\":\"on-reuse\"");
+  HAS(json, "\"readmit_on_restore\":false");
+  HAS(json, "\"ssd_write_buffer_bytes\":3145728");
+  HAS(json, "\"window_layers\":2");
+  HAS(json, "\"window_bytes\":1048576");
+  HAS(json, "\"max_request_bytes\":1048576");
+  HAS(json, "\"ssd_io\":\"threadpool\"");
+  HAS(json, "\"ssd_queue_depth\":8");
+  HAS(json, "\"ssd_threads\":3");
+  HAS(json, "\"dram_threads\":1");
+  HAS(json, "\"decode_threads\":2");
+  HAS(json, "\"verify_dram_reads\":true");
+  HAS(json, "\"sync_writes\":true");
+  HAS(json, "\"use_direct_io\":false");
+  HAS(json, dir);
+  free(json);
+  /* The thread-pool engine was taken, not io_uring. */
+  uint64_t needed = 0;
+  OK(flatkv_store_stats_json(s, NULL, 0, &needed));
+  char* stats = malloc(needed);
+  OK(flatkv_store_stats_json(s, stats, needed, &needed));
+  CHECK(strstr(stats, "\"ssd_engine\":\"threadpool\"") != NULL);
+  free(stats);
+
+  /* Put hints: each one is accepted, two at once are not. */
+  flatkv_namespace* ns = NULL;
+  OK(flatkv_namespace_create(FLATKV_HASH_XXH3, FLATKV_DEFAULT_HASH_SEED, "capi-knobs", NULL, NULL, &ns));
+  flatkv_key keys[3];
+  prompt_keys(ns, 900, 3, keys);
+  uint8_t* data = malloc(3 * kBlockBytes);
+  fill_payload(data, 3, kBlockBytes, 5);
+  OK(flatkv_store_put(s, 1, keys, 1, data, kBlockBytes, 0));
+  OK(flatkv_store_put(s, 1, keys + 1, 1, data + kBlockBytes, kBlockBytes, FLATKV_PUT_ONE_SHOT));
+  OK(flatkv_store_put(s, 1, keys + 2, 1, data + 2 * kBlockBytes, kBlockBytes, FLATKV_PUT_HOT));
+  ERR(flatkv_store_put(s, 1, keys, 1, data, kBlockBytes, FLATKV_PUT_ONE_SHOT | FLATKV_PUT_HOT),
+      FLATKV_INVALID_ARGUMENT, "put flags 3 name 2 placement hints");
+  uint32_t hit = 0;
+  OK(flatkv_store_match(s, keys, 3, &hit));
+  CHECK(hit == 3);
+  ERR(flatkv_store_options_json(NULL, NULL, 0, &needed), FLATKV_INVALID_ARGUMENT, "store is NULL");
+  ERR(flatkv_store_options_json(s, NULL, 0, NULL), FLATKV_INVALID_ARGUMENT, "needed is NULL");
+  free(data);
+  flatkv_namespace_destroy(ns);
+  flatkv_store_destroy(s);
+}
+
 /* SSD blocks survive a close and reopen: the store restarts warm. */
 static void test_restart_warm(void) {
   char dir[300];
@@ -447,6 +567,8 @@ static void test_daemon(const char* binary) {
   fprintf(f,
           "[store]\nshape = \"stories260k\"\nblock_tokens = 16\ndram_bytes = \"8MiB\"\n"
           "ssd_dir = \"%s/serve-ssd\"\nssd_bytes = \"64MiB\"\nsegment_bytes = \"8MiB\"\n"
+          "session_dram_share_bytes = \"2MiB\"\ndram_idle_after_ms = 4321\nssd_admission = \"on-reuse\"\n"
+          "readmit_on_restore = false\nwindow_layers = 3\n"
           "[listen]\nunix = \"%s\"\ntcp = \"\"\nhttp = \"\"\n"
           "[[tenants]]\nname = \"a\"\ntoken = \"%s\"\n[[tenants]]\nname = \"b\"\ntoken = \"%s\"\n",
           temp_root, sock, kTokenA, kTokenB);
@@ -480,6 +602,17 @@ static void test_daemon(const char* binary) {
   if (a != NULL) {
     CHECK(flatkv_store_layers(a) == 5);
     CHECK(flatkv_store_block_tokens(a) == 16);
+    /* The config file's knobs are the daemon's store's; its paths are not shown. */
+    char* json = options_json(a);
+    HAS(json, "\"session_dram_share_bytes\":2097152");
+    HAS(json, "\"dram_idle_after_ms\":4321");
+    HAS(json, "\"ssd_admission\":\"on-reuse\"");
+    HAS(json, "\"readmit_on_restore\":false");
+    HAS(json, "\"window_layers\":3");
+    HAS(json, "\"ssd_write_buffer_bytes\":0");
+    HAS(json, "\"ssd_dirs\":1");
+    CHECK(json == NULL || strstr(json, "serve-ssd") == NULL);
+    free(json);
     const uint64_t bb = flatkv_store_block_bytes(a);
     flatkv_namespace* ns = NULL;
     OK(flatkv_namespace_create(FLATKV_HASH_XXH3, FLATKV_DEFAULT_HASH_SEED, "stories260k", NULL, NULL, &ns));
@@ -491,7 +624,8 @@ static void test_daemon(const char* binary) {
     uint8_t* data = malloc(4 * bb);
     uint8_t* out = calloc(4, bb);
     fill_payload(data, 4, bb, 77);
-    OK(flatkv_store_put(a, 1, keys, 4, data, 4 * bb, 0));
+    OK(flatkv_store_put(a, 1, keys, 2, data, 2 * bb, FLATKV_PUT_HOT));
+    OK(flatkv_store_put(a, 1, keys + 2, 2, data + 2 * bb, 2 * bb, FLATKV_PUT_ONE_SHOT));
     uint32_t got = 0;
     OK(flatkv_store_match(a, keys, 4, &got));
     CHECK(got == 4);
@@ -539,6 +673,7 @@ int main(int argc, char** argv) {
   test_option_errors();
   test_keys();
   test_embedded();
+  test_options_take_effect();
   test_restart_warm();
   test_daemon(argc > 1 ? argv[1] : NULL);
   nftw(temp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);

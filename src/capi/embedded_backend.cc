@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "capi/capi_internal.h"
+#include "store/options_json.h"
 
 namespace flatkv::capi {
 namespace {
@@ -63,6 +64,7 @@ class EmbeddedBackend : public Backend {
   Status DropSession(uint64_t session) override { return store_->DropSession(session); }
   Result<StoreStats> Stats() override { return store_->Stats(); }
   Result<std::string> StatsJson() override { return store_->Stats().ToJson(); }
+  Result<std::string> OptionsJson() override { return StoreOptionsToJson(store_->options()); }
   Status Close() override { return store_->Close(); }
 
  private:

@@ -271,6 +271,11 @@ class RemoteBackend : public Backend {
     return With<std::string>([&](Connection& c) { return c.client->StatsJson(); });
   }
 
+  Result<std::string> OptionsJson() override {
+    FLATKV_ASSIGN_OR_RETURN(auto json, StatsJson());
+    return OptionsFromStatsJson(json);
+  }
+
   Status Close() override {
     pool_->Close();
     return Status::Ok();

@@ -1,4 +1,4 @@
-// StoreStats from JSON: what a daemon's /stats reply carries.
+// StoreStats and the store's options from JSON: what a daemon's /stats reply carries.
 #include <nlohmann/json.hpp>
 
 #include "capi/capi_internal.h"
@@ -63,6 +63,16 @@ Result<StoreStats> StatsFromJson(const std::string& text) {
   s.restore_p99_us = F64(j, "restore_p99_us");
   s.restore_max_us = F64(j, "restore_max_us");
   return s;
+}
+
+Result<std::string> OptionsFromStatsJson(const std::string& text) {
+  Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object())
+    return Status::Corruption("stats reply is not a JSON object: \"" + text.substr(0, 80) + "\"");
+  auto it = root.find("options");
+  if (it == root.end() || !it->is_object())
+    return Status::FailedPrecondition("the daemon's stats carry no \"options\" object (a daemon older than this client)");
+  return it->dump();
 }
 
 }  // namespace flatkv::capi

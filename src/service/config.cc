@@ -4,15 +4,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <variant>
 
 #include <toml++/toml.h>
 
 #include "service/transport.h"
+#include "store/options_json.h"
 
 namespace flatkv::service {
 namespace {
@@ -62,6 +65,142 @@ Status CheckKeys(const toml::table& t, const std::string& where, const std::set<
   return Status::Ok();
 }
 
+// The TOML text of a node, for error messages ("-3", "\"abc\"", "[1, 2]").
+std::string Show(const toml::node& n) {
+  std::ostringstream os;
+  n.visit([&](const auto& v) { os << v; });
+  return os.str();
+}
+
+// An enumerated StoreOptions field, set and shown by name.
+struct EnumField {
+  Status (*set)(StoreOptions* o, std::string_view name);
+  std::string_view (*get)(const StoreOptions& o);
+};
+// Sizes (bytes), counts, switches, milliseconds, enums.
+using Field = std::variant<uint64_t StoreOptions::*, uint32_t StoreOptions::*, bool StoreOptions::*,
+                           std::chrono::milliseconds StoreOptions::*, EnumField>;
+
+struct Knob {
+  std::string_view key;
+  Field field;
+  std::string_view help;
+};
+
+// Every [store] key that is one StoreOptions field (its comment in
+// include/flatkv/options.h has the trade-offs). One row per knob: the TOML
+// key, the `flatkv serve` flag, --print-config and docs/service.md follow it.
+const Knob kKnobs[] = {
+    {"block_tokens", &StoreOptions::block_tokens, "tokens per block, 16..512"},
+    {"segment_bytes", &StoreOptions::segment_bytes, "bytes of one preallocated segment file"},
+    {"dram_extent_layer_bytes", &StoreOptions::dram_extent_layer_bytes, "target bytes of one layer's run in a DRAM extent"},
+    {"ssd_extent_layer_bytes", &StoreOptions::ssd_extent_layer_bytes, "target bytes of one layer's run in an SSD extent"},
+    {"session_dram_share_bytes", &StoreOptions::session_dram_share_bytes,
+     "most DRAM copies one session may hold, bytes; 0 derives it from the capacities"},
+    {"dram_idle_after_ms", &StoreOptions::dram_idle_after,
+     "DRAM-only stores: a session untouched this long (ms) is reclaimed first"},
+    {"ssd_admission",
+     EnumField{[](StoreOptions* o, std::string_view v) -> Status {
+                 FLATKV_ASSIGN_OR_RETURN(o->ssd_admission, ParseSsdAdmission(v));
+                 return Status::Ok();
+               },
+               [](const StoreOptions& o) { return SsdAdmissionName(o.ssd_admission); }},
+     "which blocks are written to SSD: all | on-reuse"},
+    {"readmit_on_restore", &StoreOptions::readmit_on_restore, "a restore from SSD re-admits its blocks' DRAM copy"},
+    {"ssd_write_buffer_bytes", &StoreOptions::ssd_write_buffer_bytes,
+     "put bytes whose SSD write may be outstanding; 0 derives it from the capacities"},
+    {"window_layers", &StoreOptions::window_layers, "layers a restore's window holds at least"},
+    {"window_bytes", &StoreOptions::window_bytes, "bytes a restore's window holds at least"},
+    {"max_request_bytes", &StoreOptions::max_request_bytes, "largest single SSD read, bytes"},
+    {"io",
+     EnumField{[](StoreOptions* o, std::string_view v) -> Status {
+                 FLATKV_ASSIGN_OR_RETURN(o->ssd_io, ParseIoEngineKind(v));
+                 return Status::Ok();
+               },
+               [](const StoreOptions& o) { return IoEngineKindName(o.ssd_io); }},
+     "SSD I/O engine: auto | uring | threadpool"},
+    {"ssd_queue_depth", &StoreOptions::ssd_queue_depth, "io_uring ring entries"},
+    {"ssd_threads", &StoreOptions::ssd_threads, "thread-pool I/O engine workers"},
+    {"dram_threads", &StoreOptions::dram_threads, "workers copying DRAM hits"},
+    {"decode_threads", &StoreOptions::decode_threads, "workers decoding coded blocks on restore"},
+    {"use_direct_io", &StoreOptions::use_direct_io, "O_DIRECT on segment files"},
+    {"sync_writes", &StoreOptions::sync_writes, "fdatasync after every put (survives power loss)"},
+    {"verify_dram_reads", &StoreOptions::verify_dram_reads, "verify checksums of DRAM hits too"},
+};
+
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overload(F...) -> Overload<F...>;
+
+const Knob* FindKnob(std::string_view key) {
+  for (const Knob& k : kKnobs)
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
+Status CheckCount(int64_t v, const std::string& where) {
+  if (v < 0 || v > int64_t{UINT32_MAX})
+    return Status::InvalidArgument(where + ": " + std::to_string(v) + " is outside 0..4294967295");
+  return Status::Ok();
+}
+
+// Sets `k` from its TOML node; errors are "<where>.<key>: ...".
+Status ApplyKnob(const Knob& k, const toml::node& n, const std::string& where, StoreOptions* o) {
+  const std::string w = where + "." + std::string(k.key);
+  return std::visit(
+      Overload{
+          [&](uint64_t StoreOptions::*f) -> Status {
+            if (auto v = n.value<int64_t>(); v && n.is_integer()) {
+              if (*v < 0) return Status::InvalidArgument(w + ": negative size " + std::to_string(*v));
+              o->*f = static_cast<uint64_t>(*v);
+              return Status::Ok();
+            }
+            if (auto s = n.value<std::string>()) {
+              auto b = ParseByteSize(*s);
+              if (!b.ok()) return b.status().WithContext(w);
+              o->*f = *b;
+              return Status::Ok();
+            }
+            return Status::InvalidArgument(w + ": expected a size (integer bytes or \"64MiB\"), got " + Show(n));
+          },
+          [&](uint32_t StoreOptions::*f) -> Status {
+            if (!n.is_integer()) return Status::InvalidArgument(w + ": expected an integer, got " + Show(n));
+            const int64_t v = *n.value<int64_t>();
+            FLATKV_RETURN_IF_ERROR(CheckCount(v, w));
+            o->*f = static_cast<uint32_t>(v);
+            return Status::Ok();
+          },
+          [&](bool StoreOptions::*f) -> Status {
+            if (!n.is_boolean()) return Status::InvalidArgument(w + ": expected true or false, got " + Show(n));
+            o->*f = *n.value<bool>();
+            return Status::Ok();
+          },
+          [&](std::chrono::milliseconds StoreOptions::*f) -> Status {
+            if (!n.is_integer()) return Status::InvalidArgument(w + ": expected an integer of milliseconds, got " + Show(n));
+            const int64_t v = *n.value<int64_t>();
+            if (v < 0) return Status::InvalidArgument(w + ": negative duration " + std::to_string(v) + " ms");
+            o->*f = std::chrono::milliseconds(v);
+            return Status::Ok();
+          },
+          [&](EnumField f) -> Status {
+            if (!n.is_string()) return Status::InvalidArgument(w + ": expected a name, got " + Show(n));
+            return f.set(o, *n.value<std::string>()).WithContext(w);
+          },
+      },
+      k.field);
+}
+
+// A whole decimal integer ("-3" too; no "+", no spaces), else nullopt.
+std::optional<int64_t> ParseInt(std::string_view s) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
 Status ApplyShape(const toml::node& n, const std::string& where, KvShape* shape) {
   if (auto s = n.value<std::string>()) {
     auto p = FindShapePreset(*s);
@@ -98,38 +237,28 @@ Status ApplyTable(const toml::table& root, const std::string& origin, ServerConf
   FLATKV_RETURN_IF_ERROR(CheckKeys(root, origin, {"store", "listen", "tls", "limits", "tenants"}));
   if (const toml::table* s = root["store"].as_table()) {
     const std::string w = origin + ": store";
-    FLATKV_RETURN_IF_ERROR(CheckKeys(*s, w, {"shape", "block_tokens", "dram_bytes", "dram_fraction", "ssd_dir", "ssd_dirs",
-                                             "ssd_bytes", "segment_bytes", "sync_writes", "io"}));
+    std::set<std::string_view> known = {"shape", "dram_bytes", "dram_fraction", "ssd_dir", "ssd_dirs", "ssd_bytes"};
+    for (const Knob& k : kKnobs) known.insert(k.key);
+    FLATKV_RETURN_IF_ERROR(CheckKeys(*s, w, known));
     if (const toml::node* shape = s->get("shape")) FLATKV_RETURN_IF_ERROR(ApplyShape(*shape, w + ".shape", &c->store.shape));
-    int64_t bt = c->store.block_tokens;
-    FLATKV_RETURN_IF_ERROR(Read(*s, "block_tokens", w, &bt));
-    c->store.block_tokens = static_cast<uint32_t>(std::clamp<int64_t>(bt, 0, UINT32_MAX));
+    for (const Knob& k : kKnobs)
+      if (const toml::node* n = s->get(k.key)) FLATKV_RETURN_IF_ERROR(ApplyKnob(k, *n, w, &c->store));
     FLATKV_RETURN_IF_ERROR(ReadBytes(*s, "dram_bytes", w, &c->dram_bytes));
     FLATKV_RETURN_IF_ERROR(Read(*s, "dram_fraction", w, &c->dram_fraction));
     FLATKV_RETURN_IF_ERROR(ReadBytes(*s, "ssd_bytes", w, &c->ssd_bytes));
-    std::optional<uint64_t> seg;
-    FLATKV_RETURN_IF_ERROR(ReadBytes(*s, "segment_bytes", w, &seg));
-    if (seg) c->store.segment_bytes = *seg;
     std::string dir;
     FLATKV_RETURN_IF_ERROR(Read(*s, "ssd_dir", w, &dir));
     if (s->contains("ssd_dir")) c->store.ssd_dirs = dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{dir};
     if (const toml::node* dirs = s->get("ssd_dirs")) {
       const toml::array* a = dirs->as_array();
-      if (!a) return Status::InvalidArgument(w + ".ssd_dirs: expected an array of paths");
+      if (!a) return Status::InvalidArgument(w + ".ssd_dirs: expected an array of paths, got " + Show(*dirs));
       c->store.ssd_dirs.clear();
       for (const auto& e : *a) {
         auto p = e.value<std::string>();
-        if (!p) return Status::InvalidArgument(w + ".ssd_dirs: expected strings");
+        if (!p) return Status::InvalidArgument(w + ".ssd_dirs: expected strings, got " + Show(e));
         c->store.ssd_dirs.push_back(*p);
       }
     }
-    FLATKV_RETURN_IF_ERROR(Read(*s, "sync_writes", w, &c->store.sync_writes));
-    std::string io;
-    FLATKV_RETURN_IF_ERROR(Read(*s, "io", w, &io));
-    if (io == "auto") c->store.ssd_io = IoEngineKind::kAuto;
-    else if (io == "uring") c->store.ssd_io = IoEngineKind::kUring;
-    else if (io == "threadpool") c->store.ssd_io = IoEngineKind::kThreadPool;
-    else if (!io.empty()) return Status::InvalidArgument(w + ".io: '" + io + "' is not auto, uring or threadpool");
   }
   if (const toml::table* l = root["listen"].as_table()) {
     const std::string w = origin + ": listen";
@@ -216,7 +345,8 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   std::string s(text);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || !(v >= 0) || !std::isfinite(v)) return Status::InvalidArgument("size '" + s + "': not a number");
+  if (end == s.c_str() || !std::isfinite(v)) return Status::InvalidArgument("size '" + s + "': not a number");
+  if (v < 0) return Status::InvalidArgument("size '" + s + "': negative");
   std::string unit(end);
   unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
   double mul = 1;
@@ -254,6 +384,70 @@ Status LoadConfigFile(const std::string& path, ServerConfig* config) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ApplyConfigToml(ss.str(), path, config);
+}
+
+std::vector<StoreKnobInfo> StoreKnobs() {
+  std::vector<StoreKnobInfo> out;
+  for (const Knob& k : kKnobs) out.push_back({k.key, k.help});
+  return out;
+}
+
+Status ApplyStoreKnobFlag(std::string_view key, std::string_view value, ServerConfig* c) {
+  const Knob* k = FindKnob(key);
+  std::string flag = "--" + std::string(key);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  if (k == nullptr) return Status::InvalidArgument(flag + ": no such store setting");
+  const std::string v(value);
+  StoreOptions* o = &c->store;
+  return std::visit(
+      Overload{
+          [&](uint64_t StoreOptions::*f) -> Status {
+            auto b = ParseByteSize(v);
+            if (!b.ok()) return b.status().WithContext(flag);
+            o->*f = *b;
+            return Status::Ok();
+          },
+          [&](uint32_t StoreOptions::*f) -> Status {
+            auto n = ParseInt(v);
+            if (!n) return Status::InvalidArgument(flag + ": '" + v + "' is not an integer");
+            FLATKV_RETURN_IF_ERROR(CheckCount(*n, flag));
+            o->*f = static_cast<uint32_t>(*n);
+            return Status::Ok();
+          },
+          [&](bool StoreOptions::*f) -> Status {
+            if (v == "true" || v == "1") o->*f = true;
+            else if (v == "false" || v == "0") o->*f = false;
+            else return Status::InvalidArgument(flag + ": '" + v + "' is neither true nor false");
+            return Status::Ok();
+          },
+          [&](std::chrono::milliseconds StoreOptions::*f) -> Status {
+            auto n = ParseInt(v);
+            if (!n) return Status::InvalidArgument(flag + ": '" + v + "' is not an integer of milliseconds");
+            if (*n < 0) return Status::InvalidArgument(flag + ": negative duration " + v + " ms");
+            o->*f = std::chrono::milliseconds(*n);
+            return Status::Ok();
+          },
+          [&](EnumField f) -> Status { return f.set(o, v).WithContext(flag); },
+      },
+      k->field);
+}
+
+std::string StoreKnobValue(std::string_view key, const ServerConfig& c) {
+  const Knob* k = FindKnob(key);
+  if (k == nullptr) return "";
+  const StoreOptions& o = c.store;
+  return std::visit(Overload{
+                        [&](uint64_t StoreOptions::*f) { return std::to_string(o.*f); },
+                        [&](uint32_t StoreOptions::*f) { return std::to_string(o.*f); },
+                        [&](bool StoreOptions::*f) { return std::string(o.*f ? "true" : "false"); },
+                        [&](std::chrono::milliseconds StoreOptions::*f) { return std::to_string((o.*f).count()); },
+                        [&](EnumField f) {
+                          std::string quoted(1, '"');  // appended, not concatenated: GCC 12's -Wrestrict misfires
+                          quoted.append(f.get(o)).push_back('"');
+                          return quoted;
+                        },
+                    },
+                    k->field);
 }
 
 Status FinalizeConfig(ServerConfig* c) {

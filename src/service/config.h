@@ -25,8 +25,9 @@
 namespace flatkv::service {
 
 struct ServerConfig {
-  // The store: shape, block_tokens, ssd_dirs, segment size, sync_writes,
-  // ssd_io. Its capacities come from the fields below in FinalizeConfig.
+  // The store: shape, ssd_dirs and every knob of StoreKnobKeys(), at the
+  // store's own defaults unless set (0 = derived stays 0, for the store to
+  // derive). Its capacities come from the fields below in FinalizeConfig.
   StoreOptions store;
   // DRAM tier bytes (0 disables it); unset: dram_fraction of physical memory.
   std::optional<uint64_t> dram_bytes;
@@ -75,5 +76,20 @@ Status FinalizeConfig(ServerConfig* config);
 
 // "64MiB", "8GiB", "1.5G", "4096" -> bytes.
 Result<uint64_t> ParseByteSize(std::string_view text);
+
+// The [store] keys that set one StoreOptions field each, in the order of
+// docs/service.md (block_tokens, segment_bytes, ..., ssd_admission, ...).
+// `flatkv serve` has one flag per key (--dashed-name VALUE).
+struct StoreKnobInfo {
+  std::string_view key;   // TOML key, e.g. "session_dram_share_bytes"
+  std::string_view help;  // one line, with the unit
+};
+std::vector<StoreKnobInfo> StoreKnobs();
+// Sets the knob `key` from a command-line value: sizes as in ParseByteSize,
+// counts and milliseconds as decimal integers, booleans true/false,
+// enums by name. Errors name the flag and the value.
+Status ApplyStoreKnobFlag(std::string_view key, std::string_view value, ServerConfig* config);
+// The knob's current value in TOML syntax (what --print-config shows).
+std::string StoreKnobValue(std::string_view key, const ServerConfig& config);
 
 }  // namespace flatkv::service

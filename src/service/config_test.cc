@@ -78,5 +78,128 @@ TEST(ServerConfigTest, ErrorsNameTheProblem) {
   EXPECT_EQ(*ParseByteSize("10MB"), 10000000u);
 }
 
+
+TEST(ServerConfigTest, TomlSetsEveryStoreKnob) {
+  ServerConfig c = DefaultServerConfig();
+  const char* toml = R"(
+[store]
+block_tokens = 128
+segment_bytes = "512MiB"
+dram_extent_layer_bytes = "512KiB"
+ssd_extent_layer_bytes = 4194304
+session_dram_share_bytes = "1GiB"
+dram_idle_after_ms = 30000
+ssd_admission = "on-reuse"
+readmit_on_restore = false
+ssd_write_buffer_bytes = "256MiB"
+window_layers = 8
+window_bytes = "64MiB"
+max_request_bytes = "8MiB"
+io = "threadpool"
+ssd_queue_depth = 64
+ssd_threads = 6
+dram_threads = 3
+decode_threads = 5
+use_direct_io = false
+sync_writes = true
+verify_dram_reads = true
+)";
+  ASSERT_TRUE(ApplyConfigToml(toml, "knobs.toml", &c).ok()) << ApplyConfigToml(toml, "knobs.toml", &c).ToString();
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  const StoreOptions& o = c.store;
+  EXPECT_EQ(o.block_tokens, 128u);
+  EXPECT_EQ(o.segment_bytes, 512ull << 20);
+  EXPECT_EQ(o.dram_extent_layer_bytes, 512ull << 10);
+  EXPECT_EQ(o.ssd_extent_layer_bytes, 4ull << 20);
+  EXPECT_EQ(o.session_dram_share_bytes, 1ull << 30);
+  EXPECT_EQ(o.dram_idle_after, std::chrono::milliseconds(30000));
+  EXPECT_EQ(o.ssd_admission, SsdAdmission::kOnReuse);
+  EXPECT_FALSE(o.readmit_on_restore);
+  EXPECT_EQ(o.ssd_write_buffer_bytes, 256ull << 20);
+  EXPECT_EQ(o.window_layers, 8u);
+  EXPECT_EQ(o.window_bytes, 64ull << 20);
+  EXPECT_EQ(o.max_request_bytes, 8ull << 20);
+  EXPECT_EQ(o.ssd_io, IoEngineKind::kThreadPool);
+  EXPECT_EQ(o.ssd_queue_depth, 64u);
+  EXPECT_EQ(o.ssd_threads, 6u);
+  EXPECT_EQ(o.dram_threads, 3u);
+  EXPECT_EQ(o.decode_threads, 5u);
+  EXPECT_FALSE(o.use_direct_io);
+  EXPECT_TRUE(o.sync_writes);
+  EXPECT_TRUE(o.verify_dram_reads);
+  // --print-config shows them as TOML.
+  EXPECT_EQ(StoreKnobValue("ssd_admission", c), "\"on-reuse\"");
+  EXPECT_EQ(StoreKnobValue("dram_idle_after_ms", c), "30000");
+  EXPECT_EQ(StoreKnobValue("readmit_on_restore", c), "false");
+  EXPECT_EQ(StoreKnobValue("session_dram_share_bytes", c), std::to_string(1ull << 30));
+}
+
+// The daemon keeps the store's own defaults, derived ones (0) included: only
+// the capacities, the shape and the directory are its own.
+TEST(ServerConfigTest, DaemonKeepsTheStoresDefaults) {
+  ServerConfig c = DefaultServerConfig();
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  EXPECT_EQ(c.store.session_dram_share_bytes, 0u);
+  EXPECT_EQ(c.store.ssd_write_buffer_bytes, 0u);
+  ServerConfig plain;
+  plain.store = StoreOptions{};
+  for (const auto& k : StoreKnobs()) EXPECT_EQ(StoreKnobValue(k.key, c), StoreKnobValue(k.key, plain)) << k.key;
+  // Setting a derived knob back to 0 means derived again.
+  ASSERT_TRUE(ApplyConfigToml("[store]\nsession_dram_share_bytes = \"2GiB\"\n", "a.toml", &c).ok());
+  ASSERT_TRUE(ApplyConfigToml("[store]\nsession_dram_share_bytes = 0\n", "b.toml", &c).ok());
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  EXPECT_EQ(c.store.session_dram_share_bytes, 0u);
+}
+
+TEST(ServerConfigTest, KnobErrorsNameTheKeyAndTheValue) {
+  ServerConfig c = DefaultServerConfig();
+  auto msg = [&](const std::string& body) { return ApplyConfigToml("[store]\n" + body + "\n", "f.toml", &c).message(); };
+  auto has = [](const std::string& m, const char* a, const char* b) {
+    return m.find(a) != std::string::npos && m.find(b) != std::string::npos;
+  };
+  EXPECT_PRED3(has, msg("session_dram_share_bytes = -1"), "store.session_dram_share_bytes", "negative size -1");
+  EXPECT_PRED3(has, msg("ssd_write_buffer_bytes = \"3 bananas\""), "store.ssd_write_buffer_bytes", "3 bananas");
+  EXPECT_PRED3(has, msg("window_bytes = true"), "store.window_bytes", "got true");
+  EXPECT_PRED3(has, msg("dram_idle_after_ms = -5"), "store.dram_idle_after_ms", "negative duration -5");
+  EXPECT_PRED3(has, msg("dram_idle_after_ms = \"600s\""), "store.dram_idle_after_ms", "got '600s'");
+  EXPECT_PRED3(has, msg("ssd_admission = \"sometimes\""), "store.ssd_admission", "'sometimes' is not one of all, on-reuse");
+  EXPECT_PRED3(has, msg("ssd_admission = 1"), "store.ssd_admission", "got 1");
+  EXPECT_PRED3(has, msg("readmit_on_restore = \"yes\""), "store.readmit_on_restore", "got 'yes'");
+  EXPECT_PRED3(has, msg("window_layers = -3"), "store.window_layers", "-3 is outside 0..4294967295");
+  EXPECT_PRED3(has, msg("ssd_threads = 5000000000"), "store.ssd_threads", "5000000000 is outside");
+  EXPECT_PRED3(has, msg("decode_threads = 1.5"), "store.decode_threads", "got 1.5");
+  EXPECT_PRED3(has, msg("io = \"dma\""), "store.io", "'dma' is not one of auto, uring, threadpool");
+  EXPECT_PRED3(has, msg("ssd_dirs = \"/one/dir\""), "store.ssd_dirs", "/one/dir");
+  // A failed key leaves the knob as it was.
+  EXPECT_EQ(c.store.ssd_admission, SsdAdmission::kAll);
+}
+
+TEST(ServerConfigTest, FlagsSetEveryKindOfKnob) {
+  ServerConfig c = DefaultServerConfig();
+  ASSERT_TRUE(ApplyStoreKnobFlag("session_dram_share_bytes", "1.5GiB", &c).ok());
+  ASSERT_TRUE(ApplyStoreKnobFlag("window_layers", "6", &c).ok());
+  ASSERT_TRUE(ApplyStoreKnobFlag("readmit_on_restore", "false", &c).ok());
+  ASSERT_TRUE(ApplyStoreKnobFlag("dram_idle_after_ms", "1500", &c).ok());
+  ASSERT_TRUE(ApplyStoreKnobFlag("ssd_admission", "on-reuse", &c).ok());
+  ASSERT_TRUE(ApplyStoreKnobFlag("io", "uring", &c).ok());
+  EXPECT_EQ(c.store.session_dram_share_bytes, 3ull << 29);
+  EXPECT_EQ(c.store.window_layers, 6u);
+  EXPECT_FALSE(c.store.readmit_on_restore);
+  EXPECT_EQ(c.store.dram_idle_after, std::chrono::milliseconds(1500));
+  EXPECT_EQ(c.store.ssd_admission, SsdAdmission::kOnReuse);
+  EXPECT_EQ(c.store.ssd_io, IoEngineKind::kUring);
+  auto msg = [&](const char* key, const char* value) { return ApplyStoreKnobFlag(key, value, &c).message(); };
+  EXPECT_NE(msg("session_dram_share_bytes", "-1").find("--session-dram-share-bytes: size '-1'"), std::string::npos);
+  EXPECT_NE(msg("window_layers", "six").find("--window-layers: 'six' is not an integer"), std::string::npos);
+  EXPECT_NE(msg("window_layers", "-1").find("--window-layers: -1 is outside"), std::string::npos);
+  EXPECT_NE(msg("readmit_on_restore", "maybe").find("--readmit-on-restore: 'maybe' is neither"), std::string::npos);
+  EXPECT_NE(msg("dram_idle_after_ms", "-2").find("--dram-idle-after-ms: negative duration -2"), std::string::npos);
+  EXPECT_NE(msg("ssd_admission", "never").find("--ssd-admission: ssd_admission 'never'"), std::string::npos);
+  EXPECT_NE(msg("no_such_knob", "1").find("--no-such-knob"), std::string::npos);
+  // The failed flags changed nothing.
+  EXPECT_EQ(c.store.window_layers, 6u);
+  EXPECT_EQ(c.store.ssd_admission, SsdAdmission::kOnReuse);
+}
+
 }  // namespace
 }  // namespace flatkv::service

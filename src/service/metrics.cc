@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/options_json.h"
+
 namespace flatkv::service {
 namespace {
 
@@ -155,9 +157,12 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
   return out;
 }
 
-std::string RenderStatsJson(const StoreStats& s, const ServerMetrics& m, const std::vector<TenantView>& tenants) {
+std::string RenderStatsJson(const StoreStats& s, const StoreOptions& options, const ServerMetrics& m,
+                            const std::vector<TenantView>& tenants) {
   nlohmann::json j;
   j["store"] = nlohmann::json::parse(s.ToJson(), nullptr, false);
+  j["options"] = nlohmann::json::parse(StoreOptionsToJson(options), nullptr, false);
+  j["options"]["ssd_dirs"] = options.ssd_dirs.size();
   j["server"] = {{"connections", Get(m.connections_active)},        {"connections_total", Get(m.connections_total)},
                  {"connections_refused", Get(m.connections_refused)}, {"auth_failures", Get(m.auth_failures)},
                  {"frame_errors", Get(m.frame_errors)},              {"deadline_exceeded", Get(m.deadline_exceeded)},

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "flatkv/options.h"
 #include "flatkv/stats.h"
 
 namespace flatkv::service {
@@ -57,6 +58,10 @@ struct TenantView {  // what rendering needs to know of a tenant
 };
 
 std::string RenderPrometheus(const StoreStats& store, const ServerMetrics& server, const std::vector<TenantView>& tenants);
-std::string RenderStatsJson(const StoreStats& store, const ServerMetrics& server, const std::vector<TenantView>& tenants);
+// `options`: the store's, reported under "options" with ssd_dirs as their
+// number, not their paths (a tenant has no business knowing the daemon's
+// filesystem).
+std::string RenderStatsJson(const StoreStats& store, const StoreOptions& options, const ServerMetrics& server,
+                            const std::vector<TenantView>& tenants);
 
 }  // namespace flatkv::service

@@ -224,6 +224,6 @@ std::vector<TenantView> Server::Views() const {
 }
 
 std::string Server::PrometheusText() const { return RenderPrometheus(store_->Stats(), metrics_, Views()); }
-std::string Server::StatsJson() const { return RenderStatsJson(store_->Stats(), metrics_, Views()); }
+std::string Server::StatsJson() const { return RenderStatsJson(store_->Stats(), store_->options(), metrics_, Views()); }
 
 }  // namespace flatkv::service

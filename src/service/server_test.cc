@@ -203,6 +203,25 @@ TEST(ServerTest, HttpServesMetricsHealthAndStats) {
   EXPECT_NE(json->find("\"tenants\""), std::string::npos);
 }
 
+// /stats carries the options the daemon's store was configured with, and
+// the number of SSD directories rather than their paths.
+TEST(ServerTest, StatsReportTheStoresOptionsWithoutPaths) {
+  TempDir dir;
+  ServerConfig config = SmallServerConfig(dir.path());
+  ASSERT_TRUE(ApplyConfigToml("[store]\nsession_dram_share_bytes = \"3MiB\"\ndram_idle_after_ms = 777\n"
+                              "ssd_admission = \"on-reuse\"\n",
+                              "test.toml", &config)
+                  .ok());
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  const std::string stats = HttpGet(server->http_address(), "/stats");
+  EXPECT_NE(stats.find("\"session_dram_share_bytes\": 3145728"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"dram_idle_after_ms\": 777"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"ssd_admission\": \"on-reuse\""), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"ssd_dirs\": 1"), std::string::npos) << stats;
+  EXPECT_EQ(stats.find(dir.path()), std::string::npos) << stats;
+}
+
 TEST(ServerTest, StopPersistsAndRestartsWarm) {
   TempDir dir;
   auto keys = ChainKeys(11, 8);

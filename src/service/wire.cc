@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "flatkv/placement.h"
+
 namespace flatkv::service::wire {
 namespace {
 
@@ -296,6 +298,16 @@ Result<Lookup> DecodeLookup(std::span<const std::byte> p) {
   return m;
 }
 
+namespace {
+// The PutHint values the wire carries (docs/format_wire.md), one row each.
+bool KnownPutHint(uint8_t hint) {
+  constexpr PutHint kHints[] = {PutHint::kAuto, PutHint::kOneShot, PutHint::kHot};
+  for (PutHint h : kHints)
+    if (hint == static_cast<uint8_t>(h)) return true;
+  return false;
+}
+}  // namespace
+
 Result<Put> DecodePut(std::span<const std::byte> p) {
   Reader r(p, "put");
   Put m;
@@ -305,7 +317,7 @@ Result<Put> DecodePut(std::span<const std::byte> p) {
     m.data = r.Rest();
   }
   FLATKV_RETURN_IF_ERROR(r.Done());
-  if (m.hint > 2) return Status::InvalidArgument("put: unknown placement hint " + std::to_string(m.hint));
+  if (!KnownPutHint(m.hint)) return Status::InvalidArgument("put: unknown placement hint " + std::to_string(m.hint));
   if (pad8 != 0 || pad16 != 0) return Status::InvalidArgument("put: reserved bytes are not zero");
   return m;
 }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "flatkv/placement.h"
 #include "testing/test_util.h"
 
 namespace flatkv::service::wire {
@@ -64,6 +65,16 @@ TEST(WireTest, RequestsRoundTrip) {
   EXPECT_EQ(p->session, 42u);
   EXPECT_EQ(p->keys, put.keys);
   EXPECT_EQ(p->data.size(), 64u);
+  // Every placement hint crosses the wire; a value beyond them is refused.
+  for (PutHint hint : {PutHint::kAuto, PutHint::kOneShot, PutHint::kHot}) {
+    put.hint = static_cast<uint8_t>(hint);
+    auto hp = DecodePut(Payload(EncodePutHead(3, put, 0)));
+    ASSERT_TRUE(hp.ok()) << hp.status().ToString();
+    EXPECT_EQ(hp->hint, static_cast<uint8_t>(hint));
+  }
+  put.hint = 3;
+  EXPECT_NE(DecodePut(Payload(EncodePutHead(3, put, 0))).status().message().find("unknown placement hint 3"),
+            std::string::npos);
 
   Restore restore;
   restore.mode = RestoreMode::kShm;

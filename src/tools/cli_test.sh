@@ -61,8 +61,21 @@ for c in j['codecs']:
     assert c['recent_tokens'] or (c['decode_gbps'] > 0 and c['encode_gbps'] > 0), c
 " || fail "bench codecs json"
 
+# Every store knob has a flag, and --print-config shows what it set (0: derived by the store).
+printed=$(XDG_CACHE_HOME="$WORK/cache" "$FLATKV" serve --session-dram-share-bytes 1GiB --dram-idle-after-ms 5000 \
+            --ssd-admission on-reuse --readmit-on-restore false --window-layers 6 --print-config) \
+  || fail "serve --print-config with knob flags"
+for line in "session_dram_share_bytes = 1073741824" "dram_idle_after_ms = 5000" 'ssd_admission = "on-reuse"' \
+            "readmit_on_restore = false" "window_layers = 6" "ssd_write_buffer_bytes = 0"; do
+  grep -qF "$line" <<<"$printed" || fail "serve --print-config lacks '$line': $printed"
+done
+
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
+"$FLATKV" serve --ssd-admission sometimes --print-config >"$WORK/bad.txt" 2>&1; [ $? -eq 2 ] || fail "serve --ssd-admission sometimes"
+grep -qF -- "--ssd-admission: ssd_admission 'sometimes' is not one of all, on-reuse" "$WORK/bad.txt" || fail "message: $(cat "$WORK/bad.txt")"
+"$FLATKV" serve --window-layers=-2 --print-config >"$WORK/bad.txt" 2>&1; [ $? -eq 2 ] || fail "serve --window-layers=-2"
+grep -qF -- "--window-layers: -2 is outside" "$WORK/bad.txt" || fail "message: $(cat "$WORK/bad.txt")"
 "$FLATKV" bench attention --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench attention --threads 0"
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -40,7 +41,8 @@ Result<service::ServerConfig> BuildConfig(const ServeArgs& a) {
     if (!s.ok()) return s.status().WithContext("--shape");
     c.store.shape = *s;
   }
-  if (a.block_tokens) c.store.block_tokens = a.block_tokens;
+  for (const auto& [key, value] : a.store_knobs)
+    if (!value.empty()) FLATKV_RETURN_IF_ERROR(service::ApplyStoreKnobFlag(key, value, &c));
   FLATKV_RETURN_IF_ERROR(service::FinalizeConfig(&c));
   return c;
 }
@@ -61,6 +63,10 @@ void PrintConfig(const service::ServerConfig& c, FILE* out) {
                c.unix_path.empty() ? "(off)" : c.unix_path.c_str(), c.tcp_address.empty() ? "(off)" : c.tcp_address.c_str(),
                c.tls_cert_file.empty() ? "" : " (TLS)", c.http_address.empty() ? "(off)" : c.http_address.c_str(),
                c.tenants.size(), c.tenants.empty() ? " (one implicit 'default' tenant, empty token)" : "");
+  // Every store knob as its TOML line (0 for a derived size: the store derives it at Open).
+  std::fprintf(out, "[store]\n");
+  for (const auto& k : service::StoreKnobs())
+    std::fprintf(out, "  %s = %s\n", std::string(k.key).c_str(), service::StoreKnobValue(k.key, c).c_str());
 }
 
 int RunChecked(const ServeArgs& a) {
@@ -103,7 +109,11 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs& a) {
   cmd->add_option("--ssd-bytes", a.ssd_bytes, "SSD capacity per directory, e.g. 64GiB");
   cmd->add_option("--dram-bytes", a.dram_bytes, "DRAM tier capacity, e.g. 8GiB (0 disables)");
   cmd->add_option("--shape", a.shape, "KV shape preset (e.g. Llama-3.1-8B, stories260K)");
-  cmd->add_option("--block-tokens", a.block_tokens, "Tokens per block (16..512)");
+  for (const auto& k : service::StoreKnobs()) {
+    std::string flag = "--" + std::string(k.key);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    cmd->add_option(flag, a.store_knobs[std::string(k.key)], "store." + std::string(k.key) + ": " + std::string(k.help));
+  }
   cmd->add_flag("--print-config", a.print_config, "Print the effective configuration and exit");
   return cmd;
 }

@@ -4,6 +4,7 @@
 // then --config FILE (TOML, docs/service.md), then the flags below.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,9 @@ struct ServeArgs {
   std::vector<std::string> ssd_dirs;
   std::string ssd_bytes, dram_bytes;  // sizes like 64GiB
   std::string shape;              // a preset name
-  uint32_t block_tokens = 0;      // 0: config or default
+  // One flag per [store] knob (service::StoreKnobs(), e.g.
+  // --session-dram-share-bytes 1GiB): key -> value, "" when not given.
+  std::map<std::string, std::string> store_knobs;
   bool print_config = false;      // print the effective settings and exit
 };
 

@@ -61,8 +61,18 @@ for c in j['codecs']:
     assert c['recent_tokens'] or (c['decode_gbps'] > 0 and c['encode_gbps'] > 0), c
 " || fail "bench codecs json"
 
+# A generated multi-turn workload replays like a trace (docs/format_trace.md).
+out=$("$FLATKV" replay --workload multiturn:clients=3,rounds=3,turn_tokens=256,output_tokens=16,request_rate=2 \
+  --policy infinite --load 1 --json) || fail "replay --workload"
+grep -q '"trace_name": "multiturn:clients=3,rounds=3,' <<<"$out" || fail "replay --workload trace name"
+grep -q '"requests": 9' <<<"$out" || fail "replay --workload request count"
+
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
+err=$("$FLATKV" replay --workload multiturn:clients=3,rouns=2 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && grep -q "unknown key 'rouns'" <<<"$err" || fail "replay --workload with an unknown key: $rc $err"
+"$FLATKV" replay >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay with neither --trace nor --workload"
+"$FLATKV" replay --trace "$WORK" --workload multiturn >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay with both"
 "$FLATKV" bench attention --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench attention --threads 0"
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"

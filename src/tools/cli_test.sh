@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `flatkv` command, run by ctest:
 #   cli_test.sh /path/to/flatkv
-# Exit 77 (skipped) when the shared model data is absent.
+# The model is the bundled stories260K (data/models/README.md, or $FLATKV_MODEL_DATA), so this
+# needs no ../shared data; a missing model file is a failure.
 set -euo pipefail
 FLATKV=$1
-DATA=${FLATKV_SHARED_DATA:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/data}
-M=$DATA/models
-[ -f "$M/stories260K.bin" ] || { echo "no shared data at $DATA: skipped"; exit 77; }
+M=${FLATKV_MODEL_DATA:-$(cd "$(dirname "$0")/../.." && pwd)/data/models}
+for f in stories260K.bin tok512.bin; do
+  [ -f "$M/$f" ] || { echo "FAIL: bundled model file missing: $M/$f"; exit 1; }
+done
 WORK=$(mktemp -d /var/tmp/flatkv-cli-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

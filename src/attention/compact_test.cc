@@ -13,19 +13,20 @@
 namespace flatkv::attention {
 namespace {
 
-using ::flatkv::testing::SharedDataDir;
+using ::flatkv::testing::ModelDataDir;
 
 const model::Model* Stories() {
   static const auto* model = [] {
-    auto m = model::LoadLlama2c(SharedDataDir() + "/models/stories260K.bin", SharedDataDir() + "/models/tok512.bin");
+    auto m = model::LoadLlama2c(ModelDataDir() + "/stories260K.bin", ModelDataDir() + "/tok512.bin");
     return m.ok() ? new model::Model(std::move(m).value()) : nullptr;
   }();
   return model;
 }
 
+// The model is bundled (data/models), so its absence is a failure, not a skip.
 #define REQUIRE_MODEL()                  \
   const model::Model* model = Stories(); \
-  if (model == nullptr) GTEST_SKIP() << "stories260K not found under " << SharedDataDir()
+  if (model == nullptr) FAIL() << "bundled stories260K not loadable from " << ModelDataDir()
 
 std::vector<int> Tokens(size_t n, int salt) {
   std::vector<int> p(n);

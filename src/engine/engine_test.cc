@@ -13,19 +13,21 @@
 namespace flatkv::engine {
 namespace {
 
+using ::flatkv::testing::ModelDataDir;
 using ::flatkv::testing::SharedDataDir;
 
 const model::Model* Stories() {
   static const auto* model = [] {
-    auto m = model::LoadLlama2c(SharedDataDir() + "/models/stories260K.bin", SharedDataDir() + "/models/tok512.bin");
+    auto m = model::LoadLlama2c(ModelDataDir() + "/stories260K.bin", ModelDataDir() + "/tok512.bin");
     return m.ok() ? new model::Model(std::move(m).value()) : nullptr;
   }();
   return model;
 }
 
+// The model is bundled (data/models), so its absence is a failure, not a skip.
 #define REQUIRE_MODEL()                                                          \
   const model::Model* model = Stories();                                         \
-  if (model == nullptr) GTEST_SKIP() << "stories260K not found under " << SharedDataDir()
+  if (model == nullptr) FAIL() << "bundled stories260K not loadable from " << ModelDataDir()
 
 std::vector<int> Prompt(size_t n, int salt = 0) {
   std::vector<int> p(n);
@@ -285,8 +287,10 @@ namespace {
 // The same weights loaded from GGUF share the llama2.c checkpoint's KV.
 TEST(EngineTest, GgufAndLlama2cOfTheSameWeightsShareKv) {
   REQUIRE_MODEL();
-  auto gguf = model::LoadGguf(SharedDataDir() + "/gguf/stories260K.gguf");
-  if (!gguf.ok()) GTEST_SKIP() << gguf.status().ToString();
+  const std::string gguf_path = SharedDataDir() + "/gguf/stories260K.gguf";
+  if (!std::filesystem::exists(gguf_path)) GTEST_SKIP() << "shared data not found: " << gguf_path;
+  auto gguf = model::LoadGguf(gguf_path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
   EXPECT_EQ(gguf->fingerprint, model->fingerprint);
   testing::TempDir dir;
   auto store = MakeStore(*model, 16, Medium::kSsd, dir.Sub("ssd"));

@@ -557,8 +557,15 @@ struct Stories {
 
 bool LoadStories(Stories* s) {
   std::string d = SharedDataDir();
-  return ReadFile(d + "/gguf/stories260K.gguf", &s->gguf) && ReadFile(d + "/models/stories260K.bin", &s->llama2c) &&
+  return ReadFile(d + "/gguf/stories260K.gguf", &s->gguf) &&
+         ReadFile(::flatkv::testing::ModelDataDir() + "/stories260K.bin", &s->llama2c) &&  // bundled
          ReadFile(d + "/models/stories260K_ref.json", &s->ref_json);
+}
+
+// The skip message when LoadStories fails: the shared files it needs.
+std::string StoriesMissing() {
+  return "shared data not found: " + SharedDataDir() + "/gguf/stories260K.gguf or " + SharedDataDir() +
+         "/models/stories260K_ref.json";
 }
 
 // The int array `"key": [ ... ]` of a JSON text.
@@ -592,7 +599,7 @@ std::string JsonString(const std::string& json, const std::string& key) {
 
 TEST(GgufStories, ConfigMatchesTheCheckpoint) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadStories(&s)) GTEST_SKIP() << StoriesMissing();
   Result<Model> m = ParseGguf(s.gguf, "stories260K.gguf");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const Config& c = m->config;
@@ -628,7 +635,7 @@ TEST(GgufStories, ConfigMatchesTheCheckpoint) {
 // wq and wk in the same row order: llama.cpp did not permute Q and K.
 TEST(GgufStories, WeightsEqualTheLlama2cCheckpoint) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadStories(&s)) GTEST_SKIP() << StoriesMissing();
   Result<Model> m = ParseGguf(s.gguf, "");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   int32_t hdr[7];
@@ -682,7 +689,7 @@ TEST(GgufStories, WeightsEqualTheLlama2cCheckpoint) {
 
 TEST(GgufStories, TokenizerMatchesLlama2c) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadStories(&s)) GTEST_SKIP() << StoriesMissing();
   Result<Model> m = ParseGguf(s.gguf, "");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const Tokenizer& tok = *m->tokenizer;
@@ -712,7 +719,7 @@ TEST(GgufStories, TokenizerMatchesLlama2c) {
 // cuts in the data, gives a clean Corruption naming what ran out.
 TEST(GgufStories, EveryTruncationFailsCleanly) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadStories(&s)) GTEST_SKIP() << StoriesMissing();
   Result<GgufFile> full = GgufFile::Parse(s.gguf);
   ASSERT_TRUE(full.ok());
   std::vector<size_t> cuts;
@@ -732,7 +739,7 @@ TEST(GgufStories, EveryTruncationFailsCleanly) {
 
 TEST(GgufStories, CorruptionsFailCleanly) {
   Stories s;
-  if (!LoadStories(&s)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadStories(&s)) GTEST_SKIP() << StoriesMissing();
   auto patch = [&](size_t at, const void* v, size_t n) {
     std::string b = s.gguf;
     std::memcpy(&b[at], v, n);
@@ -761,7 +768,8 @@ TEST(GgufStories, CorruptionsFailCleanly) {
 
 TEST(GgufStories, VocabOnlyFileHasNoModel) {
   std::string bytes;
-  if (!ReadFile(SharedDataDir() + "/gguf/ggml-vocab-llama-spm.gguf", &bytes)) GTEST_SKIP() << "no shared data";
+  const std::string spm = SharedDataDir() + "/gguf/ggml-vocab-llama-spm.gguf";
+  if (!ReadFile(spm, &bytes)) GTEST_SKIP() << "shared data not found: " << spm;
   ExpectError(bytes, Code::kCorruption, "tensor 'token_embd.weight' is missing (the file has no tensors");
   std::string gpt2;
   ASSERT_TRUE(ReadFile(SharedDataDir() + "/gguf/ggml-vocab-gpt-2.gguf", &gpt2));
@@ -770,7 +778,7 @@ TEST(GgufStories, VocabOnlyFileHasNoModel) {
 
 TEST(GgufStories, LoadGgufReadsTheFile) {
   std::string path = SharedDataDir() + "/gguf/stories260K.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared data";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data not found: " << path;
   Result<Model> m = LoadGguf(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->source, path);

@@ -85,7 +85,9 @@ void CheckDecode(const Tokenizer& tok, const Vectors& v) {
 
 TEST(GgufTokenizer, LlamaSpmVectors) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) {
+    GTEST_SKIP() << "shared data not found: " << SharedDataDir() << "/gguf/ggml-vocab-llama-spm.gguf (.inp, .out)";
+  }
   ASSERT_EQ(v.inputs.size(), 46u);
   ASSERT_EQ(v.expected.size(), v.inputs.size());
   Result<GgufFile> f = GgufFile::Parse(v.gguf_bytes);
@@ -106,7 +108,9 @@ TEST(GgufTokenizer, LlamaSpmVectors) {
 
 TEST(GgufTokenizer, Gpt2Vectors) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) {
+    GTEST_SKIP() << "shared data not found: " << SharedDataDir() << "/gguf/ggml-vocab-gpt-2.gguf (.inp, .out)";
+  }
   ASSERT_EQ(v.inputs.size(), 46u);
   ASSERT_EQ(v.expected.size(), v.inputs.size());
   Result<GgufFile> f = GgufFile::Parse(v.gguf_bytes);
@@ -126,7 +130,9 @@ TEST(GgufTokenizer, Gpt2Vectors) {
 // Invalid UTF-8 still encodes (byte-level BPE keeps every byte) and decodes back.
 TEST(GgufTokenizer, Gpt2InvalidUtf8RoundTrips) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadVectors("ggml-vocab-gpt-2.gguf", &v)) {
+    GTEST_SKIP() << "shared data not found: " << SharedDataDir() << "/gguf/ggml-vocab-gpt-2.gguf (.inp, .out)";
+  }
   Result<GgufFile> f = GgufFile::Parse(v.gguf_bytes);
   ASSERT_TRUE(f.ok());
   auto tok = LoadGgufTokenizer(*f);
@@ -141,7 +147,9 @@ TEST(GgufTokenizer, Gpt2InvalidUtf8RoundTrips) {
 
 TEST(GgufTokenizer, RejectsAnUnknownModel) {
   Vectors v;
-  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) GTEST_SKIP() << "shared data not found under " << SharedDataDir();
+  if (!LoadVectors("ggml-vocab-llama-spm.gguf", &v)) {
+    GTEST_SKIP() << "shared data not found: " << SharedDataDir() << "/gguf/ggml-vocab-llama-spm.gguf (.inp, .out)";
+  }
   // Rename the value "llama" of tokenizer.ggml.model in place to "llamb".
   std::string bytes = v.gguf_bytes;
   const std::string key = "tokenizer.ggml.model";

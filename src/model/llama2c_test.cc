@@ -1,6 +1,6 @@
 // Tests for the llama2.c checkpoint loader, the model config checks, the
 // fingerprint and the llama2.c tokenizer, on the stories260K model in
-// shared/data/models (skipped when the data is absent).
+// data/models (bundled with the sources, data/models/README.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,9 +23,9 @@ namespace flatkv::model {
 namespace {
 
 using ::flatkv::testing::ReadFile;
-using ::flatkv::testing::SharedDataDir;
+using ::flatkv::testing::ModelDataDir;
 
-std::string ModelPath(const std::string& name) { return SharedDataDir() + "/models/" + name; }
+std::string ModelPath(const std::string& name) { return ModelDataDir() + "/" + name; }
 
 void PutI32(std::string& bytes, size_t offset, int32_t v) {
   for (int i = 0; i < 4; ++i) bytes[offset + i] = static_cast<char>(static_cast<uint32_t>(v) >> (8 * i));
@@ -69,7 +69,7 @@ class Llama2cTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!ReadFile(ModelPath("stories260K.bin"), &checkpoint_) || !ReadFile(ModelPath("tok512.bin"), &tokenizer_))
-      GTEST_SKIP() << "stories260K data not found under " << SharedDataDir() << " (set FLATKV_SHARED_DATA)";
+      FAIL() << "bundled stories260K.bin / tok512.bin not readable under " << ModelDataDir();
   }
   Result<Model> Parse(std::string_view checkpoint, std::string_view tokenizer = {}) {
     return ParseLlama2c(checkpoint, tokenizer, "stories260K.bin");
@@ -123,7 +123,7 @@ TEST_F(Llama2cTest, LoadModelPicksTheLoaderByExtension) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->config.dim, 64);
   // A .gguf path goes to the GGUF loader, which must fail cleanly here.
-  EXPECT_FALSE(LoadModel(SharedDataDir() + "/models/no-such-model.GGUF", "").ok());
+  EXPECT_FALSE(LoadModel(ModelDataDir() + "/no-such-model.GGUF", "").ok());
 }
 
 TEST_F(Llama2cTest, MissingFilesNameThePath) {

@@ -24,6 +24,7 @@ namespace flatkv::model {
 namespace {
 
 using ::flatkv::testing::ReadFile;
+using ::flatkv::testing::ModelDataDir;
 using ::flatkv::testing::SharedDataDir;
 
 std::string ModelPath(const std::string& name) { return SharedDataDir() + "/models/" + name; }
@@ -92,7 +93,8 @@ class TransformerTest : public ::testing::Test {
     if (!ReadFile(ModelPath("stories260K_ref.json"), &json) || !ReadFile(ModelPath("stories260K_ref_logits.bin"), &logits) ||
         !ReadFile(ModelPath("stories260K_ref_kv.bin"), &kv))
       return;
-    auto m = LoadLlama2c(ModelPath("stories260K.bin"), ModelPath("tok512.bin"));
+    // The model itself is bundled (data/models); the reference tensors are shared data.
+    auto m = LoadLlama2c(ModelDataDir() + "/stories260K.bin", ModelDataDir() + "/tok512.bin");
     if (!m.ok()) {
       load_error_ = new std::string(m.status().ToString());
       return;
@@ -117,7 +119,10 @@ class TransformerTest : public ::testing::Test {
   }
   void SetUp() override {
     if (load_error_ != nullptr) FAIL() << *load_error_;
-    if (model_ == nullptr) GTEST_SKIP() << "stories260K reference data not found under " << SharedDataDir();
+    if (model_ == nullptr) {
+      GTEST_SKIP() << "shared data not found: " << ModelPath("stories260K_ref.json")
+                   << " (and _ref_logits.bin, _ref_kv.bin; set FLATKV_SHARED_DATA)";
+    }
     ASSERT_EQ(tokens_fed_->size(), 64u);
     ASSERT_EQ(greedy_next_->size(), 64u);
     ASSERT_EQ(ref_logits_->size(), 64u * 512);

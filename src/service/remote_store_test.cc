@@ -16,9 +16,9 @@ using flatkv::testing::TempDir;
 using namespace flatkv::service::testing;
 
 TEST(RemoteStoreTest, ReferenceEngineReusesKvThroughTheDaemon) {
-  const std::string dir = flatkv::testing::SharedDataDir() + "/models/";
+  const std::string dir = flatkv::testing::ModelDataDir() + "/";  // bundled: data/models
   auto model = model::LoadLlama2c(dir + "stories260K.bin", dir + "tok512.bin");
-  if (!model.ok()) GTEST_SKIP() << "stories260K not found under " << dir;
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
   TempDir tmp;
   ServerConfig c = SmallServerConfig(tmp.path());
   c.store.shape = engine::Engine::ShapeFor(model->config);

@@ -16,6 +16,11 @@ std::string SharedDataDir() {
   return std::string(FLATKV_SOURCE_DIR) + "/../shared/data";
 }
 
+std::string ModelDataDir() {
+  if (const char* env = std::getenv("FLATKV_MODEL_DATA"); env != nullptr && *env != '\0') return env;
+  return std::string(FLATKV_SOURCE_DIR) + "/data/models";
+}
+
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;

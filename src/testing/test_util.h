@@ -13,8 +13,11 @@
 namespace flatkv::testing {
 
 // The shared data directory: $FLATKV_SHARED_DATA, else <repo>/../shared/data.
-// Tests that need it GTEST_SKIP when it is absent.
+// Tests that need it GTEST_SKIP when it is absent, naming the missing path.
 std::string SharedDataDir();
+// The bundled stories260K.bin and tok512.bin (data/models/README.md):
+// $FLATKV_MODEL_DATA, else <repo>/data/models. Always present in a checkout.
+std::string ModelDataDir();
 // Reads a whole file; false when it cannot be opened.
 bool ReadFile(const std::string& path, std::string* out);
 

@@ -27,9 +27,10 @@ namespace {
 
 using attention::F16Cache;
 
+// The bundled stories260K.bin and tok512.bin (data/models/README.md), or $FLATKV_MODEL_DATA.
 std::string DefaultModelDir() {
-  if (const char* env = std::getenv("FLATKV_SHARED_DATA")) return std::string(env) + "/models";
-  return std::string(FLATKV_SOURCE_DIR) + "/../shared/data/models";
+  if (const char* env = std::getenv("FLATKV_MODEL_DATA"); env != nullptr && *env != '\0') return env;
+  return std::string(FLATKV_SOURCE_DIR) + "/data/models";
 }
 
 int Fail(int code, const std::string& msg) {
@@ -188,7 +189,7 @@ Result<std::vector<DecodeRow>> RunDecode(const BenchAttentionArgs& a, const std:
 
 CLI::App* AddBenchAttentionCommand(CLI::App& bench, BenchAttentionArgs& a) {
   CLI::App* c = bench.add_subcommand("attention", "KV selection quality and sparse decode attention speed");
-  c->add_option("--model", a.model, "model file (default: stories260K.bin from the shared data)");
+  c->add_option("--model", a.model, "model file (default: the bundled data/models/stories260K.bin)");
   c->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer file");
   c->add_option("--threads", a.threads, "threads for the multi-threaded decode runs")->check(CLI::Range(1, 256));
   c->add_option("--reps", a.reps, "timed repetitions per decode case (median)")->check(CLI::Range(1, 1000));

@@ -55,9 +55,10 @@ double Now() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+// The bundled stories260K.bin and tok512.bin (data/models/README.md), or $FLATKV_MODEL_DATA.
 std::string DefaultModelDir() {
-  if (const char* env = std::getenv("FLATKV_SHARED_DATA")) return std::string(env) + "/models";
-  return std::string(FLATKV_SOURCE_DIR) + "/../shared/data/models";
+  if (const char* env = std::getenv("FLATKV_MODEL_DATA"); env != nullptr && *env != '\0') return env;
+  return std::string(FLATKV_SOURCE_DIR) + "/data/models";
 }
 
 // ---- end to end through the reference engine ----
@@ -411,7 +412,7 @@ Result<std::vector<MlaRow>> RunMla(bool quick, DType dtype) {
 CLI::App* AddBenchCodecsCommand(CLI::App& bench, BenchCodecsArgs& a) {
   CLI::App* c = bench.add_subcommand("codecs", "KV codecs: size, error, attention and next-token error, speed");
   c->add_option("--kv", a.kv, "a `flatkv dump-kv` file to use as the real data (default: run stories260K)");
-  c->add_option("--model", a.model, "model for the real data (default: stories260K.bin from the shared data)");
+  c->add_option("--model", a.model, "model for the real data (default: the bundled data/models/stories260K.bin)");
   c->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer file");
   c->add_option("--dtype", a.dtype, "element type the codecs see: bf16, f16 or f32");
   c->add_flag("--json", a.json, "print one JSON object");

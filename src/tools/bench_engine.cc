@@ -26,9 +26,10 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// The bundled stories260K.bin and tok512.bin (data/models/README.md), or $FLATKV_MODEL_DATA.
 std::string DefaultModelDir() {
-  if (const char* env = std::getenv("FLATKV_SHARED_DATA")) return std::string(env) + "/models";
-  return std::string(FLATKV_SOURCE_DIR) + "/../shared/data/models";
+  if (const char* env = std::getenv("FLATKV_MODEL_DATA"); env != nullptr && *env != '\0') return env;
+  return std::string(FLATKV_SOURCE_DIR) + "/data/models";
 }
 
 int Fail(int code, const std::string& msg) {
@@ -40,7 +41,7 @@ int Fail(int code, const std::string& msg) {
 
 CLI::App* AddBenchEngineCommand(CLI::App& bench, BenchEngineArgs& a) {
   CLI::App* c = bench.add_subcommand("engine", "Reference engine: prefill/decode speed and TTFT cold, DRAM-warm, SSD-warm");
-  c->add_option("--model", a.model, "model file (default: stories260K.bin from the shared data)");
+  c->add_option("--model", a.model, "model file (default: the bundled data/models/stories260K.bin)");
   c->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer file");
   c->add_option("--dir", a.dir, "directory for the SSD store (default: a fresh one under /var/tmp)");
   c->add_option("--prompt-tokens", a.prompt_tokens, "prompt length")->check(CLI::Range(2, 1 << 20));

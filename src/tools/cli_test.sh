@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # End-to-end checks of the `flatkv` command, run by ctest:
 #   cli_test.sh /path/to/flatkv
-# Exit 77 (skipped) when the shared model data is absent.
+# The model is the bundled stories260K (data/models/README.md, or $FLATKV_MODEL_DATA), so this
+# needs no ../shared data; a missing model file is a failure.
 set -euo pipefail
 FLATKV=$1
-DATA=${FLATKV_SHARED_DATA:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/data}
-M=$DATA/models
-[ -f "$M/stories260K.bin" ] || { echo "no shared data at $DATA: skipped"; exit 77; }
+M=${FLATKV_MODEL_DATA:-$(cd "$(dirname "$0")/../.." && pwd)/data/models}
+for f in stories260K.bin tok512.bin; do
+  [ -f "$M/$f" ] || { echo "FAIL: bundled model file missing: $M/$f"; exit 1; }
+done
 WORK=$(mktemp -d /var/tmp/flatkv-cli-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -70,12 +72,22 @@ for line in "session_dram_share_bytes = 1073741824" "dram_idle_after_ms = 5000" 
   grep -qF "$line" <<<"$printed" || fail "serve --print-config lacks '$line': $printed"
 done
 
+# A generated multi-turn workload replays like a trace (docs/format_trace.md).
+out=$("$FLATKV" replay --workload multiturn:clients=3,rounds=3,turn_tokens=256,output_tokens=16,request_rate=2 \
+  --policy infinite --load 1 --json) || fail "replay --workload"
+grep -q '"trace_name": "multiturn:clients=3,rounds=3,' <<<"$out" || fail "replay --workload trace name"
+grep -q '"requests": 9' <<<"$out" || fail "replay --workload request count"
+
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
 "$FLATKV" serve --ssd-admission sometimes --print-config >"$WORK/bad.txt" 2>&1; [ $? -eq 2 ] || fail "serve --ssd-admission sometimes"
 grep -qF -- "--ssd-admission: ssd_admission 'sometimes' is not one of all, on-reuse" "$WORK/bad.txt" || fail "message: $(cat "$WORK/bad.txt")"
 "$FLATKV" serve --window-layers=-2 --print-config >"$WORK/bad.txt" 2>&1; [ $? -eq 2 ] || fail "serve --window-layers=-2"
 grep -qF -- "--window-layers: -2 is outside" "$WORK/bad.txt" || fail "message: $(cat "$WORK/bad.txt")"
+err=$("$FLATKV" replay --workload multiturn:clients=3,rouns=2 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && grep -q "unknown key 'rouns'" <<<"$err" || fail "replay --workload with an unknown key: $rc $err"
+"$FLATKV" replay >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay with neither --trace nor --workload"
+"$FLATKV" replay --trace "$WORK" --workload multiturn >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay with both"
 "$FLATKV" bench attention --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench attention --threads 0"
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"

@@ -18,6 +18,7 @@
 #include "replay/report.h"
 #include "replay/simulator.h"
 #include "replay/trace.h"
+#include "replay/workload_multiturn.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {
@@ -111,9 +112,14 @@ bool ParseSize(const std::string& text, uint64_t* bytes, std::string* error) {
 CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
   CLI::App* c = app.add_subcommand(
       "replay", "Replay real traces through every cache policy (flat, tiered, files, infinite, belady) on a serving model");
-  c->add_option("--trace", a.traces, "Trace files or directories (Claude Code, Mooncake or generic; format auto)")
-      ->required()
-      ->expected(1, -1);
+  auto* trace_opt =
+      c->add_option("--trace", a.traces, "Trace files or directories (Claude Code, Mooncake or generic; format auto)")
+          ->expected(1, -1);
+  // --workload: a generated trace instead of --trace (replay/workload_multiturn.h).
+  c->add_option("--workload", a.workload,
+                "Synthetic trace instead of --trace: multiturn:clients=N,rounds=N,turn_tokens=N,output_tokens=N,"
+                "request_rate=R,seed=N (docs/format_trace.md)")
+      ->excludes(trace_opt);
   c->add_option("--policy", a.policies, "Policies, comma separated (default flat,tiered,files,infinite,belady)");
   c->add_option("--dram", a.dram, "DRAM capacity for KV, e.g. 64GiB (default 64GiB)");
   c->add_option("--ssd", a.ssd, "SSD capacity, e.g. 2TiB (default 2TiB)");
@@ -171,8 +177,12 @@ int RunReplay(const ReplayArgs& a) {
       return Fail(kExitUsage, "--policy: unknown policy '" + p + "' (known: flat, tiered, files, infinite, belady)");
   const std::string parent = a.dir.empty() ? "/var/tmp" : a.dir;
 
-  auto trace_or = ReadTraces(a.traces, a.stagger_s);
-  if (!trace_or.ok()) return Fail(kExitUsage, "--trace: " + trace_or.status().ToString());
+  // --workload stands in for --trace; exactly one of them is given.
+  if (a.traces.empty() == a.workload.empty()) return Fail(kExitUsage, "give one of --trace and --workload");
+  auto trace_or = a.workload.empty() ? ReadTraces(a.traces, a.stagger_s) : MakeWorkload(a.workload);
+  if (!trace_or.ok()) {
+    return Fail(kExitUsage, (a.workload.empty() ? "--trace: " : "--workload: ") + trace_or.status().ToString());
+  }
   Trace trace = std::move(trace_or).value();
   if (a.conversations) trace = FirstConversations(trace, a.conversations);
   if (a.max_requests && trace.requests.size() > a.max_requests) trace.requests.resize(a.max_requests);

@@ -13,6 +13,7 @@ namespace flatkv::tools {
 
 struct ReplayArgs {
   std::vector<std::string> traces;        // files or directories
+  std::string workload;                   // --workload spec instead of traces (replay/workload_multiturn.h)
   std::string policies = "flat,tiered,files,infinite,belady";
   std::string dram = "64GiB";             // DRAM capacity, true (unscaled) bytes
   std::string ssd = "2TiB";               // SSD capacity

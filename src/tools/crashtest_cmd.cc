@@ -306,7 +306,7 @@ class Driver {
       << "shape = { kind = \"mha\", layers = 2, kv_heads = 4, head_dim = 128, dtype = \"f16\" }\n"
       << "block_tokens = " << kBlockTokens << "\n"
       << "dram_bytes = " << dram_ << "\nssd_dir = \"" << a_.dir << "/store\"\nssd_bytes = " << ssd_
-      << "\nsegment_bytes = " << kSegmentBytes << "\n[listen]\nunix = \"" << SocketPath()
+      << "\nsegment_bytes = " << kSegmentBytes << "\nssd_admission = \"" << a_.admission << "\"\n[listen]\nunix = \"" << SocketPath()
       << "\"\ntcp = \"\"\nhttp = \"\"\n";
     f.close();
     if (!f) return Status::IoError("writing " + path);
@@ -469,9 +469,6 @@ int RunChecked(const CrashtestArgs& a) {
     return RunFaultPass(a.dir, a.seed, a.json);
   }
   if (a.target != "store" && a.target != "serve") return Usage("--target '" + a.target + "': expected store or serve");
-  if (a.target == "serve" && adm != SsdAdmission::kAll) {
-    return Usage("--ssd-admission on-reuse with --target serve: the daemon's config has no key for it yet (docs/crashtest.md)");
-  }
   if (a.writers < 1 || a.writers > 64) return Usage("--writers " + std::to_string(a.writers) + ": expected 1..64");
   if (a.min_ms > a.max_ms) return Usage("--min-ms is above --max-ms");
   Driver d(a, *dram, *ssd, adm);

@@ -80,7 +80,7 @@ struct StoreOptions {
   //
   // The most DRAM one session's copies (and DRAM homes) may hold before its
   // new extents get no copy (PutHint::kHot ignores it); 0 derives it:
-  // max(one DRAM extent slot, dram_capacity_bytes / 4). A larger share lets
+  // max(one DRAM extent slot, dram_capacity_bytes / 2). A larger share lets
   // one long session keep more of its prefix in DRAM at the expense of the
   // others.
   uint64_t session_dram_share_bytes = 0;

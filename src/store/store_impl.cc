@@ -262,7 +262,7 @@ Session& StoreImpl::TouchSession(SessionId id) {
 uint64_t StoreImpl::SessionShare() const {
   if (options_.session_dram_share_bytes) return options_.session_dram_share_bytes;
   if (!dram_) return 0;
-  return std::max(dram_->geometry().extent_bytes, dram_->capacity_bytes() / 4);
+  return std::max(dram_->geometry().extent_bytes, dram_->capacity_bytes() / 2);
 }
 
 const ExtentGeometry& StoreImpl::Geometry(Medium m, uint32_t device) const {
@@ -340,7 +340,19 @@ std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
   if (!dram_) return std::nullopt;
   if (auto s = dram_->slots().Allocate()) return s;
   Extent* victim = LruVictim(requester, true, [](const Extent* x, const Session&) { return x->has_copy && x->pins == 0; });
-  if (victim == nullptr) return std::nullopt;
+  if (victim == nullptr) {
+    // No other session has a copy to give: the requester's own least
+    // recently accessed one (history it no longer reads; never its open
+    // extent or one in use).
+    auto self = sessions_.find(requester);
+    if (self == sessions_.end()) return std::nullopt;
+    for (uint64_t id : self->second.extents) {
+      Extent* x = extents_.at(id).get();
+      if (!x->has_copy || x->pins > 0 || id == self->second.open_extent) continue;
+      if (victim == nullptr || x->last_access < victim->last_access) victim = x;
+    }
+    if (victim == nullptr) return std::nullopt;
+  }
   DropCopy(victim);
   return dram_->slots().Allocate();
 }

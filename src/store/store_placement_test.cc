@@ -196,13 +196,13 @@ TEST(StorePlacementTest, EachPutHintChangesPlacement) {
   }
 }
 
-TEST(StorePlacementTest, TheDerivedShareIsAQuarterOfDram) {
+TEST(StorePlacementTest, TheDerivedShareIsHalfOfDram) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
-  o.session_dram_share_bytes = 0;  // derived: max(one extent, DRAM / 4) = 2 extents
+  o.session_dram_share_bytes = 0;  // derived: max(one extent, DRAM / 2) = 4 extents
   auto store = Open(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 16), Payload(*store, 16, 1)).ok());
-  EXPECT_EQ(store->Stats().dram.extents, 2u);
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 24), Payload(*store, 24, 1)).ok());
+  EXPECT_EQ(store->Stats().dram.extents, 4u);
 }
 
 TEST(StorePlacementTest, FixedDramPlacementMakesDramOnlyBlocksBesideAnSsd) {

@@ -33,8 +33,13 @@ enum class SsdAdmission : uint8_t {
   // A session's blocks reach SSD only once the session has been reused
   // (a restore hit its blocks), after Dynamo KVBM's presence filter and
   // LMCache's SSD gate: fewer SSD bytes written, for wear. Until then its
-  // blocks are DRAM-only: acknowledged as DRAM-only, and lost when
-  // their DRAM is reclaimed or the process dies.
+  // blocks are DRAM-only: acknowledged as DRAM-only
+  // (PutResult::dram_only_blocks, StoreStats::dram_only_blocks), held only
+  // in the session's DRAM copies (a block no copy can take is not stored),
+  // and lost when their copy is reclaimed or the process dies. When a
+  // restore that hit the session ends, its DRAM-only blocks are written to
+  // their SSD homes, and its later puts write through. Raw blocks only:
+  // coded puts always write through.
   kOnReuse = 1,
 };
 
@@ -73,8 +78,11 @@ struct StoreOptions {
   // Dropping a copy never loses data. Without an SSD tier DRAM is the only
   // home and reclaim deletes blocks.
   //
-  // The most DRAM copies one session may hold; 0 derives it from the
-  // capacities (documented in docs/architecture.md).
+  // The most DRAM one session's copies (and DRAM homes) may hold before its
+  // new extents get no copy (PutHint::kHot ignores it); 0 derives it:
+  // max(one DRAM extent slot, dram_capacity_bytes / 2). A larger share lets
+  // one long session keep more of its prefix in DRAM at the expense of the
+  // others.
   uint64_t session_dram_share_bytes = 0;
   // DRAM-only stores: a session untouched for this long is idle, and its
   // extents are reclaimed before those of sessions in use. With an SSD
@@ -85,11 +93,15 @@ struct StoreOptions {
   // "Durability").
   SsdAdmission ssd_admission = SsdAdmission::kAll;
   // A restore that read a session's blocks from SSD into host memory also
-  // re-admits them as that session's DRAM copy (a copy, never a move).
+  // re-admits them as that session's DRAM copy (a copy, never a move), when
+  // the placement policy would copy the extent and a DRAM slot can be had
+  // without waiting. Costs one memcpy of the restored bytes; makes the
+  // session's next restore a DRAM hit (figures in docs/benchmarks.md).
   bool readmit_on_restore = true;
   // Bytes of put data whose DRAM copy is visible but whose SSD write has
   // not completed yet; a put beyond it waits for earlier SSD writes
-  // (back-pressure). 0 derives it from the capacities.
+  // (back-pressure; a put alone may exceed it). 0 derives it:
+  // max(64 MiB, dram_capacity_bytes / 4).
   uint64_t ssd_write_buffer_bytes = 0;
 
   // A restore's window holds max(window_layers, window_bytes / layer bytes)

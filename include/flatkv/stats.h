@@ -10,13 +10,13 @@ struct MediumStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;       // bytes of allocated extents
   uint64_t extents = 0;          // allocated extents
-  uint64_t blocks = 0;           // blocks indexed on this medium
+  uint64_t blocks = 0;           // blocks readable from this medium (DRAM: copies and DRAM homes)
   uint64_t hit_blocks = 0;       // blocks restored from this medium
   uint64_t bytes_written = 0;    // payload bytes put
   uint64_t bytes_read = 0;       // bytes read from the medium (SSD: including alignment padding)
   uint64_t bytes_delivered = 0;  // payload bytes placed in restore windows
   uint64_t read_requests = 0;    // coalesced requests issued
-  uint64_t evicted_extents = 0;
+  uint64_t evicted_extents = 0;  // DRAM with an SSD tier: copies dropped (no data lost)
   uint64_t evicted_blocks = 0;
   uint64_t queue_depth = 0;      // requests outstanding now
   uint64_t max_queue_depth = 0;  // the most ever outstanding
@@ -35,6 +35,11 @@ struct StoreStats {
   uint64_t lookup_blocks = 0;   // keys asked for across restores
   uint64_t miss_blocks = 0;     // keys asked for that did not hit
   uint64_t put_blocks = 0;      // blocks written
+  uint64_t dram_only_blocks = 0;  // indexed blocks with no SSD home written (lost on reclaim or crash)
+  uint64_t dram_only_lost_blocks = 0;  // DRAM-only blocks dropped by reclaim (kOnReuse)
+  uint64_t readmitted_blocks = 0;  // SSD blocks a restore copied back into DRAM (readmit_on_restore)
+  uint64_t ssd_write_waits = 0;    // puts that waited for earlier SSD writes (ssd_write_buffer_bytes)
+  uint64_t shared_extents = 0;     // extents other sessions than their owner reference
   uint64_t dedup_blocks = 0;    // blocks put that were already stored
   uint64_t checksum_failures = 0;
   uint64_t decode_failures = 0;   // coded slices that failed to decode (each a miss, like a checksum failure)

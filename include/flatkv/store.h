@@ -1,8 +1,9 @@
 // Store: host DRAM and NVMe SSD as peer media in one 64-bit address space.
 //
-// A block (block_tokens tokens of KV across all layers) is written once,
-// straight onto the medium the placement policy picks when its extent is
-// created, and never migrated. A session's blocks are laid out
+// A block (block_tokens tokens of KV across all layers) is written once to
+// its home and never migrated: with an SSD tier the home is on SSD and DRAM
+// holds copies of recently used sessions' extents (dropping one loses
+// nothing); without one, DRAM is the home. A session's blocks are laid out
 // session-contiguous and layer-major inside extents, so restoring a prefix
 // costs one read per layer per extent. See docs/architecture.md.
 //
@@ -56,6 +57,16 @@ struct BlockLocation {
   uint64_t layer_stride = 0;
 };
 
+// What one Put did, for callers that ask (PutOptions::result).
+struct PutResult {
+  uint32_t stored_blocks = 0;  // new blocks this call stored (durable or DRAM-only)
+  uint32_t dedup_blocks = 0;   // blocks already stored (now also referenced by this session)
+  // Of stored_blocks, those acknowledged as DRAM-only: no SSD home written
+  // yet (ssd_admission = kOnReuse, or a store without an SSD tier). They
+  // are lost when their DRAM is reclaimed or the process dies.
+  uint32_t dram_only_blocks = 0;
+};
+
 struct PutOptions {
   PutHint hint = PutHint::kAuto;
   // The codec these blocks are stored with (a namespace's choice); null
@@ -66,6 +77,8 @@ struct PutOptions {
   // position ((first_block + i) * block_tokens); kUnknownBlock when unknown.
   static constexpr uint32_t kUnknownBlock = 0xFFFFFFFFu;
   uint32_t first_block = kUnknownBlock;
+  // If set, filled in when Put returns (also on error: what was stored).
+  PutResult* result = nullptr;
 };
 
 // Where a restore delivers: by default into the store's bounded window
@@ -124,8 +137,13 @@ class Store {
 
   // Writes `keys.size()` blocks for `session`. `data` is the blocks'
   // payloads back to back (BlockBytes() each). Blocks already stored are
-  // skipped. On error nothing previously stored is lost, and blocks of this
-  // call that were not written are misses.
+  // skipped, and `session` then holds a reference to them (DropSession of
+  // their writer keeps them while it lives). With an SSD tier, Ok means
+  // every new block's SSD write and manifest record completed (durability
+  // in docs/architecture.md), unless PutResult::dram_only_blocks says
+  // otherwise; a block's DRAM copy may serve restores before that. On error
+  // nothing previously stored is lost, and blocks of this call that were
+  // not written are misses.
   virtual Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
                      const PutOptions& options = {}) = 0;
 
@@ -137,7 +155,9 @@ class Store {
   virtual Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain,
                                                         const RestoreTarget& target = {}) = 0;
 
-  // Frees every extent of `session`, on both media.
+  // Frees every extent of `session`, on both media, except those holding
+  // blocks another live session references (they pass to that session),
+  // and drops the session's own references.
   virtual Status DropSession(SessionId session) = 0;
 
   // Writes a compact manifest and closes files. Further calls fail.

@@ -14,7 +14,8 @@ namespace {
 constexpr char kMagic[8] = {'F', 'L', 'A', 'T', 'K', 'V', 'M', 'F'};
 constexpr uint32_t kMaxRecordBytes = 1u << 20;
 constexpr uint32_t kHeaderBodyBytes = 68;
-enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3, kExtentCreateCoded = 4, kBlockPutCoded = 5 };
+enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3, kExtentCreateCoded = 4, kBlockPutCoded = 5,
+                         kExtentSessions = 6 };
 constexpr uint32_t kMaxCodecSpecBytes = 256;
 
 void PutU8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
@@ -175,6 +176,16 @@ void EncodeExtentFree(std::vector<uint8_t>& out, ExtentRef ref) {
   FinishRecord(out, start);
 }
 
+void EncodeExtentSessions(std::vector<uint8_t>& out, ExtentRef ref, uint64_t owner, std::span<const uint64_t> sharers) {
+  size_t start = BeginRecord(out, kExtentSessions);
+  PutU32(out, ref.segment);
+  PutU32(out, ref.slot);
+  PutU64(out, owner);
+  PutU32(out, static_cast<uint32_t>(sharers.size()));
+  for (uint64_t s : sharers) PutU64(out, s);
+  FinishRecord(out, start);
+}
+
 Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
   ManifestContents c;
   Reader r(bytes);
@@ -202,6 +213,22 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
     const bool coded_type = type == kExtentCreateCoded || type == kBlockPutCoded;
     if (coded_type && c.version < kManifestVersionCoded) {
       problem = "coded record type " + std::to_string(type) + " in a version " + std::to_string(c.version) + " log";
+    } else if (type == kExtentSessions && c.version < kManifestVersionShared) {
+      problem = "shared-extent record type 6 in a version " + std::to_string(c.version) + " log";
+    } else if (type == kExtentSessions && p.remaining() >= 20) {
+      ExtentRef ref{p.U32(), p.U32()};
+      const uint64_t owner = p.U64();
+      const uint32_t n = p.U32();
+      auto it = c.extents.find(ref);
+      if (n > kMaxSharers || !need(8ull * n)) problem = "shared-extent record with " + std::to_string(n) + " sessions";
+      else if (it == c.extents.end())
+        problem = "sessions of unknown extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
+      else {
+        it->second.session = owner;
+        it->second.sharers.clear();
+        for (uint32_t i = 0; i < n; ++i) it->second.sharers.push_back(p.U64());
+        it->second.sequence = ++sequence;
+      }
     } else if ((type == kExtentCreate && need(16)) || (type == kExtentCreateCoded && p.remaining() >= 18)) {
       ExtentRef ref{p.U32(), p.U32()};
       uint64_t session = p.U64();
@@ -332,8 +359,10 @@ Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version)
   MutexLock lock(&mu_);
   if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
   uint32_t version = std::max(version_, min_version);
-  for (const auto& [ref, e] : contents.extents)
+  for (const auto& [ref, e] : contents.extents) {
     if (!e.codec.empty()) version = std::max(version, kManifestVersionCoded);
+    if (!e.sharers.empty()) version = std::max(version, kManifestVersionShared);
+  }
   std::vector<uint8_t> bytes;
   EncodeHeader(bytes, contents.header, version);
   std::vector<std::pair<uint64_t, ExtentRef>> order;
@@ -342,6 +371,7 @@ Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version)
   for (const auto& [seq, ref] : order) {
     const ExtentRecord& e = contents.extents.at(ref);
     EncodeExtentCreate(bytes, ref, e.session, e.codec);
+    if (!e.sharers.empty()) EncodeExtentSessions(bytes, ref, e.session, e.sharers);
     for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);
   }
   const std::string path = dir_ + "/" + kManifestName;

@@ -29,10 +29,15 @@
 namespace flatkv::persist {
 
 // Version 1: raw extents only. Version 2 adds coded extents (records 4 and
-// 5); a log is written as version 1 until its first coded extent, so a
-// store without codecs keeps the version 1 format.
-inline constexpr uint32_t kManifestVersion = 2;
+// 5); version 3 adds shared extents (record 6: an extent's owner and the
+// other sessions referencing it). A log is written at the lowest version
+// its records need, so a store without codecs or shared blocks keeps the
+// version 1 format; this build reads versions 1 to 3.
+inline constexpr uint32_t kManifestVersion = 3;
 inline constexpr uint32_t kManifestVersionCoded = 2;
+inline constexpr uint32_t kManifestVersionShared = 3;
+// An extent records at most this many referencing sessions.
+inline constexpr uint32_t kMaxSharers = 4096;
 // A coded extent holds at most this many blocks per block slot of a raw
 // extent (encoded slices are packed; a block needs only its encoded size).
 inline constexpr uint32_t kCodedBlocksPerSlot = 16;
@@ -69,10 +74,12 @@ struct BlockRecord {
 };
 
 struct ExtentRecord {
-  uint64_t session = 0;
+  uint64_t session = 0;   // the owner
   std::string codec;      // codec spec of a coded extent; empty = raw slices at slot_stride
   uint64_t sequence = 0;  // position in the log of the extent's last record: LRU order
   std::vector<BlockRecord> blocks;
+  // Other sessions holding references to its blocks (ExtentSessions record).
+  std::vector<uint64_t> sharers = {};
 };
 
 // The live state a log describes.
@@ -91,6 +98,8 @@ struct ManifestContents {
 void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec = {});
 void EncodeBlockPut(std::vector<uint8_t>& out, ExtentRef ref, const BlockRecord& block);
 void EncodeExtentFree(std::vector<uint8_t>& out, ExtentRef ref);
+// The extent's owner and referencing sessions from now on (version 3 log).
+void EncodeExtentSessions(std::vector<uint8_t>& out, ExtentRef ref, uint64_t owner, std::span<const uint64_t> sharers);
 void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& header, uint32_t version = 1);
 
 // Parses a whole log. A bad header is an error; a bad record ends the valid
@@ -113,7 +122,7 @@ class Manifest {
   // Appends encoded records; with `sync`, fdatasyncs before returning.
   Status Append(std::span<const uint8_t> records, bool sync);
   // Replaces the log with a snapshot holding `contents`' extents, as version
-  // max(current, min_version, 2 if any extent is coded).
+  // max(current, min_version, 2 if any extent is coded, 3 if any is shared).
   Status Rewrite(const ManifestContents& contents, uint32_t min_version = 1);
   uint64_t bytes() const;
   uint32_t version() const;

@@ -21,9 +21,6 @@ constexpr uint64_t kSliceBytes = 4096;
 // Blocks per extent on both media: one session's run, restored as one
 // request per layer.
 constexpr uint64_t kExtentBlocks = 16;
-// Each session may hold at most this fraction of DRAM before its new
-// extents go to SSD (StoreOptions::session_dram_share_bytes).
-constexpr double kSessionDramShare = 0.25;
 
 uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
@@ -82,8 +79,8 @@ class FlatPolicy final : public CachePolicy {
     o.dram_capacity_bytes = dram;
     o.dram_extent_layer_bytes = kExtentBlocks * slice;
     o.ssd_extent_layer_bytes = kExtentBlocks * slice;
-    o.session_dram_share_bytes = std::max<uint64_t>(extent_bytes, static_cast<uint64_t>(double(dram) * kSessionDramShare));
-    o.placement = std::make_shared<DefaultPlacement>();
+    // Placement, the session's DRAM share, readmission and SSD admission
+    // are the store's defaults, as the daemon would run them.
     o.clock = [this] {
       return Clock::time_point{} + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(now_s_));
     };

@@ -73,55 +73,37 @@ TEST_P(EvictionTest, CapacityHoldsExactlyAndTheLeastRecentSessionGoesFirst) {
 INSTANTIATE_TEST_SUITE_P(Media, EvictionTest, ::testing::Values(Medium::kDram, Medium::kSsd),
                          [](const auto& info) { return std::string(MediumName(info.param)); });
 
-TEST(PlacementTest, FullDramSendsNewExtentsToSsdWithoutDroppingActiveSessions) {
+// With an SSD tier every block's home is on SSD; a full DRAM gives the
+// newest session copies by dropping the least recent session's, and no
+// block is lost.
+TEST(PlacementTest, FullDramMovesCopiesToTheActiveSessionWithoutDroppingBlocks) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 16);
   o.session_dram_share_bytes = 1ull << 40;
-  o.dram_idle_after = std::chrono::hours(1);  // nobody is idle
   auto store = Open(o);
-  PutChain(*store, 1, 1, 8);  // fills DRAM (2 extents)
+  PutChain(*store, 1, 1, 8);  // copies fill DRAM (2 extents)
   EXPECT_EQ(store->Stats().dram.extents, 2u);
-  PutChain(*store, 2, 2, 8);  // DRAM full of an active session: goes to SSD
   EXPECT_EQ(store->Stats().ssd.extents, 2u);
-  EXPECT_EQ(store->Stats().dram.evicted_extents, 0u);
+  PutChain(*store, 2, 2, 8);  // session 1's copies go to session 2
+  EXPECT_EQ(store->Stats().ssd.extents, 4u);
+  EXPECT_EQ(store->Stats().dram.evicted_extents, 2u);
+  EXPECT_EQ(store->Stats().ssd.evicted_extents, 0u);
   EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);
   EXPECT_EQ(store->Match(ChainKeys(2, 8)), 8u);
 }
 
-TEST(PlacementTest, IdleSessionsGiveUpTheirDram) {
-  TempDir dir;
-  StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 16);
-  o.session_dram_share_bytes = 1ull << 40;
-  o.dram_idle_after = std::chrono::seconds(10);
-  // The store judges idleness by this clock (a replay passes simulated time).
-  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
-  o.clock = [now] { return *now; };
-  auto store = Open(o);
-  PutChain(*store, 1, 1, 8);  // t=0: session 1 fills DRAM
-  *now += std::chrono::seconds(5);
-  PutChain(*store, 2, 2, 4);  // t=5: session 1 is active, so session 2 goes to SSD
-  EXPECT_EQ(store->Stats().ssd.extents, 1u);
-  EXPECT_EQ(store->Stats().dram.evicted_extents, 0u);
-  *now += std::chrono::seconds(10);
-  PutChain(*store, 3, 3, 4);  // t=15: session 1 has been idle 15 s: it gives up one DRAM extent
-  EXPECT_EQ(store->Stats().dram.extents, 2u);
-  EXPECT_EQ(store->Stats().ssd.extents, 1u);
-  EXPECT_EQ(store->Stats().dram.evicted_extents, 1u);
-  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 4u);
-  EXPECT_EQ(store->Match(ChainKeys(3, 4)), 4u);
-}
-
-TEST(PlacementTest, SessionsOutgrowingTheirShareAndOneShotBlocksGoToSsd) {
+TEST(PlacementTest, SessionsOutgrowingTheirShareAndOneShotBlocksHaveNoDramCopy) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 16);
   o.session_dram_share_bytes = 2 * kExtentBytes;
   auto store = Open(o);
-  PutChain(*store, 1, 1, 16);  // 4 extents: 2 within the share in DRAM, 2 on SSD
+  PutChain(*store, 1, 1, 16);  // 4 SSD extents, copies of the 2 within the share
   EXPECT_EQ(store->Stats().dram.extents, 2u);
-  EXPECT_EQ(store->Stats().ssd.extents, 2u);
+  EXPECT_EQ(store->Stats().ssd.extents, 4u);
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2), {PutHint::kOneShot}).ok());
-  EXPECT_EQ(store->Stats().ssd.extents, 3u);
-  // A restore spanning both media returns every byte in order.
+  EXPECT_EQ(store->Stats().ssd.extents, 5u);
+  EXPECT_EQ(store->Stats().dram.extents, 2u);
+  // A restore spanning copies and SSD homes returns every byte in order.
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 16), &got), 16u);
   EXPECT_TRUE(got == Payload(*store, 16, 1));

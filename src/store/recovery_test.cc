@@ -33,28 +33,38 @@ std::unique_ptr<Store> Open(const StoreOptions& o) {
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
-TEST(RecoveryTest, SsdBlocksSurviveACleanRestartAndDramBlocksDoNot) {
+TEST(RecoveryTest, EveryBlockSurvivesACleanRestartAndDramCopiesDoNot) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
-  o.session_dram_share_bytes = 1 * 4 * 16384 * 5;  // one DRAM extent, the rest on SSD
+  o.session_dram_share_bytes = 1 * 4 * 16384 * 5;  // a DRAM copy of one extent
   {
     auto store = Open(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());
     EXPECT_EQ(store->Stats().dram.blocks, 4u);
-    EXPECT_EQ(store->Stats().ssd.blocks, 8u);
+    EXPECT_EQ(store->Stats().ssd.blocks, 12u);
     ASSERT_TRUE(store->Close().ok());
   }
   auto store = Open(o);
-  EXPECT_EQ(store->Stats().recovered_blocks, 8u);
-  // The DRAM prefix is gone, so as a chain nothing hits; the SSD blocks are
-  // intact as the chain's continuation.
-  EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
-  auto keys = ChainKeys(1, 12);
-  std::vector<BlockKey> tail(keys.begin() + 4, keys.end());
+  EXPECT_EQ(store->Stats().recovered_blocks, 12u);
+  EXPECT_EQ(store->Stats().dram.blocks, 0u);
   std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(*store, tail, &got), 8u);
-  auto data = Payload(*store, 12, 1);
-  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin() + 4 * store->BlockBytes()));
+  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 12), &got), 12u);
+  EXPECT_TRUE(got == Payload(*store, 12, 1));
+}
+
+// FixedPlacement(kDram) blocks beside an SSD tier are DRAM-only: they do
+// not survive a restart.
+TEST(RecoveryTest, DramOnlyBlocksDoNotSurviveARestart) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
+  o.placement = std::make_shared<FixedPlacement>(Medium::kDram);
+  {
+    auto store = Open(o);
+    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+    EXPECT_EQ(store->Stats().dram_only_blocks, 4u);
+  }
+  auto store = Open(o);
+  EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
 }
 
 TEST(RecoveryTest, ReopenWithoutCloseReplaysTheLog) {

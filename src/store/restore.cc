@@ -62,14 +62,27 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
     if (it == index.end()) break;
     Extent* e = extents.at(it->second.extent).get();
     const uint32_t slot = it->second.slot;
-    const ExtentGeometry& g = store->Geometry(e->medium, e->device);
+    // The fastest medium that holds the block: its DRAM home or DRAM copy,
+    // else its SSD home once that write has completed.
+    Medium from = Medium::kSsd;
+    uint64_t base = e->base;
+    if (e->medium == Medium::kDram) {
+      from = Medium::kDram;
+    } else if (e->has_copy && e->in_copy[slot]) {
+      from = Medium::kDram;
+      base = e->copy_base;
+    } else if (e->durable[slot] != kDurable) {
+      break;  // not readable yet (cannot happen while a copy holds it; never read unwritten SSD bytes)
+    }
+    const ExtentGeometry& g = store->Geometry(e->medium, e->device);  // a copy has its home's layout
+    const uint32_t device = from == Medium::kDram ? 0 : e->device;
     Run* last = runs_.empty() ? nullptr : &runs_.back();
-    if (last && last->extent == e->id && last->first_slot + last->count == slot) {
+    if (last && last->extent == e->id && last->medium == from && last->first_slot + last->count == slot) {
       last->count++;
     } else {
       Run r;
-      r.medium = e->medium;
-      r.device = e->device;
+      r.medium = from;
+      r.device = device;
       r.extent = e->id;
       r.first_slot = slot;
       r.first_block = hit_;
@@ -79,7 +92,7 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       r.codec = e->codec;
       if (r.codec) r.params_bytes = static_cast<uint32_t>(8 * r.codec->Params().size());
       const uint64_t first = r.codec ? 0 : g.Offset(0, slot);  // coded: the region start
-      if (e->medium == Medium::kSsd) {
+      if (from == Medium::kSsd) {
         auto loc = store->ssd(e->device)->Locate(e->base, /*create=*/false);
         if (!loc.ok()) {
           LogWarning("restore: " + loc.status().ToString() + "; the chain misses from block " + std::to_string(hit_));
@@ -88,7 +101,7 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
         r.fd = loc.value().first;
         r.src = loc.value().second + first;
       } else {
-        r.src = e->base + first;
+        r.src = base + first;
       }
       any_coded_ = any_coded_ || r.codec != nullptr;
       runs_.push_back(r);
@@ -100,16 +113,16 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
     }
     const uint64_t at = uint64_t{slot} * layers_;
     if (e->coded()) {
-      locations_.push_back({Address::Make(e->medium, e->device, e->base + e->enc_offset[at]), g.layer_stride});
+      locations_.push_back({Address::Make(from, device, base + e->enc_offset[at]), g.layer_stride});
       enc_off_.insert(enc_off_.end(), e->enc_offset.begin() + at, e->enc_offset.begin() + at + layers_);
       enc_len_.insert(enc_len_.end(), e->enc_length.begin() + at, e->enc_length.begin() + at + layers_);
     } else {
-      locations_.push_back({Address::Make(e->medium, e->device, e->base + g.Offset(0, slot)), g.layer_stride});
+      locations_.push_back({Address::Make(from, device, base + g.Offset(0, slot)), g.layer_stride});
       enc_off_.insert(enc_off_.end(), layers_, 0);
       enc_len_.insert(enc_len_.end(), layers_, 0);
     }
     checksums_.insert(checksums_.end(), e->checksums.begin() + at, e->checksums.begin() + at + layers_);
-    store->counters().of(e->medium).hit_blocks++;
+    store->counters().of(from).hit_blocks++;
     ++hit_;
   }
   Counters& c = store->counters();
@@ -126,13 +139,51 @@ bool RestoreImpl::AllSettled() {
 }
 
 RestoreImpl::~RestoreImpl() {
-  std::vector<BlockRef> corrupt;
+  std::vector<BlockRef> corrupt, readmitted;
   {
     MutexLock lock(&mu_);
     while (!AllSettled()) cv_.Wait(&mu_);
     corrupt.swap(corrupt_);
+    // A block valid in every layer was copied in every layer.
+    if (layers_ready_ == layers_)
+      for (const Run& r : runs_)
+        for (uint32_t j = 0; r.readmit && j < r.count && r.first_block + j < valid_; ++j)
+          readmitted.push_back({r.extent, r.first_slot + j});
   }
-  store_->EndRestore(pinned_, corrupt);
+  store_->EndRestore(pinned_, corrupt, readmitted);
+}
+
+std::vector<uint64_t> RestoreImpl::SsdRunExtents() const {
+  std::vector<uint64_t> out;
+  for (const Run& r : runs_)
+    if (r.medium == Medium::kSsd && std::find(out.begin(), out.end(), r.extent) == out.end()) out.push_back(r.extent);
+  return out;
+}
+
+void RestoreImpl::SetReadmit(uint64_t extent, uint64_t copy_base) {
+  for (Run& r : runs_) {
+    if (r.medium != Medium::kSsd || r.extent != extent) continue;
+    r.readmit = true;
+    r.copy_src = copy_base + (r.codec ? 0 : uint64_t{r.first_slot} * r.slot_stride);
+  }
+}
+
+void RestoreImpl::CopyRaw(uint32_t layer, const Run& r, uint32_t j0, const std::vector<const std::byte*>& where,
+                          uint32_t good) {
+  for (uint32_t j = 0; j < good; ++j) {
+    std::byte* dst = store_->dram()->At(r.copy_src + uint64_t{layer} * r.layer_stride + uint64_t{j0 + j} * r.slot_stride);
+    std::memcpy(dst, where[j], lb_);
+    std::memset(dst + lb_, 0, r.slot_stride - lb_);
+  }
+}
+
+void RestoreImpl::CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,
+                            uint64_t region_begin) {
+  std::byte* region = store_->dram()->At(r.copy_src + uint64_t{layer} * r.layer_stride);
+  for (uint32_t j = j0; j < j0 + n; ++j) {
+    const uint64_t at = uint64_t{r.first_block + j} * layers_ + layer;
+    std::memcpy(region + enc_off_[at], bytes + (enc_off_[at] - region_begin), enc_len_[at]);
+  }
 }
 
 uint64_t RestoreImpl::PlanLanding(bool layer_area) {
@@ -280,11 +331,12 @@ void RestoreImpl::Issue(uint32_t layer) {
     if (r.medium == Medium::kDram) {
       const std::byte* from = store_->dram()->At(src);
       store_->dram_queue()->Submit([this, layer, &r, p, from, where = std::move(where)]() mutable {
-        // Copy maximal contiguous stretches (one memcpy for the usual case).
+        // Copy maximal contiguous stretches (one memcpy for the usual case;
+        // block by block where slots are padded, as in a copy of an SSD extent).
         for (uint32_t j = 0; j < p.n;) {
           uint32_t k = j + 1;
-          while (k < p.n && where[k] == where[j] + uint64_t{k - j} * lb_) ++k;
-          std::memcpy(const_cast<std::byte*>(where[j]), from + uint64_t{j} * lb_, uint64_t{k - j} * lb_);
+          while (r.slot_stride == lb_ && k < p.n && where[k] == where[j] + uint64_t{k - j} * lb_) ++k;
+          std::memcpy(const_cast<std::byte*>(where[j]), from + uint64_t{j} * r.slot_stride, uint64_t{k - j} * lb_);
           j = k;
         }
         Complete(layer, r, p.j0, std::move(where), Status::Ok());
@@ -317,7 +369,10 @@ void RestoreImpl::IssueCoded(uint32_t layer, const Piece& p, std::byte* slot) {
   std::byte* into = slot + p.stage;
   store_->engine()->Submit({io::Op::kRead, r.fd, region + begin, into, end - begin,
                             [this, layer, &r, p, into, begin, at = region + begin](Status s) {
-                              if (s.ok()) return SubmitDecodes(layer, r, p.j0, p.n, into, begin, true);
+                              if (s.ok()) {
+                                if (r.readmit) CopyCoded(layer, r, p.j0, p.n, into, begin);
+                                return SubmitDecodes(layer, r, p.j0, p.n, into, begin, true);
+                              }
                               store_->counters().io_errors++;
                               LogWarning("restore: layer " + std::to_string(layer) + ": " +
                                          s.WithContext("read at offset " + std::to_string(at)).ToString() +
@@ -411,6 +466,7 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
     }
   }
   if (status.ok()) c.of(r.medium).bytes_delivered += uint64_t{n} * lb_;
+  if (status.ok() && r.readmit) CopyRaw(layer, r, j0, where, bad == UINT32_MAX ? n : bad - (r.first_block + j0));
   Settle(layer, bad, corrupt);
 }
 
@@ -484,6 +540,11 @@ Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKe
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("restore: store is closed");
     r = std::make_unique<RestoreImpl>(this, chain, target, index_, extents_);
+    if (options_.readmit_on_restore)
+      for (uint64_t id : r->SsdRunExtents()) {
+        Extent* e = extents_.at(id).get();
+        if (e->has_copy || GiveCopy(e)) r->SetReadmit(id, e->copy_base);
+      }
     for (uint64_t id : std::set<uint64_t>(r->pinned().begin(), r->pinned().end()))
       if (auto it = extents_.find(id); it != extents_.end()) {
         auto s = sessions_.find(it->second->session);

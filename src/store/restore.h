@@ -50,6 +50,11 @@ class RestoreImpl final : public Restore {
   void ReleaseLayer(uint32_t layer) override;
   uint32_t Finish() override;
   const std::vector<uint64_t>& pinned() const { return pinned_; }
+  // readmit_on_restore, called under the store's lock before Begin: the
+  // extents of the SSD runs, and where run `r`'s extent's DRAM copy is (the
+  // restore copies what it reads from SSD there).
+  std::vector<uint64_t> SsdRunExtents() const;
+  void SetReadmit(uint64_t extent, uint64_t copy_base);
 
  private:
   struct Run {
@@ -67,6 +72,8 @@ class RestoreImpl final : public Restore {
     bool fixup = false;        // landed bytes need moving into place
     std::shared_ptr<const Codec> codec;  // coded extent: src is its layer-0 region start
     uint32_t params_bytes = 0;     // coded: the codec's parameter bytes in each header
+    bool readmit = false;          // SSD run copied into its extent's DRAM copy as it lands
+    uint64_t copy_src = 0;         // arena offset of (layer 0, first slot) (coded: region start) in that copy
   };
   struct Piece {  // one request of a layer: blocks j0..j0+n-1 of run `run`
     size_t run;
@@ -102,6 +109,9 @@ class RestoreImpl final : public Restore {
   void DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin,
                     bool verify);
   void Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRef>& corrupt);
+  // Copies blocks j0..j0+n-1 of readmitted run `r` of `layer` into the DRAM copy.
+  void CopyRaw(uint32_t layer, const Run& r, uint32_t j0, const std::vector<const std::byte*>& where, uint32_t good);
+  void CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin);
   std::byte* Home(uint32_t layer, uint32_t block);  // where a decoded block goes
   bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight
 

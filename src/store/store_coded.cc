@@ -9,6 +9,8 @@
 #include <unordered_set>
 
 #include "common/checksum.h"
+#include <optional>
+#include <tuple>
 #include "store/segment_writer.h"
 #include "store/store_impl.h"
 
@@ -24,6 +26,8 @@ uint64_t BatchAlign(Medium m) { return m == Medium::kSsd ? kSsdAlign : kDramAlig
 
 Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
                            const PutOptions& options, const std::shared_ptr<const Codec>& codec) {
+  PutResult local;
+  PutResult& res = options.result ? *options.result : local;
   const uint32_t layers = options_.shape.layers;
   const uint64_t block_bytes = BlockBytes();
   const std::string spec = codec->Spec();
@@ -34,8 +38,15 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
     std::unordered_set<BlockKey, BlockKeyHash> seen;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (index_.count(keys[i]) || !seen.insert(keys[i]).second) {
+      if (auto hit = index_.find(keys[i]); hit != index_.end()) {
         counters_.dedup_blocks++;
+        res.dedup_blocks++;
+        AddSharer(extents_.at(hit->second.extent).get(), session);
+        continue;
+      }
+      if (!seen.insert(keys[i]).second) {
+        counters_.dedup_blocks++;
+        res.dedup_blocks++;
         continue;
       }
       todo.push_back(i);
@@ -92,6 +103,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     for (size_t k = 0; k < todo.size(); ++k) {
       if (index_.count(keys[todo[k]])) {  // a concurrent put stored it meanwhile
         counters_.dedup_blocks++;
+        res.dedup_blocks++;
         continue;
       }
       const uint32_t* lk = &len[k * layers];
@@ -131,13 +143,12 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       }
       if (std::find(pinned.begin(), pinned.end(), e) == pinned.end()) {
         e->pins++;
+        e->writers++;
         pinned.push_back(e);
       }
       e->last_access = Now();
       const uint32_t slot = e->reserved++;
-      e->keys.resize(slot + 1);
-      e->present.resize(slot + 1, 0);
-      e->checksums.resize(uint64_t{slot + 1} * layers);
+      GrowSlots(e, slot + 1);
       e->enc_offset.resize(uint64_t{slot + 1} * layers);
       e->enc_length.resize(uint64_t{slot + 1} * layers);
       for (uint32_t l = 0; l < layers; ++l) {
@@ -158,63 +169,95 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       ptrs[j * layers + l] = enc.get() + inputs[j] * per_block + bound_at[l];
       lens[j * layers + l] = len[inputs[j] * layers + l];
     }
-  Status status = inputs.empty() ? Status::Ok() : WriteCoded(slots, offs, lens, ptrs);
-  if (status.ok()) {  // log SSD blocks; only then are they visible
-    std::vector<std::vector<uint8_t>> records(ssd_.size());
+  Status status;
+  if (!inputs.empty()) {
+    std::vector<Pending> blocks(inputs.size());
+    std::vector<uint64_t> bsums(inputs.size() * layers);
     for (size_t j = 0; j < inputs.size(); ++j) {
-      auto [e, slot] = slots[j];
-      if (e->medium != Medium::kSsd) continue;
       const size_t k = inputs[j];
-      persist::BlockRecord b{slot, keys[todo[k]],
-                             {sums.begin() + k * layers, sums.begin() + (k + 1) * layers},
-                             {offs.begin() + j * layers, offs.begin() + (j + 1) * layers},
-                             {lens.begin() + j * layers, lens.begin() + (j + 1) * layers}};
-      persist::EncodeBlockPut(records[e->device], ssd_[e->device]->RefOf(e->slot), b);
+      blocks[j] = {slots[j].first, slots[j].second, keys[todo[k]]};
+      std::copy(sums.begin() + k * layers, sums.begin() + (k + 1) * layers, bsums.begin() + j * layers);
     }
-    for (uint32_t d = 0; d < ssd_.size() && status.ok(); ++d)
-      if (!records[d].empty()) status = ssd_[d]->manifest().Append(records[d], options_.sync_writes);
+    // Coded puts always write through (ssd_admission applies to raw blocks).
+    const uint64_t budget = SsdBlocks(blocks) * block_bytes;
+    AcquireWriteBudget(budget);
+    SegmentWriter writer(*this);
+    Status early = WriteCoded(slots, offs, lens, ptrs, /*dram=*/true, &writer);
+    // A failed DRAM phase (an SSD file that cannot be opened) indexes nothing.
+    if (!early.ok()) (void)writer.Finish();
+    if (!early.ok()) status = early;
+    else status = Commit(
+        session, blocks, bsums.data(),
+        [&] {
+          Status s = WriteCoded(slots, offs, lens, ptrs, /*dram=*/false, &writer);
+          Status finished = writer.Finish();
+          return s.ok() ? finished : s;
+        },
+        [&](size_t j) {
+          return persist::BlockRecord{slots[j].second, blocks[j].key,
+                                      {bsums.begin() + j * layers, bsums.begin() + (j + 1) * layers},
+                                      {offs.begin() + j * layers, offs.begin() + (j + 1) * layers},
+                                      {lens.begin() + j * layers, lens.begin() + (j + 1) * layers}};
+        },
+        /*admit=*/true, &res);
+    ReleaseWriteBudget(budget);
   }
   MutexLock lock(&mu_);
-  if (status.ok()) {
-    for (size_t j = 0; j < inputs.size(); ++j) {
-      auto [e, slot] = slots[j];
-      const size_t k = inputs[j];
-      const BlockKey& key = keys[todo[k]];
-      if (!index_.try_emplace(key, BlockRef{e->id, slot}).second) continue;  // a concurrent put won
-      e->present[slot] = 1;
-      e->keys[slot] = key;
-      std::copy(sums.begin() + k * layers, sums.begin() + (k + 1) * layers, e->checksums.begin() + uint64_t{slot} * layers);
-      CountBlock(*e, slot, +1);
-      counters_.put_blocks++;
-      counters_.of(e->medium).bytes_written += block_bytes;
-    }
+  for (Extent* e : pinned) {
+    e->writers--;
+    Unpin(e);
   }
-  for (Extent* e : pinned) Unpin(e);
   return status.ok() ? alloc_status : status;
 }
 
 Status StoreImpl::WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<uint32_t>& offs,
-                             const std::vector<uint32_t>& lens, const std::vector<const std::byte*>& ptrs) {
+                             const std::vector<uint32_t>& lens, const std::vector<const std::byte*>& ptrs, bool dram,
+                             SegmentWriter* writer) {
   const uint32_t layers = options_.shape.layers;
   uint64_t total = 0;
   for (uint32_t n : lens) total += n;
   const uint64_t want = total + slots.size() * kSsdAlign;  // one wave holds the whole put if it can
-  SegmentWriter writer(*this);
   Status status;
   size_t j = 0;
   while (j < slots.size() && status.ok()) {
     // A batch: this put's blocks in one extent, packed back to back per layer.
     size_t n = 1;
     while (j + n < slots.size() && slots[j + n].first == slots[j].first) ++n;
-    Extent* e = slots[j].first;
+    Extent* e = slots[j].first;  // medium, copy and base fixed while this put writes into it
     const ExtentGeometry& g = Geometry(e->medium, e->device);
-    if (e->medium == Medium::kDram) {
-      for (uint32_t l = 0; l < layers; ++l)
-        for (size_t m = j; m < j + n; ++m)
-          std::memcpy(dram_->At(e->base + l * g.layer_stride + offs[m * layers + l]), ptrs[m * layers + l], lens[m * layers + l]);
-      j += n;
+    const size_t at = j;
+    j += n;
+    auto span_of = [&](uint32_t l, uint64_t* start, uint64_t* end) {
+      const uint64_t last = (at + n - 1) * layers + l;
+      *start = offs[at * layers + l];
+      *end = uint64_t{offs[last]} + lens[last];
+    };
+    if (dram) {  // DRAM homes and DRAM copies; a copy's batch is zero-padded as on SSD
+      if (e->medium != Medium::kDram && !e->has_copy) continue;
+      const bool home = e->medium == Medium::kDram;
+      int fd = -1;
+      uint64_t file_base = 0;
+      if (!home && writer) {
+        auto loc = ssd_[e->device]->Locate(e->base, true);
+        if (!loc.ok()) return loc.status();
+        std::tie(fd, file_base) = loc.value();
+      }
+      const uint64_t base = home ? e->base : e->copy_base;
+      for (uint32_t l = 0; l < layers; ++l) {
+        for (size_t m = at; m < at + n; ++m)
+          std::memcpy(dram_->At(base + l * g.layer_stride + offs[m * layers + l]), ptrs[m * layers + l], lens[m * layers + l]);
+        if (home) continue;
+        uint64_t start, end;
+        span_of(l, &start, &end);
+        std::memset(dram_->At(base + l * g.layer_stride + end), 0, RoundUp(end, kSsdAlign) - end);
+        // Same layout as the home: the SSD write goes straight from the copy.
+        if (writer)
+          writer->Submit(fd, file_base + l * g.layer_stride + start, dram_->At(base + l * g.layer_stride + start),
+                         RoundUp(end - start, kSsdAlign));
+      }
       continue;
     }
+    if (e->medium != Medium::kSsd || e->has_copy) continue;  // copies were written above
     auto loc = ssd_[e->device]->Locate(e->base, true);
     if (!loc.ok()) {
       status = loc.status();
@@ -222,24 +265,21 @@ Status StoreImpl::WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& sl
     }
     auto [fd, file_base] = loc.value();
     for (uint32_t l = 0; l < layers && status.ok(); ++l) {
-      const uint64_t start = offs[j * layers + l];
-      const uint64_t last = (j + n - 1) * layers + l;
-      const uint64_t end = uint64_t{offs[last]} + lens[last];
+      uint64_t start, end;
+      span_of(l, &start, &end);
       const uint64_t bytes = RoundUp(end - start, kSsdAlign);
-      auto dst = writer.Stage(bytes, want);
+      auto dst = writer->Stage(bytes, want);
       if (!dst.ok()) {
         status = dst.status();
         break;
       }
-      for (size_t m = j; m < j + n; ++m)
+      for (size_t m = at; m < at + n; ++m)
         std::memcpy(*dst + (offs[m * layers + l] - start), ptrs[m * layers + l], lens[m * layers + l]);
       std::memset(*dst + (end - start), 0, bytes - (end - start));
-      writer.Submit(fd, file_base + l * g.layer_stride + start, *dst, bytes);
+      writer->Submit(fd, file_base + l * g.layer_stride + start, *dst, bytes);
     }
-    j += n;
   }
-  Status finished = writer.Finish();
-  return status.ok() ? finished : status;
+  return status;
 }
 
 }  // namespace flatkv

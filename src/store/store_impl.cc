@@ -95,12 +95,26 @@ Status StoreImpl::Init() {
   if (options_.codec)
     FLATKV_RETURN_IF_ERROR(options_.codec->Supports({options_.shape, options_.block_tokens})
                                .WithContext("codec " + options_.codec->Spec()));
-  if (options_.dram_capacity_bytes > 0) {
+  if (options_.dram_capacity_bytes > 0 && !ssd_.empty()) {
+    // DRAM holds copies of SSD extents, laid out as their homes are, so its
+    // slots take the largest SSD extent (DRAM homes use the same layout).
+    ExtentGeometry g = ssd_[0]->geometry();
+    for (const auto& d : ssd_)
+      if (d->geometry().extent_bytes > g.extent_bytes) g = d->geometry();
+    if (options_.dram_capacity_bytes < g.extent_bytes)
+      return Status::InvalidArgument("dram_capacity_bytes=" + std::to_string(options_.dram_capacity_bytes) +
+                                     " is smaller than one SSD extent (" + std::to_string(g.extent_bytes) +
+                                     " bytes), which a DRAM copy mirrors; raise it, or set it to 0 for no DRAM tier");
+    FLATKV_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_capacity_bytes, g));
+  } else if (options_.dram_capacity_bytes > 0) {
     FLATKV_ASSIGN_OR_RETURN(ExtentGeometry g, ExtentGeometry::Make(options_.shape, options_.block_tokens,
                                                                   options_.dram_extent_layer_bytes,
                                                                   options_.dram_capacity_bytes, 1, "dram_capacity_bytes"));
     FLATKV_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_capacity_bytes, g));
   }
+  write_budget_ = options_.ssd_write_buffer_bytes
+                      ? options_.ssd_write_buffer_bytes
+                      : std::max<uint64_t>(SegmentWriter::kWaveBytes, (dram_ ? dram_->capacity_bytes() : 0) / 4);
   if (options_.window_bytes > 0) ReleaseWindow(AcquireWindow(options_.window_bytes));  // fault it in now
   return Status::Ok();
 }
@@ -154,9 +168,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     }
     e->reserved = e->capacity;  // recovered extents take no new blocks
     e->full = true;
-    e->keys.resize(e->reserved);
-    e->present.assign(e->reserved, 0);
-    e->checksums.assign(uint64_t{e->reserved} * layers, 0);
+    GrowSlots(e.get(), e->reserved);
     for (const auto& b : rec.blocks) {
       if (e->present[b.index] || index_.count(b.key)) continue;  // a duplicate put; the first copy wins
       e->present[b.index] = 1;
@@ -166,12 +178,18 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
         std::copy(b.offsets.begin(), b.offsets.end(), e->enc_offset.begin() + uint64_t{b.index} * layers);
         std::copy(b.lengths.begin(), b.lengths.end(), e->enc_length.begin() + uint64_t{b.index} * layers);
       }
+      e->durable[b.index] = kDurable;
       index_[b.key] = {e->id, b.index};
-      CountBlock(*e, b.index, +1);
+      Count(Medium::kSsd, *e, b.index, +1);
       ++counters_.recovered_blocks;
     }
     Session& s = TouchSession(rec.session);
     s.extents.push_back(e->id);
+    for (SessionId h : rec.sharers) {
+      if (h == rec.session || std::find(e->sharers.begin(), e->sharers.end(), h) != e->sharers.end()) continue;
+      e->sharers.push_back(h);
+      TouchSession(h).shared.push_back(e->id);
+    }
     extents_[e->id] = std::move(e);
   }
   if ((dropped || contents.torn_tail) && !options_.read_only) {
@@ -213,9 +231,9 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
     for (uint64_t id : sessions_[*it].extents) {
       const Extent& e = *extents_.at(id);
       if (e.medium != Medium::kSsd || e.device != device) continue;
-      persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}};
+      persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers};
       for (uint32_t i = 0; i < e.reserved; ++i) {
-        if (!e.present[i]) continue;
+        if (!e.present[i] || e.durable[i] != kDurable) continue;  // DRAM-only blocks do not survive a restart
         const uint64_t from = uint64_t{i} * layers, to = uint64_t{i + 1} * layers;
         persist::BlockRecord b{i, e.keys[i], {e.checksums.begin() + from, e.checksums.begin() + to}, {}, {}};
         if (e.coded()) {
@@ -237,7 +255,14 @@ Session& StoreImpl::TouchSession(SessionId id) {
   lru_.push_front(id);
   s.lru = lru_.begin();
   s.last_access = Now();
+  s.touch = ++touch_;
   return s;
+}
+
+uint64_t StoreImpl::SessionShare() const {
+  if (options_.session_dram_share_bytes) return options_.session_dram_share_bytes;
+  if (!dram_) return 0;
+  return std::max(dram_->geometry().extent_bytes, dram_->capacity_bytes() / 2);
 }
 
 const ExtentGeometry& StoreImpl::Geometry(Medium m, uint32_t device) const {
@@ -249,36 +274,56 @@ PlacementContext StoreImpl::MakeContext(SessionId session, PutHint hint) {
   c.session = session;
   c.hint = hint;
   c.session_dram_bytes = sessions_[session].dram_bytes;
-  // 0: until the SSD-home placement lands, the former default of 64 MiB.
-  c.session_share_bytes = options_.session_dram_share_bytes ? options_.session_dram_share_bytes : (64ull << 20);
+  c.session_share_bytes = SessionShare();
   if (dram_) {
     const uint64_t eb = dram_->geometry().extent_bytes;
     c.dram_extent_bytes = eb;
     c.dram_capacity_bytes = dram_->capacity_bytes();
     c.dram_free_bytes = dram_->slots().free() * eb;
-    const auto now = Now();
-    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
-      const Session& s = sessions_[*it];
-      if (now - s.last_access < options_.dram_idle_after) break;
-      if (*it != session) c.dram_reclaimable_bytes += s.dram_bytes;
-    }
   }
   for (const auto& d : ssd_) c.ssd_capacity_bytes += d->slots().capacity() * d->geometry().extent_bytes;
   return c;
 }
 
-bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
-  const auto now = Now();
+template <typename Pred>
+Extent* StoreImpl::LruVictim(SessionId requester, bool copies_only, Pred ok) {
   for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
     if (*it == requester) continue;
-    Session& s = sessions_[*it];
-    if (idle_only && now - s.last_access < options_.dram_idle_after) return false;
-    for (auto e = s.extents.rbegin(); e != s.extents.rend(); ++e) {  // newest first: keep the prefix usable
-      Extent* x = extents_[*e].get();
-      if (x->medium != m || x->pins > 0 || x->doomed) continue;
-      return Evict(x);
-    }
+    const SessionId sid = *it;
+    Session& s = sessions_[sid];
+    // s must be the most recent holder of the extent: any other holder
+    // (owner or sharer) more recent keeps it.
+    auto less_recent = [&](SessionId h) FLATKV_REQUIRES(mu_) {
+      if (h == sid) return true;
+      if (h == requester) return false;
+      auto hs = sessions_.find(h);
+      return hs == sessions_.end() || hs->second.touch < s.touch;
+    };
+    auto consider = [&](uint64_t id) FLATKV_REQUIRES(mu_) -> Extent* {
+      auto xe = extents_.find(id);
+      if (xe == extents_.end()) return nullptr;
+      Extent* x = xe->second.get();
+      if (!ok(x, s) || !less_recent(x->session)) return nullptr;
+      for (SessionId h : x->sharers)
+        if (!less_recent(h)) return nullptr;
+      return x;
+    };
+    if (!copies_only || s.dram_bytes > 0)
+      for (auto e = s.extents.rbegin(); e != s.extents.rend(); ++e)  // newest first: keep the prefix usable
+        if (Extent* x = consider(*e)) return x;
+    for (uint64_t id : s.shared)
+      if (Extent* x = consider(id)) return x;
   }
+  return nullptr;
+}
+
+bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
+  const auto now = Now();
+  Extent* victim = LruVictim(requester, false, [&](const Extent* x, const Session& holder) {
+    if (idle_only && now - holder.last_access < options_.dram_idle_after) return false;
+    return x->medium == m && x->pins == 0 && !x->doomed;
+  });
+  if (victim != nullptr) return Evict(victim);
   if (idle_only) return false;
   auto self = sessions_.find(requester);
   if (self == sessions_.end()) return false;
@@ -289,6 +334,83 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
     if (oldest == nullptr || x->last_access < oldest->last_access) oldest = x;
   }
   return oldest != nullptr && Evict(oldest);
+}
+
+std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
+  if (!dram_) return std::nullopt;
+  if (auto s = dram_->slots().Allocate()) return s;
+  Extent* victim = LruVictim(requester, true, [](const Extent* x, const Session&) { return x->has_copy && x->pins == 0; });
+  if (victim == nullptr) {
+    // No other session has a copy to give: the requester's own least
+    // recently accessed one (history it no longer reads; never its open
+    // extent or one in use).
+    auto self = sessions_.find(requester);
+    if (self == sessions_.end()) return std::nullopt;
+    for (uint64_t id : self->second.extents) {
+      Extent* x = extents_.at(id).get();
+      if (!x->has_copy || x->pins > 0 || id == self->second.open_extent) continue;
+      if (victim == nullptr || x->last_access < victim->last_access) victim = x;
+    }
+    if (victim == nullptr) return std::nullopt;
+  }
+  DropCopy(victim);
+  return dram_->slots().Allocate();
+}
+
+void StoreImpl::DropCopy(Extent* e) {
+  if (!e->has_copy) return;
+  uint64_t dropped = 0;
+  for (uint32_t i = 0; i < e->in_copy.size(); ++i) {
+    if (!e->in_copy[i]) continue;
+    if (e->present[i]) {
+      ++dropped;
+      if (e->durable[i] == kDurable) {
+        Count(Medium::kDram, *e, i, -1);
+      } else {  // a DRAM-only block (kOnReuse): its only copy goes
+        Unindex(e, i);
+        counters_.dram_only_lost_blocks++;
+      }
+    }
+    e->in_copy[i] = 0;
+  }
+  dram_->slots().Release(e->copy_slot);
+  e->has_copy = false;
+  auto s = sessions_.find(e->session);
+  if (s != sessions_.end()) s->second.dram_bytes -= dram_->geometry().extent_bytes;
+  counters_.dram.evicted_extents++;
+  counters_.dram.evicted_blocks += dropped;
+}
+
+bool StoreImpl::GiveCopy(Extent* e) {
+  if (!dram_ || e->medium != Medium::kSsd || e->has_copy || e->writers > 0 || e->doomed) return false;
+  if (CopyGeometry(*e).extent_bytes > dram_->geometry().extent_bytes) return false;
+  if (!placement_->Choose(MakeContext(e->session, PutHint::kAuto)).dram_copy) return false;
+  auto slot = CopySlot(e->session);
+  if (!slot) return false;
+  e->has_copy = true;
+  e->copy_slot = *slot;
+  e->copy_base = dram_->SlotOffset(*slot);
+  std::fill(e->in_copy.begin(), e->in_copy.end(), 0);
+  sessions_[e->session].dram_bytes += dram_->geometry().extent_bytes;
+  return true;
+}
+
+void StoreImpl::AddSharer(Extent* e, SessionId session) {
+  if (e->session == session || std::find(e->sharers.begin(), e->sharers.end(), session) != e->sharers.end()) return;
+  if (e->sharers.size() >= persist::kMaxSharers) return;  // enough holders keep it anyway
+  e->sharers.push_back(session);
+  sessions_[session].shared.push_back(e->id);
+  Status s = LogSessions(*e);
+  if (!s.ok()) LogWarning("recording a shared extent: " + s.ToString() + " (the reference holds until a restart)");
+}
+
+Status StoreImpl::LogSessions(const Extent& e) {
+  if (e.medium != Medium::kSsd) return Status::Ok();
+  SsdDir& dir = *ssd_[e.device];
+  std::vector<uint8_t> rec;
+  persist::EncodeExtentSessions(rec, dir.RefOf(e.slot), e.session, e.sharers);
+  FLATKV_RETURN_IF_ERROR(dir.manifest().Upgrade(persist::kManifestVersionShared));
+  return dir.manifest().Append(rec, options_.sync_writes);
 }
 
 bool StoreImpl::Evict(Extent* x) {
@@ -303,7 +425,11 @@ bool StoreImpl::Evict(Extent* x) {
 Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint32_t* device) {
   if (m == Medium::kDram) {
     if (!dram_) return Status::NoSpace("no DRAM tier");
-    const bool idle_only = !ssd_.empty();  // with an SSD to fall back on, only idle sessions give up DRAM
+    // With an SSD to fall back on, a DRAM home takes a copy's slot, else
+    // only idle sessions give up DRAM homes.
+    const bool idle_only = !ssd_.empty();
+    if (idle_only)
+      if (auto s = CopySlot(requester)) return *s;
     do {
       if (auto s = dram_->slots().Allocate()) return *s;
     } while (ReclaimFrom(m, requester, idle_only));
@@ -325,7 +451,8 @@ Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint32_t
 
 Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const std::shared_ptr<const Codec>& codec,
                                         const std::string& spec) {
-  Medium m = placement_->Choose(MakeContext(session, hint));
+  const Placement p = placement_->Choose(MakeContext(session, hint));
+  Medium m = p.home;
   if (m == Medium::kDram && !dram_) m = Medium::kSsd;
   if (m != Medium::kDram && ssd_.empty()) m = Medium::kDram;
   uint32_t device = 0;
@@ -350,9 +477,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     e->fill.assign(g.layers, 0);
   } else {
     e->capacity = g.extent_blocks;
-    e->keys.resize(g.extent_blocks);
-    e->present.assign(g.extent_blocks, 0);
-    e->checksums.assign(uint64_t{g.extent_blocks} * g.layers, 0);
+    GrowSlots(e.get(), g.extent_blocks);
   }
   if (m == Medium::kDram) {
     e->base = dram_->SlotOffset(e->slot);
@@ -372,10 +497,28 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
   Session& sess = sessions_[session];
   sess.extents.push_back(e->id);
   sess.open_extent = e->id;
-  if (m == Medium::kDram) sess.dram_bytes += g.extent_bytes;
+  if (m == Medium::kDram) sess.dram_bytes += dram_->geometry().extent_bytes;
   Extent* raw = e.get();
   extents_[e->id] = std::move(e);
+  // The session being written gets a DRAM copy of its new extent when the
+  // policy wants one and a slot can be had without waiting.
+  if (m == Medium::kSsd && p.dram_copy && dram_ && g.extent_bytes <= dram_->geometry().extent_bytes)
+    if (auto cs = CopySlot(session)) {
+      raw->has_copy = true;
+      raw->copy_slot = *cs;
+      raw->copy_base = dram_->SlotOffset(*cs);
+      sess.dram_bytes += dram_->geometry().extent_bytes;
+    }
   return raw;
+}
+
+void StoreImpl::GrowSlots(Extent* e, uint32_t slots) const {
+  const uint32_t layers = options_.shape.layers;
+  e->keys.resize(slots);
+  e->present.resize(slots, 0);
+  e->in_copy.resize(slots, 0);
+  e->durable.resize(slots, kNotDurable);
+  e->checksums.resize(uint64_t{slots} * layers, 0);
 }
 
 Status StoreImpl::FreeExtent(Extent* e) {
@@ -388,21 +531,42 @@ Status StoreImpl::FreeExtent(Extent* e) {
   } else {
     dram_->slots().Release(e->slot);
   }
-  for (uint32_t i = 0; i < e->present.size(); ++i) {
-    if (!e->present[i]) continue;
-    auto it = index_.find(e->keys[i]);
-    if (it != index_.end() && it->second.extent == e->id) index_.erase(it);
-    CountBlock(*e, i, -1);
-  }
+  for (uint32_t i = 0; i < e->present.size(); ++i)
+    if (e->present[i]) Unindex(e, i);
   auto sit = sessions_.find(e->session);
+  if (e->has_copy) {
+    dram_->slots().Release(e->copy_slot);
+    e->has_copy = false;
+    if (sit != sessions_.end()) sit->second.dram_bytes -= dram_->geometry().extent_bytes;
+  }
   if (sit != sessions_.end()) {
     Session& s = sit->second;
     s.extents.erase(std::remove(s.extents.begin(), s.extents.end(), e->id), s.extents.end());
     if (s.open_extent == e->id) s.open_extent = 0;
-    if (e->medium == Medium::kDram) s.dram_bytes -= Geometry(e->medium, e->device).extent_bytes;
+    if (e->medium == Medium::kDram) s.dram_bytes -= dram_->geometry().extent_bytes;
+  }
+  for (SessionId h : e->sharers) {
+    auto hs = sessions_.find(h);
+    if (hs == sessions_.end()) continue;
+    auto& v = hs->second.shared;
+    v.erase(std::remove(v.begin(), v.end(), e->id), v.end());
   }
   extents_.erase(e->id);
   return Status::Ok();
+}
+
+void StoreImpl::Unindex(Extent* e, uint32_t slot) {
+  auto it = index_.find(e->keys[slot]);
+  if (it != index_.end() && it->second.extent == e->id) index_.erase(it);
+  if (e->medium == Medium::kDram) {
+    Count(Medium::kDram, *e, slot, -1);
+    dram_home_blocks_--;
+  } else {
+    if (e->in_copy[slot]) Count(Medium::kDram, *e, slot, -1);
+    if (e->durable[slot] == kDurable) Count(Medium::kSsd, *e, slot, -1);
+    else dram_only_--;
+  }
+  e->present[slot] = 0;
 }
 
 void StoreImpl::Unpin(Extent* e) {
@@ -410,132 +574,6 @@ void StoreImpl::Unpin(Extent* e) {
     Status s = FreeExtent(e);
     if (!s.ok()) LogWarning("freeing a dropped extent: " + s.ToString());
   }
-}
-
-Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
-                      const PutOptions& options) {
-  const uint64_t block_bytes = BlockBytes();
-  if (data.size() != keys.size() * block_bytes)
-    return Status::InvalidArgument("put: data is " + std::to_string(data.size()) + " bytes, expected " +
-                                   std::to_string(keys.size()) + " blocks x " + std::to_string(block_bytes) + " bytes");
-  if (const auto& codec = options.codec ? options.codec : options_.codec)
-    return PutCoded(session, keys, data, options, codec);
-  std::vector<size_t> inputs;                      // index into keys/data of each block to write
-  std::vector<std::pair<Extent*, uint32_t>> slots;  // where each goes
-  std::vector<Extent*> pinned;
-  Status alloc_status;
-  {
-    MutexLock lock(&mu_);
-    if (closed_) return Status::FailedPrecondition("put: store is closed");
-    if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
-    TouchSession(session);
-    std::unordered_set<BlockKey, BlockKeyHash> seen;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (index_.count(keys[i]) || !seen.insert(keys[i]).second) {
-        counters_.dedup_blocks++;
-        continue;
-      }
-      Session& s = sessions_[session];
-      Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
-      if (e == nullptr || e->doomed || e->coded() || e->reserved == e->capacity) {
-        auto created = CreateExtent(session, options.hint);
-        if (!created.ok()) {
-          alloc_status = created.status().WithContext("put: block " + std::to_string(i));
-          break;
-        }
-        e = created.value();
-      }
-      if (std::find(pinned.begin(), pinned.end(), e) == pinned.end()) {
-        e->pins++;
-        pinned.push_back(e);
-      }
-      e->last_access = Now();
-      inputs.push_back(i);
-      slots.push_back({e, e->reserved++});
-    }
-  }
-  const uint32_t layers = options_.shape.layers;
-  std::vector<uint64_t> sums(inputs.size() * layers);
-  for (size_t k = 0; k < inputs.size(); ++k)
-    for (uint32_t l = 0; l < layers; ++l)
-      sums[k * layers + l] = BlockChecksum(data.data() + inputs[k] * block_bytes + l * block_layer_bytes_, block_layer_bytes_);
-  Status status = inputs.empty() ? Status::Ok() : WriteBlocks(slots, inputs, data);
-  // Log SSD blocks in their directories' manifests; only then are they visible.
-  if (status.ok()) {
-    std::vector<std::vector<uint8_t>> records(ssd_.size());
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      auto [e, slot] = slots[k];
-      if (e->medium != Medium::kSsd) continue;
-      persist::BlockRecord b{slot, keys[inputs[k]], {sums.begin() + k * layers, sums.begin() + (k + 1) * layers}, {}, {}};
-      persist::EncodeBlockPut(records[e->device], ssd_[e->device]->RefOf(e->slot), b);
-    }
-    for (uint32_t d = 0; d < ssd_.size() && status.ok(); ++d)
-      if (!records[d].empty()) status = ssd_[d]->manifest().Append(records[d], options_.sync_writes);
-  }
-  MutexLock lock(&mu_);
-  if (status.ok()) {
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      auto [e, slot] = slots[k];
-      const BlockKey& key = keys[inputs[k]];
-      if (!index_.try_emplace(key, BlockRef{e->id, slot}).second) continue;  // a concurrent put won
-      e->present[slot] = 1;
-      e->keys[slot] = key;
-      std::copy(sums.begin() + k * layers, sums.begin() + (k + 1) * layers, e->checksums.begin() + uint64_t{slot} * layers);
-      CountBlock(*e, slot, +1);
-      counters_.put_blocks++;
-      counters_.of(e->medium).bytes_written += BlockBytes();
-    }
-  }
-  for (Extent* e : pinned) Unpin(e);
-  return status.ok() ? alloc_status : status;
-}
-
-Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<size_t>& inputs,
-                              std::span<const std::byte> data) {
-  const uint64_t block_bytes = BlockBytes();
-  const uint32_t layers = options_.shape.layers;
-  SegmentWriter writer(*this);
-  Status status;
-  size_t k = 0;
-  while (k < slots.size() && status.ok()) {
-    // A run: consecutive slots of one extent.
-    size_t n = 1;
-    while (k + n < slots.size() && slots[k + n].first == slots[k].first && slots[k + n].second == slots[k].second + n) ++n;
-    Extent* e = slots[k].first;
-    const uint32_t first = slots[k].second;
-    const ExtentGeometry& g = Geometry(e->medium, e->device);
-    if (e->medium == Medium::kDram) {
-      for (uint32_t l = 0; l < layers; ++l)
-        for (size_t j = 0; j < n; ++j)
-          std::memcpy(dram_->At(e->base + g.Offset(l, first + j)),
-                      data.data() + inputs[k + j] * block_bytes + l * block_layer_bytes_, block_layer_bytes_);
-      k += n;
-      continue;
-    }
-    auto loc = ssd_[e->device]->Locate(e->base, true);
-    if (!loc.ok()) {
-      status = loc.status();
-      break;
-    }
-    auto [fd, file_base] = loc.value();
-    const uint64_t run_bytes = n * g.slot_stride;
-    for (uint32_t l = 0; l < layers && status.ok(); ++l) {
-      auto dst = writer.Stage(run_bytes, run_bytes * layers);
-      if (!dst.ok()) {
-        status = dst.status();
-        break;
-      }
-      for (size_t j = 0; j < n; ++j) {
-        std::memcpy(*dst + j * g.slot_stride, data.data() + inputs[k + j] * block_bytes + l * block_layer_bytes_,
-                    block_layer_bytes_);
-        std::memset(*dst + j * g.slot_stride + block_layer_bytes_, 0, g.slot_stride - block_layer_bytes_);
-      }
-      writer.Submit(fd, file_base + g.Offset(l, first), *dst, run_bytes);
-    }
-    k += n;
-  }
-  Status finished = writer.Finish();
-  return status.ok() ? finished : status;
 }
 
 uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {
@@ -550,10 +588,39 @@ Status StoreImpl::DropSession(SessionId session) {
   if (options_.read_only) return Status::FailedPrecondition("drop session: store is opened read-only");
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return Status::NotFound("session " + std::to_string(session) + " has no blocks");
-  std::vector<uint64_t> ids = it->second.extents;
   Status first;
+  // Its references go first: the extents stay with their holders.
+  for (uint64_t id : std::vector<uint64_t>(it->second.shared)) {
+    auto xe = extents_.find(id);
+    if (xe == extents_.end()) continue;
+    Extent* x = xe->second.get();
+    x->sharers.erase(std::remove(x->sharers.begin(), x->sharers.end(), session), x->sharers.end());
+    if (Status s = LogSessions(*x); !s.ok() && first.ok()) first = s;
+  }
+  it->second.shared.clear();
+  std::vector<uint64_t> ids = it->second.extents;
   for (uint64_t id : ids) {
     Extent* e = extents_[id].get();
+    if (!e->sharers.empty()) {
+      // Other live sessions reference its blocks: it passes to the most
+      // recent of them, with its DRAM copy.
+      SessionId heir = e->sharers.front();
+      for (SessionId h : e->sharers)
+        if (sessions_[h].touch > sessions_[heir].touch) heir = h;
+      e->sharers.erase(std::remove(e->sharers.begin(), e->sharers.end(), heir), e->sharers.end());
+      Session& hs = sessions_[heir];
+      hs.shared.erase(std::remove(hs.shared.begin(), hs.shared.end(), id), hs.shared.end());
+      hs.extents.push_back(id);
+      const uint64_t held = (e->has_copy || e->medium == Medium::kDram) ? dram_->geometry().extent_bytes : 0;
+      hs.dram_bytes += held;
+      it->second.dram_bytes -= held;
+      auto& own = it->second.extents;
+      own.erase(std::remove(own.begin(), own.end(), id), own.end());
+      if (it->second.open_extent == id) it->second.open_extent = 0;
+      e->session = heir;
+      if (Status s = LogSessions(*e); !s.ok() && first.ok()) first = s;
+      continue;
+    }
     if (e->pins > 0) {
       e->doomed = true;  // freed by the last Unpin
       continue;
@@ -597,6 +664,9 @@ StoreStats StoreImpl::Stats() const {
       st.ssd_direct_io = st.ssd_direct_io && d->all_direct();
       st.manifest_bytes += d->manifest().bytes();
     }
+    st.dram_only_blocks = dram_only_ + dram_home_blocks_;
+    for (const auto& [id, e] : extents_)
+      if (!e->sharers.empty()) st.shared_extents++;
     st.dram.blocks = dram_blocks_;
     st.ssd.blocks = ssd_blocks_;
     st.dram.stored_bytes = dram_stored_;
@@ -620,6 +690,9 @@ StoreStats StoreImpl::Stats() const {
   st.io_errors = counters_.io_errors;
   st.recovered_blocks = counters_.recovered_blocks;
   st.lost_blocks = counters_.lost_blocks;
+  st.dram_only_lost_blocks = counters_.dram_only_lost_blocks;
+  st.readmitted_blocks = counters_.readmitted_blocks;
+  st.ssd_write_waits = counters_.ssd_write_waits;
   st.restore_p50_us = counters_.restore_latency.Percentile(0.5);
   st.restore_p90_us = counters_.restore_latency.Percentile(0.9);
   st.restore_p99_us = counters_.restore_latency.Percentile(0.99);
@@ -635,10 +708,11 @@ uint64_t StoreImpl::StoredBytes(const Extent& e, uint32_t slot) const {
   return n;
 }
 
-void StoreImpl::CountBlock(const Extent& e, uint32_t slot, int sign) {
+void StoreImpl::Count(Medium m, const Extent& e, uint32_t slot, int sign) {
+  if (sign == 0) return;
   const uint64_t bytes = StoredBytes(e, slot);
-  uint64_t& blocks = e.medium == Medium::kDram ? dram_blocks_ : ssd_blocks_;
-  uint64_t& stored = e.medium == Medium::kDram ? dram_stored_ : ssd_stored_;
+  uint64_t& blocks = m == Medium::kDram ? dram_blocks_ : ssd_blocks_;
+  uint64_t& stored = m == Medium::kDram ? dram_stored_ : ssd_stored_;
   if (sign > 0) {
     blocks++;
     stored += bytes;
@@ -689,21 +763,41 @@ void StoreImpl::ReleaseWindow(AlignedBuffer buffer) {
   }
 }
 
-void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt) {
-  MutexLock lock(&mu_);
-  for (const BlockRef& ref : corrupt) {
-    auto it = extents_.find(ref.extent);
-    if (it == extents_.end() || !it->second->present[ref.slot]) continue;
-    Extent* e = it->second.get();
-    auto idx = index_.find(e->keys[ref.slot]);
-    if (idx != index_.end() && idx->second.extent == e->id) index_.erase(idx);
-    e->present[ref.slot] = 0;
-    CountBlock(*e, ref.slot, -1);
+void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt,
+                           const std::vector<BlockRef>& readmitted) {
+  std::vector<SessionId> admit;
+  {
+    MutexLock lock(&mu_);
+    for (const BlockRef& ref : readmitted) {
+      auto it = extents_.find(ref.extent);
+      if (it == extents_.end()) continue;
+      Extent* e = it->second.get();
+      if (!e->has_copy || !e->present[ref.slot] || e->in_copy[ref.slot]) continue;
+      e->in_copy[ref.slot] = 1;
+      Count(Medium::kDram, *e, ref.slot, +1);
+      counters_.readmitted_blocks++;
+      counters_.dram.bytes_written += BlockBytes();
+    }
+    for (const BlockRef& ref : corrupt) {
+      auto it = extents_.find(ref.extent);
+      if (it == extents_.end() || !it->second->present[ref.slot]) continue;
+      Unindex(it->second.get(), ref.slot);
+    }
+    for (uint64_t id : pinned) {
+      auto it = extents_.find(id);
+      if (it == extents_.end()) continue;
+      Extent* e = it->second.get();
+      if (options_.ssd_admission == SsdAdmission::kOnReuse) {
+        Session& s = sessions_[e->session];
+        if (!s.reused) {
+          s.reused = true;
+          admit.push_back(e->session);
+        }
+      }
+      Unpin(e);
+    }
   }
-  for (uint64_t id : pinned) {
-    auto it = extents_.find(id);
-    if (it != extents_.end()) Unpin(it->second.get());
-  }
+  if (!admit.empty()) AdmitToSsd(admit);
 }
 
 }  // namespace flatkv

@@ -3,8 +3,13 @@
 // the per-medium queues, and the counters. See docs/architecture.md.
 //
 // Invariants (under mu_):
-//  - a key is in index_ only after its bytes were written and, on SSD,
-//    logged in the directory's manifest;
+//  - a key is in index_ only after its bytes were written to its DRAM copy
+//    or DRAM home (in_copy) or to its SSD home and logged in the
+//    directory's manifest (durable); a restore reads a block from the DRAM
+//    copy when in_copy, else from SSD only when durable;
+//  - a DRAM copy holding a block that is not durable is not dropped while
+//    its extent is pinned (the put writing it pins it); with kAll every
+//    indexed SSD-home block becomes durable before its put returns;
 //  - an extent with pins > 0 is never freed (restores and puts pin what
 //    they touch); a doomed extent is freed when its last pin goes;
 //  - allocated DRAM/SSD extents never exceed the configured capacities.
@@ -21,6 +26,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,6 +44,7 @@
 
 namespace flatkv {
 
+class SegmentWriter;
 using Clock = std::chrono::steady_clock;
 
 struct Extent {
@@ -49,10 +57,22 @@ struct Extent {
   uint32_t reserved = 0;  // block slots handed out to puts
   uint32_t capacity = 0;  // block slots it may hold (raw: extent_blocks)
   uint32_t pins = 0;
+  uint32_t writers = 0;  // puts (or SSD admissions) writing into it now; no copy is added meanwhile
   bool doomed = false;
   Clock::time_point last_access;    // last put into it or restore from it
   std::vector<BlockKey> keys;       // per block slot; meaningful where present
   std::vector<uint8_t> present;     // per block slot: indexed
+  // SSD-home extents: a DRAM copy (same layout as the home, at copy_base in
+  // the arena), which slots it holds, and which slots' SSD writes and
+  // BlockPut records completed.
+  bool has_copy = false;
+  uint64_t copy_slot = 0;
+  uint64_t copy_base = 0;
+  std::vector<uint8_t> in_copy;     // per block slot
+  std::vector<uint8_t> durable;     // per block slot (SSD homes): kNotDurable, kDurable or kWriting
+  // Other live sessions that reference its blocks (they put blocks it
+  // already held); they keep it from being freed by its owner's drop.
+  std::vector<SessionId> sharers;
   std::vector<uint64_t> checksums;  // [slot * layers + layer]
   // A coded extent (codec != null) packs each block's encoded layer slices
   // into the layer regions (l * layer_stride ...), a put's batch starting
@@ -66,16 +86,21 @@ struct Extent {
   bool coded() const { return codec != nullptr; }
 };
 
+inline constexpr uint8_t kNotDurable = 0, kDurable = 1, kWriting = 2;
+
 struct BlockRef {
   uint64_t extent = 0;
   uint32_t slot = 0;
 };
 
 struct Session {
-  std::vector<uint64_t> extents;  // creation order
+  std::vector<uint64_t> extents;  // owned, creation order
+  std::vector<uint64_t> shared;   // other sessions' extents it references
   uint64_t open_extent = 0;       // extent receiving new blocks; 0 = none
-  uint64_t dram_bytes = 0;
+  uint64_t dram_bytes = 0;        // DRAM its extents hold (copies and DRAM homes)
   Clock::time_point last_access;
+  uint64_t touch = 0;             // recency: higher = more recent (the store's touch counter)
+  bool reused = false;            // a restore hit its blocks (ssd_admission = kOnReuse)
   std::list<SessionId>::iterator lru;  // position in lru_ (front = most recent)
 };
 
@@ -92,7 +117,8 @@ struct MediumCounters {
 struct Counters {
   MediumCounters dram, ssd;
   std::atomic<uint64_t> restores{0}, lookup_blocks{0}, miss_blocks{0}, put_blocks{0}, dedup_blocks{0},
-      checksum_failures{0}, decode_failures{0}, io_errors{0}, recovered_blocks{0}, lost_blocks{0};
+      checksum_failures{0}, decode_failures{0}, io_errors{0}, recovered_blocks{0}, lost_blocks{0},
+      dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0};
   LatencyHistogram restore_latency;
   MediumCounters& of(Medium m) { return m == Medium::kDram ? dram : ssd; }
 };
@@ -122,9 +148,12 @@ class StoreImpl final : public Store {
   DramQueue* dram_queue() { return dram_queue_.get(); }
   DramQueue* decode_queue() { return decode_queue_.get(); }
   Counters& counters() { return counters_; }
-  // Drops pins taken by StartRestore and removes blocks that failed their
-  // checksum (`corrupt`: key and extent id) from the index.
-  void EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt);
+  // Drops pins taken by StartRestore, removes blocks that failed their
+  // checksum (`corrupt`: key and extent id) from the index, and marks the
+  // re-admitted blocks (`readmitted`) as held by their extents' DRAM copies.
+  void EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt,
+                  const std::vector<BlockRef>& readmitted = {});
+  const ExtentGeometry& CopyGeometry(const Extent& e) const { return Geometry(Medium::kSsd, e.device); }
   // Window buffers are pre-faulted once and recycled.
   AlignedBuffer AcquireWindow(uint64_t bytes);
   void ReleaseWindow(AlignedBuffer buffer);
@@ -135,6 +164,9 @@ class StoreImpl final : public Store {
   Status Recover(uint32_t device, const persist::ManifestContents& contents);
 
   Session& TouchSession(SessionId id) FLATKV_REQUIRES(mu_);
+  // Gives SSD extent `e` (no copy yet) a DRAM copy to re-admit restored
+  // blocks into, if the policy and a cheap slot allow.
+  bool GiveCopy(Extent* e) FLATKV_REQUIRES(mu_);
   // `codec` null: a raw extent; else a coded one of spec `spec`.
   Result<Extent*> CreateExtent(SessionId session, PutHint hint, const std::shared_ptr<const Codec>& codec = nullptr,
                                const std::string& spec = {}) FLATKV_REQUIRES(mu_);
@@ -144,14 +176,44 @@ class StoreImpl final : public Store {
                   const PutOptions& options, const std::shared_ptr<const Codec>& codec);
   // Writes each batch of coded slices (slots[j]'s layer l: ptrs/offs/lens
   // [j * layers + l]): memcpy for DRAM, one aligned write per layer for SSD.
+  // `dram` and `writer` as for WriteBlocks.
   Status WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<uint32_t>& offs,
-                    const std::vector<uint32_t>& lens, const std::vector<const std::byte*>& ptrs);
+                    const std::vector<uint32_t>& lens, const std::vector<const std::byte*>& ptrs, bool dram,
+                    SegmentWriter* writer);
   // The codec of a recovered extent of spec `spec`.
   Result<std::shared_ptr<const Codec>> CodecForSpec(const std::string& spec) FLATKV_REQUIRES(mu_);
   // Bytes block `slot` of `e` occupies on its medium (encoded bytes if coded).
   uint64_t StoredBytes(const Extent& e, uint32_t slot) const;
-  void CountBlock(const Extent& e, uint32_t slot, int sign) FLATKV_REQUIRES(mu_);
+  // Adds (sign +1) or removes (-1) block `slot` of `e` in medium m's counts.
+  void Count(Medium m, const Extent& e, uint32_t slot, int sign) FLATKV_REQUIRES(mu_);
+  // Removes an indexed block of `e` from the index and every count.
+  void Unindex(Extent* e, uint32_t slot) FLATKV_REQUIRES(mu_);
+  // Sizes e's per-slot vectors for `slots` slots.
+  void GrowSlots(Extent* e, uint32_t slots) const;
   Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device) FLATKV_REQUIRES(mu_);
+  // A DRAM slot for a copy: a free one, else one taken from the least
+  // recently used other session's copy (never a DRAM home, never waiting).
+  std::optional<uint64_t> CopySlot(SessionId requester) FLATKV_REQUIRES(mu_);
+  // Drops e's DRAM copy (its blocks stay on SSD; blocks that are not
+  // durable, kOnReuse, are lost).
+  void DropCopy(Extent* e) FLATKV_REQUIRES(mu_);
+  // The least recently used eligible extent: walks sessions from least
+  // recent, over their owned (newest first) and referenced extents, taking
+  // the first `ok` extent whose other holders are all less recent.
+  // `copies_only`: only extents with a DRAM copy qualify (skips sessions
+  // holding no DRAM quickly).
+  template <typename Pred>
+  Extent* LruVictim(SessionId requester, bool copies_only, Pred ok) FLATKV_REQUIRES(mu_);
+  uint64_t SessionShare() const;
+  // Adds `session` as a holder of another session's extent `e`.
+  void AddSharer(Extent* e, SessionId session) FLATKV_REQUIRES(mu_);
+  // Logs e's owner and sharers (SSD extents; upgrades the log to version 3).
+  Status LogSessions(const Extent& e) FLATKV_REQUIRES(mu_);
+  // Back-pressure: waits until `bytes` more fit the SSD write buffer.
+  void AcquireWriteBudget(uint64_t bytes);
+  void ReleaseWriteBudget(uint64_t bytes);
+  // kOnReuse: writes the DRAM-only blocks of `sessions` to their SSD homes.
+  void AdmitToSsd(const std::vector<SessionId>& sessions);
   // Frees one extent of medium `m`: the newest extent of the least recently
   // used other session (only idle ones with `idle_only`); failing that, and
   // not `idle_only`, the requester's own least recently accessed extent
@@ -164,10 +226,26 @@ class StoreImpl final : public Store {
   // A snapshot of directory `device`'s live extents, for a manifest rewrite.
   persist::ManifestContents Snapshot(uint32_t device) FLATKV_REQUIRES(mu_);
 
-  // Writes each block's layer slices to its reserved slot: memcpy for DRAM,
-  // one aligned write per layer per run of consecutive slots for SSD.
+  // Writes each block's layer slices to its reserved slot. `dram`: to its
+  // DRAM home or DRAM copy (memcpy, a copy's padding zeroed), and with a
+  // `writer` also submits a copy's SSD writes straight from the copy, layer
+  // by layer as it is filled; else: the SSD homes without a copy, staged,
+  // one aligned write per layer per run of consecutive slots. The caller
+  // finishes the writer.
   Status WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<size_t>& inputs,
-                     std::span<const std::byte> data);
+                     std::span<const std::byte> data, bool dram, SegmentWriter* writer);
+  // The common tail of raw and coded puts once the bytes are in their DRAM
+  // places: indexes DRAM-held blocks, writes SSD homes (`write_ssd`),
+  // logs them, marks them durable. `record(k)` is block k's manifest record.
+  struct Pending {
+    Extent* e;
+    uint32_t slot;
+    BlockKey key;
+  };
+  static uint64_t SsdBlocks(const std::vector<Pending>& blocks);
+  Status Commit(SessionId session, const std::vector<Pending>& blocks, const uint64_t* sums,
+                const std::function<Status()>& write_ssd,
+                const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* result);
 
   StoreOptions options_;
   uint64_t block_layer_bytes_ = 0;
@@ -187,11 +265,19 @@ class StoreImpl final : public Store {
   std::unordered_map<uint64_t, std::unique_ptr<Extent>> extents_ FLATKV_GUARDED_BY(mu_);
   std::unordered_map<SessionId, Session> sessions_ FLATKV_GUARDED_BY(mu_);
   std::list<SessionId> lru_ FLATKV_GUARDED_BY(mu_);
+  uint64_t touch_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint64_t dram_only_ FLATKV_GUARDED_BY(mu_) = 0;  // indexed SSD-home blocks whose SSD write is not complete
+  uint64_t dram_home_blocks_ FLATKV_GUARDED_BY(mu_) = 0;  // indexed blocks whose home is DRAM
   uint64_t dram_blocks_ FLATKV_GUARDED_BY(mu_) = 0;
   uint64_t ssd_blocks_ FLATKV_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::shared_ptr<const Codec>> codecs_ FLATKV_GUARDED_BY(mu_);  // by spec, for recovery
   uint64_t dram_stored_ FLATKV_GUARDED_BY(mu_) = 0;  // StoredBytes of indexed DRAM blocks
   uint64_t ssd_stored_ FLATKV_GUARDED_BY(mu_) = 0;
+
+  Mutex write_mu_;
+  CondVar write_cv_;
+  uint64_t write_inflight_ FLATKV_GUARDED_BY(write_mu_) = 0;
+  uint64_t write_budget_ = 0;  // ssd_write_buffer_bytes, derived at Open
 
   Mutex window_mu_;
   std::vector<AlignedBuffer> window_pool_ FLATKV_GUARDED_BY(window_mu_);

@@ -1,0 +1,234 @@
+// Sessions that share blocks (references, DropSession, eviction, restart),
+// SSD admission on reuse (kOnReuse), kill -9 with the DRAM tier on, and a
+// restart of a store written in the previous manifest format.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "flatkv/store.h"
+#include "testing/test_util.h"
+
+namespace flatkv {
+namespace {
+
+using testing::ChainKeys;
+using testing::Payload;
+using testing::RestoreAll;
+using testing::SmallOptions;
+using testing::TempDir;
+
+std::unique_ptr<Store> Open(const StoreOptions& o) {
+  auto s = Store::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+uint32_t ManifestVersion(const std::string& dir) {
+  std::ifstream f(dir + "/MANIFEST", std::ios::binary);
+  char b[12] = {};
+  f.read(b, sizeof b);
+  uint32_t v;
+  std::memcpy(&v, b + 8, 4);
+  return v;
+}
+
+// Session 2 continues session 1's chain: the first 8 blocks are session 1's.
+void PutShared(Store& store) {
+  ASSERT_TRUE(store.Put(1, ChainKeys(1, 8), Payload(store, 8, 1)).ok());
+  PutResult result;
+  PutOptions po;
+  po.result = &result;
+  ASSERT_TRUE(store.Put(2, ChainKeys(1, 12), Payload(store, 12, 1), po).ok());
+  EXPECT_EQ(result.dedup_blocks, 8u);
+  EXPECT_EQ(result.stored_blocks, 4u);
+}
+
+TEST(StoreSharingTest, DropSessionFreesOnlyBlocksNoLiveSessionReferences) {
+  TempDir dir;
+  for (bool ssd : {true, false}) {
+    StoreOptions o = SmallOptions(ssd ? dir.Sub("ssd") : "", 8, 64);
+    auto store = Open(o);
+    PutShared(*store);
+    EXPECT_EQ(store->Stats().shared_extents, 2u);
+    ASSERT_TRUE(store->DropSession(1).ok());
+    std::vector<std::byte> got;
+    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 12), &got), 12u) << ssd;
+    EXPECT_TRUE(got == Payload(*store, 12, 1));
+    EXPECT_EQ(store->Stats().sessions, 1u);
+    ASSERT_TRUE(store->DropSession(2).ok());
+    EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
+    EXPECT_EQ(store->Stats().ssd.extents + store->Stats().dram.extents, 0u);
+    store.reset();
+    std::filesystem::remove_all(dir.Sub("ssd"));
+  }
+}
+
+TEST(StoreSharingTest, ADropOfTheReferencingSessionLeavesTheOwnersBlocks) {
+  TempDir dir;
+  auto store = Open(SmallOptions(dir.Sub("ssd"), 8, 64));
+  PutShared(*store);
+  ASSERT_TRUE(store->DropSession(2).ok());
+  EXPECT_EQ(store->Match(ChainKeys(1, 12)), 8u);
+  EXPECT_EQ(store->Stats().shared_extents, 0u);
+}
+
+TEST(StoreSharingTest, ReferencesSurviveARestart) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
+  for (bool clean : {true, false}) {
+    std::filesystem::remove_all(dir.Sub("ssd"));
+    {
+      auto store = Open(o);
+      ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 1u);  // nothing shared: the version 1 format
+      PutResult result;
+      PutOptions po;
+      po.result = &result;
+      ASSERT_TRUE(store->Put(2, ChainKeys(1, 12), Payload(*store, 12, 1), po).ok());
+      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 3u);
+      if (clean) {
+        ASSERT_TRUE(store->Close().ok());
+      } else {
+        auto second = Open(o);  // a second opener sees the uncompacted log
+        ASSERT_TRUE(second);
+        EXPECT_EQ(second->Stats().shared_extents, 2u);
+        ASSERT_TRUE(second->DropSession(1).ok());
+        EXPECT_EQ(second->Match(ChainKeys(1, 12)), 12u);
+        continue;
+      }
+    }
+    auto store = Open(o);
+    EXPECT_EQ(store->Stats().shared_extents, 2u) << clean;
+    ASSERT_TRUE(store->DropSession(1).ok());
+    EXPECT_EQ(store->Match(ChainKeys(1, 12)), 12u);
+    ASSERT_TRUE(store->Close().ok());
+    store = Open(o);
+    EXPECT_EQ(store->Match(ChainKeys(1, 12)), 12u);  // session 2 owns them now, also after a restart
+    ASSERT_TRUE(store->DropSession(2).ok());
+    EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
+  }
+}
+
+// An extent other sessions reference counts for their recency: SSD
+// eviction passes over a least recently used owner's shared extent.
+TEST(StoreSharingTest, EvictionCountsAnExtentForItsMostRecentHolder) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 4);
+  o.dram_capacity_bytes = 0;
+  auto store = Open(o);
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());
+  ASSERT_TRUE(store->Put(3, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());  // references session 1's extent
+  ASSERT_TRUE(store->Put(4, ChainKeys(4, 8), Payload(*store, 8, 4)).ok());  // the SSD is full
+  ASSERT_TRUE(store->Put(5, ChainKeys(5, 4), Payload(*store, 4, 5)).ok());  // one extent must go
+  EXPECT_EQ(store->Match(ChainKeys(1, 4)), 4u);  // session 1 is the least recent, but session 3 holds it
+  EXPECT_EQ(store->Match(ChainKeys(2, 4)), 0u);
+  EXPECT_EQ(store->Match(ChainKeys(5, 4)), 4u);
+}
+
+TEST(StoreAdmissionTest, OnReuseKeepsASessionInDramUntilARestoreHitsIt) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
+  o.ssd_admission = SsdAdmission::kOnReuse;
+  {
+    auto store = Open(o);
+    PutResult result;
+    PutOptions po;
+    po.result = &result;
+    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1), po).ok());
+    EXPECT_EQ(result.dram_only_blocks, 4u);
+    ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2), po).ok());
+    EXPECT_EQ(result.dram_only_blocks, 4u);
+    StoreStats st = store->Stats();
+    EXPECT_EQ(st.dram_only_blocks, 8u);
+    EXPECT_EQ(st.ssd.blocks, 0u);
+    EXPECT_EQ(st.ssd.bytes_written, 0u);
+    // Session 1 is reused: its blocks go to their SSD home, later puts write through.
+    std::vector<std::byte> got;
+    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 4u);
+    EXPECT_TRUE(got == Payload(*store, 4, 1));
+    EXPECT_EQ(store->Stats().ssd.blocks, 4u);
+    ASSERT_TRUE(store->Put(1, ChainKeys(1, 6), Payload(*store, 6, 1), po).ok());
+    EXPECT_EQ(result.stored_blocks, 2u);
+    EXPECT_EQ(result.dram_only_blocks, 0u);
+    st = store->Stats();
+    EXPECT_EQ(st.ssd.blocks, 6u);
+    EXPECT_EQ(st.dram_only_blocks, 4u);  // session 2's
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto store = Open(o);
+  EXPECT_EQ(store->Match(ChainKeys(1, 6)), 6u);  // reused: durable
+  EXPECT_EQ(store->Match(ChainKeys(2, 4)), 0u);  // never reused: DRAM-only, gone with the process
+}
+
+TEST(StoreAdmissionTest, OnReuseLosesDramOnlyBlocksWhenTheirCopyIsReclaimed) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 1, 64);  // one DRAM extent
+  o.ssd_admission = SsdAdmission::kOnReuse;
+  o.session_dram_share_bytes = 1ull << 40;
+  auto store = Open(o);
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());  // takes session 1's copy
+  EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
+  EXPECT_EQ(store->Match(ChainKeys(2, 4)), 4u);
+  EXPECT_EQ(store->Stats().dram_only_lost_blocks, 4u);
+  EXPECT_EQ(store->Stats().dram_only_blocks, 4u);
+}
+
+TEST(StoreDurabilityTest, KillDashNineWithTheDramTierOnLosesNoAcknowledgedBlock) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 4096);
+  o.segment_bytes = 16ull * 4 * 16384 * 5;
+  std::string progress = dir.Sub("progress");
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto s = Store::Open(o);
+    if (!s.ok()) ::_exit(2);
+    Store& store = *s.value();
+    int fd = ::open(progress.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    for (uint64_t chain = 1;; ++chain) {
+      const size_t blocks = 1 + chain % 7;
+      if (!store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain)).ok()) ::_exit(3);
+      if (::write(fd, &chain, sizeof(chain)) != sizeof(chain)) ::_exit(4);
+    }
+  }
+  for (int i = 0; i < 200; ++i) {
+    ::usleep(10000);
+    if (std::filesystem::exists(progress) && std::filesystem::file_size(progress) >= 8 * 40) break;
+  }
+  ::usleep(20000);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
+  std::vector<uint64_t> done;
+  {
+    FILE* f = std::fopen(progress.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    uint64_t c;
+    while (std::fread(&c, sizeof(c), 1, f) == 1) done.push_back(c);
+    std::fclose(f);
+  }
+  ASSERT_GT(done.size(), 5u);
+  auto store = Open(o);
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->Stats().dram.blocks, 0u);  // the copies died with the process; the homes serve
+  for (uint64_t chain : done) {
+    const size_t blocks = 1 + chain % 7;
+    std::vector<std::byte> got;
+    ASSERT_EQ(RestoreAll(*store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
+    ASSERT_TRUE(got == Payload(*store, blocks, chain)) << "chain " << chain;
+  }
+  EXPECT_EQ(store->Stats().checksum_failures, 0u);
+}
+
+}  // namespace
+}  // namespace flatkv

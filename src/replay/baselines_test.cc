@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "replay/io_model.h"
 #include "replay/policy.h"
 
 namespace flatkv::replay {
@@ -216,6 +217,41 @@ TEST(TieredPolicy, AbortsWhenStagingIsTaken) {
   EXPECT_EQ(b2.aborted_blocks, 0u);
 }
 
+TEST(TieredPolicy, EachInstanceHasItsOwnStaging) {
+  // Two instances, each client with 10 MiB of staging (80 MiB / 4 / 2): A's
+  // restore on instance 0 takes all of its client's, not instance 1's.
+  PolicyConfig c = Config(kMiB, 80 * kMiB, 1024 * kMiB);
+  c.instances = 2;
+  auto p = Make(MakeTieredPolicy(c));
+  p->Insert(Req(1, 0, Range(1, 10)), 0, 0, 0);
+  p->Insert(Req(2, 100, Range(101, 5)), 1, 0, 100);
+  InsertSpaced(*p, 1000, 80, 200, 50);
+  const LookupResult a = p->Lookup(Req(1, 5000, Range(1, 10)), 0, 5000);
+  ASSERT_EQ(a.ssd_blocks, 10u);
+  const LookupResult b = p->Lookup(Req(2, 5000.001, Range(101, 5)), 1, 5000.001);
+  EXPECT_EQ(b.aborted_blocks, 0u);
+  EXPECT_EQ(b.ssd_blocks, 5u);
+  ExpectWithin(*p, c);
+}
+
+TEST(TieredPolicy, StagingHoldsFollowTheRunsIoModel) {
+  // The same contention as AbortsWhenStagingIsTaken, on a disk 1000x
+  // faster: A's reads are over before B looks, so B is not aborted.
+  PolicyConfig c = Config(kMiB, 40 * kMiB, 1024 * kMiB);
+  IoModel fast;
+  fast.ssd_read_gbps = 2000;
+  fast.ssd_request_us = 0.06;
+  c.io_model = &fast;
+  auto p = Make(MakeTieredPolicy(c));
+  p->Insert(Req(1, 0, Range(1, 10)), 0, 0, 0);
+  p->Insert(Req(2, 100, Range(101, 5)), 0, 0, 100);
+  InsertSpaced(*p, 1000, 40, 200, 100);
+  ASSERT_EQ(p->Lookup(Req(1, 5000, Range(1, 10)), 0, 5000).ssd_blocks, 10u);
+  const LookupResult b = p->Lookup(Req(2, 5000.001, Range(101, 5)), 0, 5000.001);
+  EXPECT_EQ(b.aborted_blocks, 0u);
+  EXPECT_EQ(b.hit_blocks, 5u);
+}
+
 TEST(TieredPolicy, SsdFullEvictsOldestBucketWhole) {
   // SSD holds two 4-object buckets of 64 MiB objects (plus metadata).
   const PolicyConfig c = Config(64 * kMiB, 1024 * kMiB, 2 * 256 * kMiB + 4096);
@@ -353,6 +389,19 @@ TEST(TieredPolicy, RealIoNeedsADirectory) {
 }
 
 // ---- files ------------------------------------------------------------------
+
+TEST(FilesPolicy, EachInstanceHasItsOwnCaches) {
+  // One LMCache engine per instance, each with half the node's capacities.
+  PolicyConfig c = Config(kMiB, 16 * kMiB, 32 * kMiB);
+  c.instances = 2;
+  auto p = Make(MakeFilesPolicy(c));
+  p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
+  EXPECT_EQ(p->Lookup(Req(1, 1, Range(1, 8)), 1, 1).hit_blocks, 0u);  // not in instance 1's caches
+  EXPECT_EQ(p->Lookup(Req(1, 2, Range(1, 8)), 0, 2).dram_blocks, 8u);
+  p->Insert(Req(2, 3, Range(101, 8)), 0, 0, 3);  // instance 0's 8 MiB hot cache: request 1 goes to disk
+  EXPECT_EQ(p->Lookup(Req(1, 4, Range(1, 8)), 0, 4).ssd_blocks, 8u);
+  ExpectWithin(*p, c);
+}
 
 // 64-token blocks: a 256-token chunk is 4 blocks (4 MiB); 2 chunks of DRAM, 4 of disk.
 TEST(FilesPolicy, HotCacheInFrontOfOneFilePerChunk) {

@@ -18,6 +18,10 @@
 //     hit reads the whole file (one request, its full size) and writes the
 //     chunk back into the hot cache; the first miss ends the prefix.
 //   - Each tier evicts its least recently used chunk until the new one fits.
+//   - Disk reads are synchronous in the caller, one chunk after another
+//     (get_blocking); the simulator charges each its latency
+//     (serial_ssd_reads). Puts go through the engine's one disk worker
+//     thread asynchronously, as the offloads of every policy do.
 //
 // IoMode::kReal performs those file reads and writes on real files under
 // config.dir (sizes divided by config.scale), written with write()+fsync and
@@ -108,6 +112,7 @@ class FilesPolicy final : public CachePolicy {
   }
 
   std::string_view name() const override { return "files"; }
+  bool serial_ssd_reads() const override { return true; }  // LocalDiskBackend.get_blocking, one chunk at a time
 
   LookupResult Lookup(const Request& req, uint32_t instance, double /*now*/) override {
     LookupResult r;

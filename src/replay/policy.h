@@ -85,6 +85,11 @@ class CachePolicy {
   // can start once the first layer has arrived (flat: Restore's per-layer
   // readiness). False: the whole restore lands before prefill starts.
   virtual bool layerwise() const { return false; }
+  // True when a restore's SSD reads are issued one at a time by each of the
+  // instance's tp workers (files: LMCache's get_blocking reads chunk after
+  // chunk in the caller), so every read pays the drive's latency; false:
+  // reads are queued together and the restore pays one latency.
+  virtual bool serial_ssd_reads() const { return false; }
 };
 
 // Makes a policy by name ("flat", "tiered", "files", "infinite", "belady");

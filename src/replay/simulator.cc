@@ -186,6 +186,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   res.kv_hbm_bytes = kv_bytes;
   const uint64_t bb = uint64_t(bpt) * trace.block_tokens;
   const bool layerwise = policy.layerwise();
+  const bool serial = policy.serial_ssd_reads();
   const double layers = std::max<uint32_t>(1, o.model.layers);
   const double ssd_read_bps = double(hw.nvme_drives) * hw.nvme_read_gbps * 1e9;
   const double ssd_write_bps = double(hw.nvme_drives) * hw.nvme_write_gbps * 1e9;
@@ -299,7 +300,9 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
           {NodeIo::kSsd, double(lk.ssd_bytes_read) / ssd_read_bps + double(lk.ssd_requests) / ssd_iops},
           {NodeIo::kDram, moved / dram_bps},
           {NodeIo::H2d(id), moved / link_bps}};
-      const uint32_t f = io.Start(now, std::move(d), lk.ssd_requests > 0 ? hw.nvme_latency_us * 1e-6 : 0.0);
+      // Queued reads pay one latency; serial ones (one at a time per TP worker) pay each.
+      const double rounds = serial ? std::ceil(double(lk.ssd_requests) / double(tp)) : (lk.ssd_requests > 0 ? 1.0 : 0.0);
+      const uint32_t f = io.Start(now, std::move(d), rounds * hw.nvme_latency_us * 1e-6);
       track(f, int64_t(i), now);
       s.flow = f;
     }

@@ -52,8 +52,10 @@
 // I/O goes through NodeIo (replay/node_io.h), shared by the node's
 // instances: a restore crosses the SSD array (its bytes read at drives x
 // nvme_read_gbps, its requests at drives x nvme_read_iops, after one
-// nvme_latency_us), host memory (everything restored, SSD data bounced
-// through it) and the instance's host-to-GPU PCIe (tp x pcie_gbps). An
+// nvme_latency_us, or one per read per TP worker for a policy whose reads
+// are serial, CachePolicy::serial_ssd_reads), host memory (everything
+// restored, SSD data bounced through it) and the instance's host-to-GPU
+// PCIe (tp x pcie_gbps). An
 // insert's offload runs in the background: the request's new blocks cross
 // the instance's GPU-to-host PCIe and host memory, and what the policy
 // wrote to SSD crosses the SSD array at drives x nvme_write_gbps. In kReal

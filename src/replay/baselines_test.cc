@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "replay/io_model.h"
 #include "replay/policy.h"
 
 namespace flatkv::replay {
@@ -58,7 +59,7 @@ InsertResult InsertSpaced(CachePolicy& p, uint64_t first, uint64_t n, double t0,
   InsertResult sum;
   for (uint64_t i = 0; i < n; ++i) {
     const Request r = Req(first + i, t0 + gap * double(i), {first + i});
-    const InsertResult w = p.Insert(r, 0, r.arrival_s);
+    const InsertResult w = p.Insert(r, 0, 0, r.arrival_s);
     sum.dram_bytes_written += w.dram_bytes_written;
     sum.ssd_bytes_written += w.ssd_bytes_written;
     sum.ssd_requests += w.ssd_requests;
@@ -92,9 +93,9 @@ TEST(TieredPolicy, HighWatermarkEvictsFivePercentOfObjects) {
   EXPECT_EQ(p->Stats().dram_used_bytes, 25 * kMiB);
   EXPECT_EQ(p->Stats().migrated_blocks, 4u);
   // The two least recently used (blocks 1 and 2) were demoted; block 5 was not.
-  LookupResult r = p->Lookup(Req(1, 3000, {1}), 3000);
+  LookupResult r = p->Lookup(Req(1, 3000, {1}), 0, 3000);
   EXPECT_EQ(r.ssd_blocks, 1u);
-  r = p->Lookup(Req(5, 3001, {5}), 3001);
+  r = p->Lookup(Req(5, 3001, {5}), 0, 3001);
   EXPECT_EQ(r.dram_blocks, 1u);
   ExpectWithin(*p, c);
 }
@@ -106,11 +107,11 @@ TEST(TieredPolicy, LeasedObjectsAreNotEvicted) {
   for (const double put_at : {101.0, 200.0}) {
     const PolicyConfig c = Config(kMiB, 40 * kMiB, 1024 * kMiB);
     auto p = Make(MakeTieredPolicy(c));
-    p->Insert(Req(1, 0, Range(1, 20)), 0, 0);
-    EXPECT_EQ(p->Lookup(Req(1, 100, Range(1, 20)), 100).dram_blocks, 20u);
-    const InsertResult w = p->Insert(Req(2, put_at, Range(101, 40)), 0, put_at);
+    p->Insert(Req(1, 0, Range(1, 20)), 0, 0, 0);
+    EXPECT_EQ(p->Lookup(Req(1, 100, Range(1, 20)), 0, 100).dram_blocks, 20u);
+    const InsertResult w = p->Insert(Req(2, put_at, Range(101, 40)), 0, 0, put_at);
     EXPECT_EQ(w.dram_bytes_written, 40 * kMiB);  // every put found room
-    const LookupResult r = p->Lookup(Req(1, put_at + 1, Range(1, 20)), put_at + 1);
+    const LookupResult r = p->Lookup(Req(1, put_at + 1, Range(1, 20)), 0, put_at + 1);
     EXPECT_EQ(r.hit_blocks, 20u);
     if (put_at < 105) {
       EXPECT_EQ(r.dram_blocks, 20u);
@@ -124,13 +125,13 @@ TEST(TieredPolicy, LeasedObjectsAreNotEvicted) {
 TEST(TieredPolicy, UnleasedPutsMakeRoomWhenTheRestIsLeased) {
   const PolicyConfig c = Config(kMiB, 40 * kMiB, 1024 * kMiB);  // pool of 30 objects
   auto p = Make(MakeTieredPolicy(c));
-  p->Insert(Req(1, 0, Range(1, 26)), 0, 0);
-  EXPECT_EQ(p->Lookup(Req(1, 100, Range(1, 26)), 100).dram_blocks, 26u);  // all leased until 105
+  p->Insert(Req(1, 0, Range(1, 26)), 0, 0, 0);
+  EXPECT_EQ(p->Lookup(Req(1, 100, Range(1, 26)), 0, 100).dram_blocks, 26u);  // all leased until 105
   // Unleased puts are evicted (demoted) to make room for later ones; none is lost.
-  const InsertResult w = p->Insert(Req(2, 101, Range(101, 10)), 0, 101);
+  const InsertResult w = p->Insert(Req(2, 101, Range(101, 10)), 0, 0, 101);
   EXPECT_EQ(w.dram_bytes_written, 10 * kMiB);
   EXPECT_GT(p->Stats().migrated_blocks, 0u);
-  EXPECT_EQ(p->Lookup(Req(2, 102, Range(101, 10)), 102).hit_blocks, 10u);
+  EXPECT_EQ(p->Lookup(Req(2, 102, Range(101, 10)), 0, 102).hit_blocks, 10u);
   ExpectWithin(*p, c);
 }
 
@@ -163,11 +164,11 @@ TEST(TieredPolicy, DemotesInEvictionOrderAtUnalignedOffsets) {
   const PolicyConfig c = Config(4096, 400 * 4096, 1024 * kMiB);
   auto p = Make(MakeTieredPolicy(c));
   InsertSpaced(*p, 1, 600, 0, 10);  // blocks 1.. are demoted first, in order
-  LookupResult r = p->Lookup(Req(128, 7000, {128}), 7000);
+  LookupResult r = p->Lookup(Req(128, 7000, {128}), 0, 7000);
   ASSERT_EQ(r.ssd_blocks, 1u);
   EXPECT_EQ(r.ssd_bytes_read, 4096u);
   EXPECT_EQ(r.ssd_bytes_useful, 4096u);
-  r = p->Lookup(Req(127, 7001, {127}), 7001);
+  r = p->Lookup(Req(127, 7001, {127}), 0, 7001);
   ASSERT_EQ(r.ssd_blocks, 1u);
   EXPECT_EQ(r.ssd_bytes_read, 8192u);
   EXPECT_EQ(r.ssd_requests, 1u);
@@ -176,10 +177,10 @@ TEST(TieredPolicy, DemotesInEvictionOrderAtUnalignedOffsets) {
 TEST(TieredPolicy, SsdHitIsOneReadPerObjectAndIsPromoted) {
   const PolicyConfig c = Config(kMiB, 40 * kMiB, 1024 * kMiB);
   auto p = Make(MakeTieredPolicy(c));
-  p->Insert(Req(1, 0, Range(1, 8)), 0, 0);
+  p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
   InsertSpaced(*p, 100, 40, 100, 100);  // pushes blocks 1..8 to SSD
   const uint64_t migrated = p->Stats().migrated_blocks;
-  LookupResult r = p->Lookup(Req(1, 5000, Range(1, 10)), 5000);
+  LookupResult r = p->Lookup(Req(1, 5000, Range(1, 10)), 0, 5000);
   EXPECT_EQ(r.hit_blocks, 8u);
   EXPECT_EQ(r.ssd_blocks, 8u);
   EXPECT_EQ(r.ssd_requests, 8u);  // one per object, not one per bucket
@@ -187,7 +188,7 @@ TEST(TieredPolicy, SsdHitIsOneReadPerObjectAndIsPromoted) {
   EXPECT_GE(r.ssd_bytes_read, r.ssd_bytes_useful);
   EXPECT_LE(r.ssd_bytes_read, r.ssd_bytes_useful + 8 * 8192);
   EXPECT_GE(p->Stats().migrated_blocks, migrated + 8);  // promotions
-  r = p->Lookup(Req(1, 5100, Range(1, 10)), 5100);
+  r = p->Lookup(Req(1, 5100, Range(1, 10)), 0, 5100);
   EXPECT_EQ(r.dram_blocks, 8u);
   EXPECT_EQ(r.ssd_blocks, 0u);
   ExpectWithin(*p, c);
@@ -198,22 +199,57 @@ TEST(TieredPolicy, AbortsWhenStagingIsTaken) {
   // until A's reads finish, so B's SSD objects are aborted meanwhile.
   const PolicyConfig c = Config(kMiB, 40 * kMiB, 1024 * kMiB);
   auto p = Make(MakeTieredPolicy(c));
-  p->Insert(Req(1, 0, Range(1, 10)), 0, 0);
-  p->Insert(Req(2, 100, Range(101, 5)), 0, 100);
+  p->Insert(Req(1, 0, Range(1, 10)), 0, 0, 0);
+  p->Insert(Req(2, 100, Range(101, 5)), 0, 0, 100);
   InsertSpaced(*p, 1000, 40, 200, 100);
-  const LookupResult a = p->Lookup(Req(1, 5000, Range(1, 10)), 5000);
+  const LookupResult a = p->Lookup(Req(1, 5000, Range(1, 10)), 0, 5000);
   EXPECT_EQ(a.ssd_blocks, 10u);
   EXPECT_EQ(a.aborted_blocks, 0u);
   EXPECT_EQ(p->Stats().dram_used_bytes % kMiB, 0u);
   ExpectWithin(*p, c);
-  const LookupResult b = p->Lookup(Req(2, 5000.001, Range(101, 5)), 5000.001);
+  const LookupResult b = p->Lookup(Req(2, 5000.001, Range(101, 5)), 0, 5000.001);
   EXPECT_EQ(b.hit_blocks, 0u);
   EXPECT_EQ(b.aborted_blocks, 5u);
   // Once A's reads are done the staging is free again.
-  const LookupResult b2 = p->Lookup(Req(2, 5010, Range(101, 5)), 5010);
+  const LookupResult b2 = p->Lookup(Req(2, 5010, Range(101, 5)), 0, 5010);
   EXPECT_EQ(b2.hit_blocks, 5u);
   EXPECT_EQ(b2.ssd_blocks, 5u);
   EXPECT_EQ(b2.aborted_blocks, 0u);
+}
+
+TEST(TieredPolicy, EachInstanceHasItsOwnStaging) {
+  // Two instances, each client with 10 MiB of staging (80 MiB / 4 / 2): A's
+  // restore on instance 0 takes all of its client's, not instance 1's.
+  PolicyConfig c = Config(kMiB, 80 * kMiB, 1024 * kMiB);
+  c.instances = 2;
+  auto p = Make(MakeTieredPolicy(c));
+  p->Insert(Req(1, 0, Range(1, 10)), 0, 0, 0);
+  p->Insert(Req(2, 100, Range(101, 5)), 1, 0, 100);
+  InsertSpaced(*p, 1000, 80, 200, 50);
+  const LookupResult a = p->Lookup(Req(1, 5000, Range(1, 10)), 0, 5000);
+  ASSERT_EQ(a.ssd_blocks, 10u);
+  const LookupResult b = p->Lookup(Req(2, 5000.001, Range(101, 5)), 1, 5000.001);
+  EXPECT_EQ(b.aborted_blocks, 0u);
+  EXPECT_EQ(b.ssd_blocks, 5u);
+  ExpectWithin(*p, c);
+}
+
+TEST(TieredPolicy, StagingHoldsFollowTheRunsIoModel) {
+  // The same contention as AbortsWhenStagingIsTaken, on a disk 1000x
+  // faster: A's reads are over before B looks, so B is not aborted.
+  PolicyConfig c = Config(kMiB, 40 * kMiB, 1024 * kMiB);
+  IoModel fast;
+  fast.ssd_read_gbps = 2000;
+  fast.ssd_request_us = 0.06;
+  c.io_model = &fast;
+  auto p = Make(MakeTieredPolicy(c));
+  p->Insert(Req(1, 0, Range(1, 10)), 0, 0, 0);
+  p->Insert(Req(2, 100, Range(101, 5)), 0, 0, 100);
+  InsertSpaced(*p, 1000, 40, 200, 100);
+  ASSERT_EQ(p->Lookup(Req(1, 5000, Range(1, 10)), 0, 5000).ssd_blocks, 10u);
+  const LookupResult b = p->Lookup(Req(2, 5000.001, Range(101, 5)), 0, 5000.001);
+  EXPECT_EQ(b.aborted_blocks, 0u);
+  EXPECT_EQ(b.hit_blocks, 5u);
 }
 
 TEST(TieredPolicy, SsdFullEvictsOldestBucketWhole) {
@@ -224,7 +260,7 @@ TEST(TieredPolicy, SsdFullEvictsOldestBucketWhole) {
   ExpectWithin(*p, c);
   EXPECT_GT(p->Stats().evicted_blocks, 0u);
   // Block 1 was demoted first; its bucket was reclaimed, so it is gone.
-  EXPECT_EQ(p->Lookup(Req(1, 9000, {1}), 9000).hit_blocks, 0u);
+  EXPECT_EQ(p->Lookup(Req(1, 9000, {1}), 0, 9000).hit_blocks, 0u);
 }
 
 // kReal helpers: a fresh scratch directory, and the .bucket files in it.
@@ -264,8 +300,8 @@ TEST(TieredPolicy, RealIoMatchesTheModel) {
   for (uint64_t i = 1; i <= 40; ++i) {
     const double t = 100.0 * double(i);
     const Request ins = Req(i, t, {i});
-    const InsertResult wm = model->Insert(ins, 0, t);
-    const InsertResult wr = real->Insert(ins, 0, t);
+    const InsertResult wm = model->Insert(ins, 0, 0, t);
+    const InsertResult wr = real->Insert(ins, 0, 0, t);
     EXPECT_EQ(wm.real_write_s, -1.0);
     EXPECT_GE(wr.real_write_s, 0.0);
     EXPECT_EQ(wr.ssd_bytes_written, wm.ssd_bytes_written) << i;
@@ -273,8 +309,8 @@ TEST(TieredPolicy, RealIoMatchesTheModel) {
     if (Has(BucketFiles(cr.dir), "0.bucket")) saw_first_bucket = true;
     const uint64_t first = i >= 13 ? i - 12 - i % 7 : 1;  // some in DRAM, some on SSD, some gone
     const Request lk = Req(100 + i, t + 50, Range(first, 3));
-    const LookupResult rm = model->Lookup(lk, t + 50);
-    const LookupResult rr = real->Lookup(lk, t + 50);
+    const LookupResult rm = model->Lookup(lk, 0, t + 50);
+    const LookupResult rr = real->Lookup(lk, 0, t + 50);
     EXPECT_EQ(rm.real_restore_s, -1.0);
     EXPECT_EQ(rr.hit_blocks, rm.hit_blocks) << i;
     EXPECT_EQ(rr.dram_blocks, rm.dram_blocks) << i;
@@ -314,30 +350,30 @@ TEST(TieredPolicy, RealIoDeletedBucketIsAMiss) {
   c.scale = 16;  // 64 KiB values
   auto p = Make(MakeTieredPolicy(c));
   ASSERT_NE(p, nullptr);
-  p->Insert(Req(1, 0, Range(1, 8)), 0, 0);
+  p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
   InsertSpaced(*p, 100, 40, 100, 100);  // pushes blocks 1..8 to SSD, in bucket 0
   ASSERT_TRUE(Has(BucketFiles(c.dir), "0.bucket"));
   // Block 9 has never been stored: the read path works before the deletion.
-  LookupResult r = p->Lookup(Req(1, 5000, Range(1, 1)), 5000);
+  LookupResult r = p->Lookup(Req(1, 5000, Range(1, 1)), 0, 5000);
   EXPECT_EQ(r.ssd_blocks, 1u);
   EXPECT_GT(r.real_restore_s, 0.0);
   ASSERT_EQ(::unlink((c.dir + "/0.bucket").c_str()), 0);
-  r = p->Lookup(Req(1, 5001, Range(2, 7)), 5001);
+  r = p->Lookup(Req(1, 5001, Range(2, 7)), 0, 5001);
   EXPECT_EQ(r.hit_blocks, 0u);
   EXPECT_EQ(r.ssd_blocks, 0u);
   EXPECT_GE(r.real_restore_s, 0.0);
-  EXPECT_EQ(p->Lookup(Req(1, 5002, Range(2, 7)), 5002).hit_blocks, 0u);  // block 2 was dropped
-  r = p->Lookup(Req(1, 5003, Range(3, 6)), 5003);                         // block 3's read fails too
+  EXPECT_EQ(p->Lookup(Req(1, 5002, Range(2, 7)), 0, 5002).hit_blocks, 0u);  // block 2 was dropped
+  r = p->Lookup(Req(1, 5003, Range(3, 6)), 0, 5003);                         // block 3's read fails too
   EXPECT_EQ(r.hit_blocks, 0u);
   // Block 1 was promoted before the deletion and still hits from DRAM.
-  r = p->Lookup(Req(1, 5004, Range(1, 1)), 5004);
+  r = p->Lookup(Req(1, 5004, Range(1, 1)), 0, 5004);
   EXPECT_EQ(r.dram_blocks, 1u);
   ExpectWithin(*p, c);
   // Blocks 2 and 3 (dropped) are stored again; 4..8 still point into the
   // deleted bucket (a put of an existing key is rejected), so the prefix ends
   // at block 4, whose failed read drops it.
-  p->Insert(Req(2, 5005, Range(2, 7)), 0, 5005);
-  r = p->Lookup(Req(2, 5006, Range(2, 7)), 5006);
+  p->Insert(Req(2, 5005, Range(2, 7)), 0, 0, 5005);
+  r = p->Lookup(Req(2, 5006, Range(2, 7)), 0, 5006);
   EXPECT_EQ(r.hit_blocks, 2u);
   EXPECT_EQ(r.dram_blocks, 2u);
   EXPECT_EQ(r.ssd_blocks, 0u);
@@ -354,26 +390,39 @@ TEST(TieredPolicy, RealIoNeedsADirectory) {
 
 // ---- files ------------------------------------------------------------------
 
+TEST(FilesPolicy, EachInstanceHasItsOwnCaches) {
+  // One LMCache engine per instance, each with half the node's capacities.
+  PolicyConfig c = Config(kMiB, 16 * kMiB, 32 * kMiB);
+  c.instances = 2;
+  auto p = Make(MakeFilesPolicy(c));
+  p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
+  EXPECT_EQ(p->Lookup(Req(1, 1, Range(1, 8)), 1, 1).hit_blocks, 0u);  // not in instance 1's caches
+  EXPECT_EQ(p->Lookup(Req(1, 2, Range(1, 8)), 0, 2).dram_blocks, 8u);
+  p->Insert(Req(2, 3, Range(101, 8)), 0, 0, 3);  // instance 0's 8 MiB hot cache: request 1 goes to disk
+  EXPECT_EQ(p->Lookup(Req(1, 4, Range(1, 8)), 0, 4).ssd_blocks, 8u);
+  ExpectWithin(*p, c);
+}
+
 // 64-token blocks: a 256-token chunk is 4 blocks (4 MiB); 2 chunks of DRAM, 4 of disk.
 TEST(FilesPolicy, HotCacheInFrontOfOneFilePerChunk) {
   const PolicyConfig c = Config(kMiB, 8 * kMiB, 16 * kMiB);
   auto p = Make(MakeFilesPolicy(c));
-  InsertResult w = p->Insert(Req(1, 0, Range(1, 10)), 0, 0);  // 2 full chunks + 2 blocks not stored
+  InsertResult w = p->Insert(Req(1, 0, Range(1, 10)), 0, 0, 0);  // 2 full chunks + 2 blocks not stored
   EXPECT_EQ(w.dram_bytes_written, 8 * kMiB);
   EXPECT_EQ(w.ssd_bytes_written, 8 * kMiB);
   EXPECT_EQ(w.ssd_requests, 2u);
-  LookupResult r = p->Lookup(Req(1, 1, Range(1, 10)), 1);
+  LookupResult r = p->Lookup(Req(1, 1, Range(1, 10)), 0, 1);
   EXPECT_EQ(r.hit_blocks, 8u);
   EXPECT_EQ(r.dram_blocks, 8u);
   EXPECT_EQ(r.dram_requests, 2u);
-  p->Insert(Req(2, 2, Range(101, 8)), 0, 2);  // pushes request 1's chunks out of DRAM
-  r = p->Lookup(Req(1, 3, Range(1, 10)), 3);
+  p->Insert(Req(2, 2, Range(101, 8)), 0, 0, 2);  // pushes request 1's chunks out of DRAM
+  r = p->Lookup(Req(1, 3, Range(1, 10)), 0, 3);
   EXPECT_EQ(r.hit_blocks, 8u);
   EXPECT_EQ(r.ssd_blocks, 8u);
   EXPECT_EQ(r.ssd_requests, 2u);
   EXPECT_EQ(r.ssd_bytes_read, 8 * kMiB);  // whole files, all of them used
   EXPECT_EQ(r.ssd_bytes_useful, 8 * kMiB);
-  r = p->Lookup(Req(1, 4, Range(1, 10)), 4);  // written back to the hot cache
+  r = p->Lookup(Req(1, 4, Range(1, 10)), 0, 4);  // written back to the hot cache
   EXPECT_EQ(r.dram_blocks, 8u);
   ExpectWithin(*p, c);
 }
@@ -381,13 +430,13 @@ TEST(FilesPolicy, HotCacheInFrontOfOneFilePerChunk) {
 TEST(FilesPolicy, DiskIsLruAndCapacityBound) {
   const PolicyConfig c = Config(kMiB, 8 * kMiB, 16 * kMiB);
   auto p = Make(MakeFilesPolicy(c));
-  p->Insert(Req(1, 0, Range(1, 8)), 0, 0);
-  p->Insert(Req(2, 1, Range(101, 8)), 0, 1);
-  p->Lookup(Req(1, 2, Range(1, 8)), 2);       // request 1's files are now the most recent
-  p->Insert(Req(3, 3, Range(201, 8)), 0, 3);  // disk full: evicts request 2's files
+  p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
+  p->Insert(Req(2, 1, Range(101, 8)), 0, 0, 1);
+  p->Lookup(Req(1, 2, Range(1, 8)), 0, 2);       // request 1's files are now the most recent
+  p->Insert(Req(3, 3, Range(201, 8)), 0, 0, 3);  // disk full: evicts request 2's files
   ExpectWithin(*p, c);
-  EXPECT_EQ(p->Lookup(Req(2, 4, Range(101, 8)), 4).hit_blocks, 0u);
-  EXPECT_EQ(p->Lookup(Req(1, 5, Range(1, 8)), 5).hit_blocks, 8u);
+  EXPECT_EQ(p->Lookup(Req(2, 4, Range(101, 8)), 0, 4).hit_blocks, 0u);
+  EXPECT_EQ(p->Lookup(Req(1, 5, Range(1, 8)), 0, 5).hit_blocks, 8u);
   EXPECT_EQ(p->Stats().ssd_used_bytes, 16 * kMiB);
   EXPECT_EQ(p->Stats().dram_used_bytes, 8 * kMiB);
 }
@@ -395,10 +444,10 @@ TEST(FilesPolicy, DiskIsLruAndCapacityBound) {
 TEST(FilesPolicy, LargeBlocksAreSeveralChunkFiles) {
   const PolicyConfig c = Config(2 * kMiB, 8 * kMiB, 64 * kMiB, 512);  // 512-token blocks: 2 files each
   auto p = Make(MakeFilesPolicy(c));
-  const InsertResult w = p->Insert(Req(1, 0, Range(1, 3)), 0, 0);
+  const InsertResult w = p->Insert(Req(1, 0, Range(1, 3)), 0, 0, 0);
   EXPECT_EQ(w.ssd_requests, 6u);
-  p->Insert(Req(2, 1, Range(101, 4)), 0, 1);
-  const LookupResult r = p->Lookup(Req(1, 2, Range(1, 3)), 2);
+  p->Insert(Req(2, 1, Range(101, 4)), 0, 0, 1);
+  const LookupResult r = p->Lookup(Req(1, 2, Range(1, 3)), 0, 2);
   EXPECT_EQ(r.hit_blocks, 3u);
   EXPECT_EQ(r.ssd_requests, 6u);
 }
@@ -411,10 +460,10 @@ TEST(FilesPolicy, RealIoWritesAndReadsChunkFiles) {
   c.dir = tmpl;
   c.scale = 16;  // 256 KiB files
   auto p = Make(MakeFilesPolicy(c));
-  const InsertResult w = p->Insert(Req(1, 0, Range(1, 8)), 0, 0);
+  const InsertResult w = p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
   EXPECT_GE(w.real_write_s, 0.0);
-  p->Insert(Req(2, 1, Range(101, 8)), 0, 1);
-  const LookupResult r = p->Lookup(Req(1, 2, Range(1, 8)), 2);
+  p->Insert(Req(2, 1, Range(101, 8)), 0, 0, 1);
+  const LookupResult r = p->Lookup(Req(1, 2, Range(1, 8)), 0, 2);
   EXPECT_EQ(r.ssd_blocks, 8u);
   EXPECT_GT(r.real_restore_s, 0.0);
   std::string cmd = std::string("rm -rf ") + tmpl;
@@ -425,22 +474,22 @@ TEST(FilesPolicy, RealIoWritesAndReadsChunkFiles) {
 
 TEST(InfinitePolicy, EverythingEverStoredHits) {
   auto p = Make(MakeInfinitePolicy(Config(kMiB, 0, 0)));
-  EXPECT_EQ(p->Lookup(Req(1, 0, Range(1, 5)), 0).hit_blocks, 0u);
-  p->Insert(Req(1, 0, Range(1, 5)), 0, 0);
-  const LookupResult r = p->Lookup(Req(1, 1, Range(1, 9)), 1);
+  EXPECT_EQ(p->Lookup(Req(1, 0, Range(1, 5)), 0, 0).hit_blocks, 0u);
+  p->Insert(Req(1, 0, Range(1, 5)), 0, 0, 0);
+  const LookupResult r = p->Lookup(Req(1, 1, Range(1, 9)), 0, 1);
   EXPECT_EQ(r.hit_blocks, 5u);
   EXPECT_EQ(r.dram_blocks, 5u);
-  p->Insert(Req(1, 1, Range(1, 9)), 5, 1);
-  EXPECT_EQ(p->Lookup(Req(1, 2, Range(1, 9)), 2).hit_blocks, 9u);
+  p->Insert(Req(1, 1, Range(1, 9)), 0, 5, 1);
+  EXPECT_EQ(p->Lookup(Req(1, 2, Range(1, 9)), 0, 2).hit_blocks, 9u);
 }
 
 // Replays single-block requests through `p`; returns the hits.
 uint64_t Replay(CachePolicy& p, const Trace& t) {
   uint64_t hits = 0;
   for (const Request& r : t.requests) {
-    const uint32_t h = p.Lookup(r, r.arrival_s).hit_blocks;
+    const uint32_t h = p.Lookup(r, 0, r.arrival_s).hit_blocks;
     hits += h;
-    p.Insert(r, h, r.arrival_s);
+    p.Insert(r, 0, h, r.arrival_s);
   }
   return hits;
 }
@@ -510,9 +559,9 @@ TEST(BeladyPolicy, FindsCopiedRequestsByConversationAndArrival) {
   uint64_t hits = 0;
   for (const Request& orig : t.requests) {
     const Request r = orig;  // a copy, not the trace's own object
-    const uint32_t h = p->Lookup(r, r.arrival_s).hit_blocks;
+    const uint32_t h = p->Lookup(r, 0, r.arrival_s).hit_blocks;
     hits += h;
-    p->Insert(r, h, r.arrival_s);
+    p->Insert(r, 0, h, r.arrival_s);
   }
   EXPECT_EQ(hits, 4u);
 }
@@ -542,11 +591,11 @@ TEST(Baselines, CapacitiesAreNeverExceeded) {
     auto p = Make(MakePolicy(name, c));
     ASSERT_NE(p, nullptr);
     for (const Request& r : t.requests) {
-      const LookupResult lk = p->Lookup(r, r.arrival_s);
+      const LookupResult lk = p->Lookup(r, 0, r.arrival_s);
       EXPECT_EQ(lk.hit_blocks, lk.dram_blocks + lk.ssd_blocks) << name;
       EXPECT_LE(lk.hit_blocks, r.blocks.size()) << name;
       ExpectWithin(*p, c);
-      p->Insert(r, lk.hit_blocks, r.arrival_s + 0.2);
+      p->Insert(r, 0, lk.hit_blocks, r.arrival_s + 0.2);
       ExpectWithin(*p, c);
     }
   }

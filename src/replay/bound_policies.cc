@@ -33,7 +33,7 @@ class InfinitePolicy final : public CachePolicy {
   explicit InfinitePolicy(uint64_t block_bytes) : bb_(block_bytes) {}
   std::string_view name() const override { return "infinite"; }
 
-  LookupResult Lookup(const Request& req, double /*now*/) override {
+  LookupResult Lookup(const Request& req, uint32_t /*instance*/, double /*now*/) override {
     uint32_t hit = 0;
     while (hit < req.blocks.size() && set_.count(req.blocks[hit])) ++hit;
     LookupResult r;
@@ -41,7 +41,7 @@ class InfinitePolicy final : public CachePolicy {
     return r;
   }
 
-  InsertResult Insert(const Request& req, uint32_t hit_blocks, double /*now*/) override {
+  InsertResult Insert(const Request& req, uint32_t /*instance*/, uint32_t hit_blocks, double /*now*/) override {
     InsertResult w;
     for (size_t i = hit_blocks; i < req.blocks.size(); ++i)
       if (set_.insert(req.blocks[i]).second) w.dram_bytes_written += bb_;
@@ -79,7 +79,7 @@ class BeladyPolicy final : public CachePolicy {
 
   std::string_view name() const override { return "belady"; }
 
-  LookupResult Lookup(const Request& req, double /*now*/) override {
+  LookupResult Lookup(const Request& req, uint32_t /*instance*/, double /*now*/) override {
     const size_t r = IndexOf(req);
     uint32_t hit = 0;
     while (hit < req.blocks.size() && cache_.count(req.blocks[hit])) ++hit;
@@ -100,7 +100,7 @@ class BeladyPolicy final : public CachePolicy {
     return res;
   }
 
-  InsertResult Insert(const Request& req, uint32_t hit_blocks, double /*now*/) override {
+  InsertResult Insert(const Request& req, uint32_t /*instance*/, uint32_t hit_blocks, double /*now*/) override {
     InsertResult w;
     const size_t r = IndexOf(req);
     if (r == kUnknown) return w;  // no future knowledge of this request: admit nothing

@@ -3,6 +3,9 @@
 // parameter is tied to its source in docs/baselines.md.
 //
 // Model:
+//   - One LMCache engine per serving instance (LMCache runs inside each vLLM
+//     process): the node's DRAM and SSD capacities are split evenly among
+//     them, and a request sees only its instance's caches.
 //   - The cache unit is LMCache's chunk of 256 tokens. With trace blocks of
 //     b <= 256 tokens a chunk is k = 256 / b blocks and is keyed by the id of
 //     its last block (ids are prefix-chained, as LMCache's chunk hashes are);
@@ -15,6 +18,10 @@
 //     hit reads the whole file (one request, its full size) and writes the
 //     chunk back into the hot cache; the first miss ends the prefix.
 //   - Each tier evicts its least recently used chunk until the new one fits.
+//   - Disk reads are synchronous in the caller, one chunk after another
+//     (get_blocking); the simulator charges each its latency
+//     (serial_ssd_reads). Puts go through the engine's one disk worker
+//     thread asynchronously, as the offloads of every policy do.
 //
 // IoMode::kReal performs those file reads and writes on real files under
 // config.dir (sizes divided by config.scale), written with write()+fsync and
@@ -96,30 +103,37 @@ class FilesPolicy final : public CachePolicy {
         real_(c.io == IoMode::kReal),
         dir_(c.dir),
         real_file_bytes_(static_cast<uint64_t>(double(chunk_bytes_) / files_per_chunk_ / c.scale)),
-        hot_(c.dram_bytes),
-        disk_(c.ssd_bytes) {
+        instances_(std::max<uint32_t>(1, c.instances)) {
+    // One LMCache engine per serving instance, each with its own hot cache
+    // (max_local_cpu_size) and disk backend (max_local_disk_size, its own
+    // directory): the node's capacities are split evenly.
+    for (uint32_t i = 0; i < instances_; ++i) engines_.push_back({LruBytes(c.dram_bytes / instances_), LruBytes(c.ssd_bytes / instances_)});
     if (real_) buf_.assign(std::max<uint64_t>(real_file_bytes_, 1), 0x5a);
   }
 
   std::string_view name() const override { return "files"; }
+  bool serial_ssd_reads() const override { return true; }  // LocalDiskBackend.get_blocking, one chunk at a time
 
-  LookupResult Lookup(const Request& req, double /*now*/) override {
+  LookupResult Lookup(const Request& req, uint32_t instance, double /*now*/) override {
     LookupResult r;
+    inst_ = instance % instances_;
+    LruBytes& hot = engines_[inst_].hot;
+    LruBytes& disk = engines_[inst_].disk;
     if (real_) r.real_restore_s = 0;
     const size_t chunks = req.blocks.size() / blocks_per_chunk_;
     for (size_t c = 0; c < chunks; ++c) {
       const uint64_t key = req.blocks[(c + 1) * blocks_per_chunk_ - 1];
-      if (hot_.Contains(key)) {
-        hot_.Touch(key);
+      if (hot.Contains(key)) {
+        hot.Touch(key);
         r.dram_blocks += blocks_per_chunk_;
         r.dram_bytes_read += chunk_bytes_;
         ++r.dram_requests;
-      } else if (disk_.Contains(key)) {
-        disk_.Touch(key);
+      } else if (disk.Contains(key)) {
+        disk.Touch(key);
         if (real_) {
           auto t = ReadChunk(key);
           if (!t.ok()) {  // a failed read is a miss, never wrong bytes
-            disk_.Erase(key, chunk_bytes_);
+            disk.Erase(key, chunk_bytes_);
             RemoveChunk(key);
             break;
           }
@@ -139,24 +153,27 @@ class FilesPolicy final : public CachePolicy {
     return r;
   }
 
-  InsertResult Insert(const Request& req, uint32_t hit_blocks, double /*now*/) override {
+  InsertResult Insert(const Request& req, uint32_t instance, uint32_t hit_blocks, double /*now*/) override {
     InsertResult w;
+    inst_ = instance % instances_;
+    LruBytes& hot = engines_[inst_].hot;
+    LruBytes& disk = engines_[inst_].disk;
     if (real_) w.real_write_s = 0;
     const size_t chunks = req.blocks.size() / blocks_per_chunk_;
     for (size_t c = hit_blocks / blocks_per_chunk_; c < chunks; ++c) {
       const uint64_t key = req.blocks[(c + 1) * blocks_per_chunk_ - 1];
-      if (hot_.Contains(key) || disk_.Contains(key)) continue;  // already stored
+      if (hot.Contains(key) || disk.Contains(key)) continue;  // already stored
       if (PutHot(key)) w.dram_bytes_written += chunk_bytes_;
       std::vector<uint64_t> out;
-      if (!disk_.Put(key, chunk_bytes_, &out)) continue;
+      if (!disk.Put(key, chunk_bytes_, &out)) continue;
       for (uint64_t v : out) {
         if (real_) RemoveChunk(v);
-        if (!hot_.Contains(v)) evicted_ += blocks_per_chunk_;
+        if (!hot.Contains(v)) evicted_ += blocks_per_chunk_;
       }
       if (real_) {
         auto t = WriteChunk(key);
         if (!t.ok()) {  // not stored on disk; the hot-cache copy stays
-          disk_.Erase(key, chunk_bytes_);
+          disk.Erase(key, chunk_bytes_);
           RemoveChunk(key);
           continue;
         }
@@ -170,8 +187,10 @@ class FilesPolicy final : public CachePolicy {
 
   PolicyStats Stats() const override {
     PolicyStats s;
-    s.dram_used_bytes = hot_.used();
-    s.ssd_used_bytes = disk_.used();
+    for (const Engine& e : engines_) {
+      s.dram_used_bytes += e.hot.used();
+      s.ssd_used_bytes += e.disk.used();
+    }
     s.evicted_blocks = evicted_;
     s.migrated_blocks = migrated_;
     return s;
@@ -179,15 +198,17 @@ class FilesPolicy final : public CachePolicy {
 
  private:
   bool PutHot(uint64_t key) {
+    LruBytes& hot = engines_[inst_].hot;
+    LruBytes& disk = engines_[inst_].disk;
     std::vector<uint64_t> out;
-    if (!hot_.Put(key, chunk_bytes_, &out)) return false;
+    if (!hot.Put(key, chunk_bytes_, &out)) return false;
     for (uint64_t v : out)
-      if (!disk_.Contains(v)) evicted_ += blocks_per_chunk_;
+      if (!disk.Contains(v)) evicted_ += blocks_per_chunk_;
     return true;
   }
 
   std::string Path(uint64_t key, uint32_t part) const {
-    return dir_ + "/" + std::to_string(key) + "." + std::to_string(part) + ".chunk";
+    return dir_ + "/" + std::to_string(inst_) + "-" + std::to_string(key) + "." + std::to_string(part) + ".chunk";
   }
 
   // Writes the chunk's files with write() + fsync; returns the seconds taken.
@@ -255,8 +276,13 @@ class FilesPolicy final : public CachePolicy {
   const bool real_;
   const std::string dir_;
   const uint64_t real_file_bytes_;
-  LruBytes hot_;
-  LruBytes disk_;
+  struct Engine {
+    LruBytes hot;   // LocalCPUBackend
+    LruBytes disk;  // LocalDiskBackend
+  };
+  const uint32_t instances_;
+  std::vector<Engine> engines_;  // one per serving instance
+  uint32_t inst_ = 0;            // the engine of the call in progress
   std::vector<char> buf_;
   uint64_t evicted_ = 0;
   uint64_t migrated_ = 0;

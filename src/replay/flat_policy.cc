@@ -106,8 +106,9 @@ class FlatPolicy final : public CachePolicy {
   }
 
   std::string_view name() const override { return "flat"; }
+  bool layerwise() const override { return true; }  // Restore hands over layer by layer
 
-  LookupResult Lookup(const Request& req, double now_s) override {
+  LookupResult Lookup(const Request& req, uint32_t /*instance*/, double now_s) override {
     now_s_ = now_s;
     LookupResult out;
     Keys(req);
@@ -155,7 +156,7 @@ class FlatPolicy final : public CachePolicy {
     return out;
   }
 
-  InsertResult Insert(const Request& req, uint32_t hit_blocks, double now_s) override {
+  InsertResult Insert(const Request& req, uint32_t /*instance*/, uint32_t hit_blocks, double now_s) override {
     now_s_ = now_s;
     InsertResult out;
     if (hit_blocks >= req.blocks.size()) return out;

@@ -36,20 +36,20 @@ TEST(FlatPolicy, HitsTheStoredPrefix) {
   CachePolicy& flat = *p.value();
   EXPECT_EQ(flat.name(), "flat");
   const Request a = Req(1, 100, 10, 0);
-  LookupResult miss = flat.Lookup(a, 0);
+  LookupResult miss = flat.Lookup(a, 0, 0);
   EXPECT_EQ(miss.hit_blocks, 0u);
-  InsertResult w = flat.Insert(a, 0, 1);
+  InsertResult w = flat.Insert(a, 0, 0, 1);
   EXPECT_EQ(w.dram_bytes_written + w.ssd_bytes_written, 10ull << 20);
   // The next turn extends the prefix: the first 10 blocks hit, from DRAM.
   const Request b = Req(1, 100, 14, 2);
-  LookupResult hit = flat.Lookup(b, 2);
+  LookupResult hit = flat.Lookup(b, 0, 2);
   EXPECT_EQ(hit.hit_blocks, 10u);
   EXPECT_EQ(hit.dram_blocks, 10u);
   EXPECT_EQ(hit.ssd_blocks, 0u);
   EXPECT_EQ(hit.dram_bytes_read, 10ull << 20);
   EXPECT_EQ(hit.real_restore_s, -1);
   // Another conversation with other ids misses.
-  EXPECT_EQ(flat.Lookup(Req(2, 5000, 4, 3), 3).hit_blocks, 0u);
+  EXPECT_EQ(flat.Lookup(Req(2, 5000, 4, 3), 0, 3).hit_blocks, 0u);
 }
 
 TEST(FlatPolicy, SessionBeyondItsDramShareGoesToSsd) {
@@ -59,11 +59,11 @@ TEST(FlatPolicy, SessionBeyondItsDramShareGoesToSsd) {
   CachePolicy& flat = *p.value();
   // The share is 25% of DRAM = 16 blocks = one extent: the rest is on SSD.
   const Request a = Req(1, 1, 40, 0);
-  (void)flat.Lookup(a, 0);
-  InsertResult w = flat.Insert(a, 0, 1);
+  (void)flat.Lookup(a, 0, 0);
+  InsertResult w = flat.Insert(a, 0, 0, 1);
   EXPECT_EQ(w.dram_bytes_written, 16ull << 20);
   EXPECT_EQ(w.ssd_bytes_written, 24ull << 20);
-  LookupResult hit = flat.Lookup(Req(1, 1, 41, 2), 2);
+  LookupResult hit = flat.Lookup(Req(1, 1, 41, 2), 0, 2);
   EXPECT_EQ(hit.hit_blocks, 40u);
   EXPECT_EQ(hit.dram_blocks, 16u);
   EXPECT_EQ(hit.ssd_blocks, 24u);
@@ -85,8 +85,8 @@ TEST(FlatPolicy, CapacitiesHold) {
   double t = 0;
   for (uint64_t conv = 1; conv <= 40; ++conv) {
     const Request r = Req(conv, conv * 1000, 48, t);
-    const LookupResult l = flat.Lookup(r, t);
-    (void)flat.Insert(r, l.hit_blocks, t + 0.5);
+    const LookupResult l = flat.Lookup(r, 0, t);
+    (void)flat.Insert(r, 0, l.hit_blocks, t + 0.5);
     t += 20;  // each conversation is idle by the time the next one starts
     const PolicyStats s = flat.Stats();
     EXPECT_LE(s.dram_used_bytes, c.dram_bytes);
@@ -96,7 +96,7 @@ TEST(FlatPolicy, CapacitiesHold) {
   EXPECT_GT(s.evicted_blocks, 0u);
   EXPECT_EQ(s.migrated_blocks, 0u);
   // The newest conversation is still whole.
-  EXPECT_EQ(flat.Lookup(Req(40, 40000, 48, t), t).hit_blocks, 48u);
+  EXPECT_EQ(flat.Lookup(Req(40, 40000, 48, t), 0, t).hit_blocks, 48u);
 }
 
 TEST(FlatPolicy, RealIoMeasuresRestores) {
@@ -107,10 +107,10 @@ TEST(FlatPolicy, RealIoMeasuresRestores) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   CachePolicy& flat = *p.value();
   const Request a = Req(1, 1, 30, 0);
-  (void)flat.Lookup(a, 0);
-  InsertResult w = flat.Insert(a, 0, 1);
+  (void)flat.Lookup(a, 0, 0);
+  InsertResult w = flat.Insert(a, 0, 0, 1);
   EXPECT_GE(w.real_write_s, 0);
-  LookupResult hit = flat.Lookup(Req(1, 1, 31, 2), 2);
+  LookupResult hit = flat.Lookup(Req(1, 1, 31, 2), 0, 2);
   EXPECT_EQ(hit.hit_blocks, 30u);
   EXPECT_EQ(hit.dram_blocks + hit.ssd_blocks, 30u);
   EXPECT_GT(hit.real_restore_s, 0);

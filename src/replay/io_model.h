@@ -1,10 +1,13 @@
-// IoModel: the bandwidth and latency figures a kModel replay turns a
-// lookup's bytes and requests into a restore time, and a write's into a
-// write time.
+// IoModel: bandwidth and latency figures that turn one lookup's bytes and
+// requests into a restore time, and a write's into a write time, each
+// costed alone. A replay times its restores on the node's shared I/O
+// (replay/node_io.h, simulator.h); this model gives the policies their own
+// timings (tiered's staging holds, from NodeIoModel: the node's figures),
+// SimResult::model_restore_s (compared with measured restores in kReal),
+// and CalibrateIoModel's measurements of this machine.
 //
 // Restore time, for one lookup (flat keeps DRAM and SSD on separate queues,
-// so the two media are read in parallel; the baselines' LookupResults are
-// costed by the same formula, so every policy is judged alike):
+// so the two media are read in parallel):
 //
 //   t_ssd  = ssd_bytes_read / ssd_read_gbps + ssd_requests * ssd_request_us / ssd_parallel
 //   t_dram = dram_bytes_read / dram_path_gbps
@@ -17,7 +20,8 @@
 // device -> host -> GPU pipelined by layer, so it only adds to the PCIe link
 // term, not to t_ssd.
 //
-// Defaults are this machine's measured figures (shared/MACHINE.md): SSD
+// Defaults (when no node profile is given) are this machine's measured
+// figures (shared/MACHINE.md): SSD
 // ~2 GB/s at >= 1 MiB with several requests in flight, ~60 us per small
 // request at QD1; DRAM memcpy into pre-faulted memory 11 GB/s on one
 // thread; PCIe Gen4 x16 ~25 GB/s effective.

@@ -21,6 +21,8 @@
 
 namespace flatkv::replay {
 
+struct IoModel;  // replay/io_model.h
+
 enum class IoMode {
   kModel,  // costs come from bandwidth/latency figures (IoModel)
   kReal,   // the policy performs its reads and writes on real files; measured times are returned
@@ -35,6 +37,10 @@ struct PolicyConfig {
   IoMode io = IoMode::kModel;
   std::string dir;                // scratch directory for kReal
   double scale = 1.0;             // kReal: every byte size (block, capacities) divided by this
+  uint32_t instances = 1;         // serving instances on the node; a policy that keeps per-instance
+                                  // state (a client, a staging buffer, a hot cache) keeps this many
+  const IoModel* io_model = nullptr;  // the run's I/O figures (nullptr: IoModel's defaults); must
+                                      // outlive the policy
 };
 
 struct LookupResult {
@@ -67,12 +73,23 @@ class CachePolicy {
  public:
   virtual ~CachePolicy() = default;
   virtual std::string_view name() const = 0;
-  // `req` arrives for prefill at simulated time now_s.
-  virtual LookupResult Lookup(const Request& req, double now_s) = 0;
-  // After prefill at now_s: every block of `req` is computed; store those
-  // from `hit_blocks` on (the policy decides where, and what to evict).
-  virtual InsertResult Insert(const Request& req, uint32_t hit_blocks, double now_s) = 0;
+  // `req` is admitted for prefill on serving instance `instance` (< config
+  // instances) at simulated time now_s.
+  virtual LookupResult Lookup(const Request& req, uint32_t instance, double now_s) = 0;
+  // After prefill at now_s on `instance`: every block of `req` is computed;
+  // store those from `hit_blocks` on (the policy decides where, and what to
+  // evict).
+  virtual InsertResult Insert(const Request& req, uint32_t instance, uint32_t hit_blocks, double now_s) = 0;
   virtual PolicyStats Stats() const = 0;
+  // True when a restore streams layer by layer, so the request's prefill
+  // can start once the first layer has arrived (flat: Restore's per-layer
+  // readiness). False: the whole restore lands before prefill starts.
+  virtual bool layerwise() const { return false; }
+  // True when a restore's SSD reads are issued one at a time by each of the
+  // instance's tp workers (files: LMCache's get_blocking reads chunk after
+  // chunk in the caller), so every read pays the drive's latency; false:
+  // reads are queued together and the restore pays one latency.
+  virtual bool serial_ssd_reads() const { return false; }
 };
 
 // Makes a policy by name ("flat", "tiered", "files", "infinite", "belady");

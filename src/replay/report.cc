@@ -38,24 +38,25 @@ constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "
 std::string FormatTable(const std::vector<SimResult>& results) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-9s %5s %7s %6s %6s %6s %9s %9s %9s %9s %8s %10s %10s %10s %11s %10s\n", "policy",
-                "load", "hit%", "dram%", "ssd%", "ssd_ra", "dramR_GB", "ssdR_GB", "dramW_GB", "ssdW_GB", "rst_GB/s",
-                "ttft_mean", "ttft_p50", "ttft_p99", "in_tok/s", "out_tok/s");
+  std::snprintf(line, sizeof line, "%-9s %7s %7s %6s %6s %6s %9s %9s %9s %9s %10s %17s %10s %10s %10s %7s\n", "policy",
+                "load", "hit%", "dram%", "ssd%", "ssd_ra", "dramR_GB", "ssdR_GB", "dramW_GB", "ssdW_GB", "ttft_mean",
+                "(min..max)", "ttft_p50", "ttft_p99", "tok/s", "preempt");
   out += line;
   for (const SimResult& r : results) {
-    const double lookups = r.input_tokens ? double(r.input_tokens) : 1.0;
-    const double bt = r.hit_blocks ? double(r.hit_tokens) / double(r.hit_blocks) : 0.0;
+    const double hits = r.hit_blocks ? double(r.hit_blocks) : 1.0;
     std::snprintf(line, sizeof line,
-                  "%-9s %5.2g %7.2f %6.1f %6.1f %6.3f %9s %9s %9s %9s %8.2f %8.0fms %8.0fms %8.0fms %11.0f %10.1f\n",
-                  r.policy.c_str(), r.load, 100.0 * r.hit_rate(), 100.0 * double(r.dram_hit_blocks) * bt / lookups,
-                  100.0 * double(r.ssd_hit_blocks) * bt / lookups, r.ssd_read_amplification(),
-                  Gb(r.dram_bytes_read).c_str(), Gb(r.ssd_bytes_read).c_str(), Gb(r.dram_bytes_written).c_str(),
-                  Gb(r.ssd_bytes_written).c_str(), r.restore_gbps(), r.ttft_mean_ms(), r.ttft_percentile_ms(50),
-                  r.ttft_percentile_ms(99), r.input_tok_s(), r.output_tok_s());
+                  "%-9s %7.3g %7.2f %6.1f %6.1f %6.3f %9s %9s %9s %9s %8.0fms %7.0f..%-7.0f %8.0fms %8.0fms %10.0f %7llu\n",
+                  r.policy.c_str(), r.load, 100.0 * r.hit_rate(), 100.0 * double(r.dram_hit_blocks) / hits,
+                  100.0 * double(r.ssd_hit_blocks) / hits, r.ssd_read_amplification(), Gb(r.dram_bytes_read).c_str(),
+                  Gb(r.ssd_bytes_read).c_str(), Gb(r.dram_bytes_written).c_str(), Gb(r.ssd_bytes_written).c_str(),
+                  r.ttft_mean_ms(), r.ttft_mean_ms_min, r.ttft_mean_ms_max, r.ttft_percentile_ms(50),
+                  r.ttft_percentile_ms(99), r.total_tok_s(), static_cast<unsigned long long>(r.preemptions));
     out += line;
   }
-  out += "hit%: token-weighted hit rate; dram%/ssd%: hit tokens served from each medium; ssd_ra: SSD read\n"
-         "amplification (bytes read / payload); R/W: bytes read and written per medium; rst: restore bandwidth.\n";
+  out += "hit%: token-weighted hit rate; dram%/ssd%: of the hit blocks, those served from each medium; ssd_ra: SSD\n"
+         "read amplification (bytes read / payload); R/W: bytes read and written per medium; ttft_mean over all\n"
+         "orders, (min..max) the spread of the orders' means; tok/s: input + output tokens per second;\n"
+         "preempt: recompute preemptions (HBM for KV ran out).\n";
   return out;
 }
 
@@ -69,7 +70,18 @@ nlohmann::json ToJson(const SimResult& r) {
   j["ttft_mean_ms"] = r.ttft_mean_ms();
   j["ttft_p50_ms"] = r.ttft_percentile_ms(50);
   j["ttft_p99_ms"] = r.ttft_percentile_ms(99);
-  j["throughput_tok_s"] = r.input_tok_s() + r.output_tok_s();
+  j["throughput_tok_s"] = r.total_tok_s();
+  j["total_tok_s"] = r.total_tok_s();
+  j["ttft_mean_ms_min"] = r.ttft_mean_ms_min;
+  j["ttft_mean_ms_max"] = r.ttft_mean_ms_max;
+  j["orders"] = r.orders;
+  j["instances"] = r.instances;
+  j["tp"] = r.tp;
+  j["kv_hbm_bytes"] = r.kv_hbm_bytes;
+  j["steps"] = r.steps;
+  j["preemptions"] = r.preemptions;
+  j["busy_s"] = r.busy_s;
+  j["tokens_per_step"] = r.max_step_tokens_mean;
   j["input_tok_s"] = r.input_tok_s();
   j["output_tok_s"] = r.output_tok_s();
   j["input_tokens"] = r.input_tokens;

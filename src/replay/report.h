@@ -21,9 +21,11 @@ namespace flatkv::replay {
 std::string FormatTable(const std::vector<SimResult>& results);
 
 // {"config": config, "results": [{policy, load, hit_rate,
-// ssd_read_amplification, ttft_mean_ms, ttft_p50_ms, ttft_p99_ms,
-// throughput_tok_s (input + output tokens/s), input_tok_s, output_tok_s,
-// restore_gbps, bytes read and written per medium, ...}]}.
+// ssd_read_amplification, ttft_mean_ms, ttft_mean_ms_min, ttft_mean_ms_max
+// (the spread of the orders' means), ttft_p50_ms, ttft_p99_ms, total_tok_s
+// (= throughput_tok_s, input + output tokens/s), input_tok_s, output_tok_s,
+// restore_gbps, bytes read and written per medium, preemptions, ...}]};
+// `flatkv replay --json` adds top-level "hw" and "model".
 nlohmann::json ToJson(const std::vector<SimResult>& results, const nlohmann::json& config);
 nlohmann::json ToJson(const SimResult& r);
 

@@ -4,27 +4,35 @@
 #include <cctype>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <numeric>
 #include <queue>
 #include <unordered_map>
 
+#include "replay/node_io.h"
+
 namespace flatkv::replay {
 namespace {
 
-// Parameter counts and attention widths from the models' published configs.
-// DeepSeek-V3: 37B parameters active per token, 671B read per decode step
-// (FP8, 1 byte each, every expert touched by a large batch); attention width
-// 128 heads x 160 (the mean of its 192-wide QK and 128-wide V heads).
+// Parameter counts, attention widths and context lengths from the models'
+// published configs (Hugging Face config.json: max_position_embeddings).
+// Dense models at BF16 (2 bytes a weight). DeepSeek-V3: 37B parameters
+// active per token, 671B in all at FP8 (1 byte each); its routed experts are
+// 58 MoE layers x 256 experts x 3 x 7168 x 2048 weights (hidden 7168,
+// moe_intermediate_size 2048), 8 routed per token; attention width 128
+// heads x 160 (the mean of its 192-wide QK and 128-wide V heads).
 struct ModelFigures {
   std::string_view name;
-  double params, weight_bytes;
+  double params, weight_bytes, expert_bytes;
+  uint32_t experts, experts_per_token;
   double attn_dim;
+  uint64_t max_context;
 };
 constexpr ModelFigures kModels[] = {
-    {"llama-3.1-8b", 8.03e9, 2 * 8.03e9, 32 * 128},
-    {"llama-3.1-70b", 70.6e9, 2 * 70.6e9, 64 * 128},
-    {"qwen3-32b", 32.8e9, 2 * 32.8e9, 64 * 128},
-    {"deepseek-v3", 37e9, 671e9, 128 * 160},
+    {"llama-3.1-8b", 8.03e9, 2 * 8.03e9, 0, 0, 0, 32 * 128, 131072},
+    {"llama-3.1-70b", 70.6e9, 2 * 70.6e9, 0, 0, 0, 64 * 128, 131072},
+    {"qwen3-32b", 32.8e9, 2 * 32.8e9, 0, 0, 0, 64 * 128, 40960},
+    {"deepseek-v3", 37e9, 671e9, 58.0 * 256 * 3 * 7168 * 2048, 256, 8, 128 * 160, 163840},
 };
 
 uint64_t Mix(uint64_t x) {
@@ -33,15 +41,29 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 29);
 }
 
-enum class Ev : uint8_t { kArrive, kPrefillDone, kDone };
-struct Event {
-  double t;
-  uint64_t seq;
-  Ev type;
-  uint32_t instance;
-  size_t req;
-  uint32_t hit;
-  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+// A request's state on its instance.
+struct Seq {
+  uint64_t prompt = 0;     // tokens to compute before its next token (input; + output so far after a preemption)
+  uint64_t computed = 0;   // tokens whose KV is in HBM
+  uint64_t reserved = 0;   // KV tokens of HBM it holds
+  uint32_t generated = 0;  // output tokens produced
+  uint32_t hit = 0;        // blocks the lookup found
+  int64_t flow = -1;       // its load, while one runs
+  bool ready = false;      // may be scheduled (load done, or its first layer arrived)
+  bool resumed = false;    // preempted: recomputes, no second lookup
+  bool first = false;      // first token produced
+  double ready_s = 0;
+};
+
+struct Instance {
+  std::deque<size_t> waiting;   // not admitted, arrival order (preempted ones in front)
+  std::vector<size_t> running;  // admitted (loading or ready), admission order
+  double free_kv = 0;           // KV tokens of HBM not reserved
+  bool busy = false;
+  double step_end = 0;
+  std::vector<std::pair<size_t, uint64_t>> plan;  // the step in flight: request, tokens
 };
 
 }  // namespace
@@ -64,8 +86,12 @@ Result<ServingModel> FindServingModel(std::string_view name) {
     s.shape = shape.value();
     s.params = m.params;
     s.weight_bytes = m.weight_bytes;
+    s.expert_bytes = m.expert_bytes;
+    s.experts = m.experts;
+    s.experts_per_token = m.experts_per_token;
     s.layers = s.shape.layers;
     s.attn_dim = m.attn_dim;
+    s.max_context_tokens = m.max_context;
     return s;
   }
   std::string known;
@@ -79,8 +105,34 @@ double PrefillFlops(const ServingModel& m, uint64_t hit_tokens, uint64_t input_t
   return 2.0 * m.params * (n - h) + 2.0 * double(m.layers) * m.attn_dim * (n * n - h * h);
 }
 
-double DecodeSecondsPerToken(const ServingModel& m, const SimOptions& o) {
-  return m.weight_bytes / (o.hbm_tbps * 1e12) / std::max(1.0, o.decode_batch);
+double StepSeconds(const ServingModel& m, const HwProfile& hw, uint32_t tp, uint64_t tokens, double attn_ctx,
+                   double kv_bytes) {
+  if (tokens == 0) return 0.0;
+  double weights = m.weight_bytes;
+  if (m.experts > 0 && m.expert_bytes > 0) {
+    const double miss = std::pow(1.0 - double(m.experts_per_token) / double(m.experts), double(tokens));
+    weights = m.weight_bytes - m.expert_bytes * miss;  // experts no token of the step routes to stay unread
+  }
+  const double flops = 2.0 * m.params * double(tokens) + 4.0 * double(m.layers) * m.attn_dim * attn_ctx;
+  const double compute = flops / (double(tp) * hw.tflops * 1e12 * hw.mfu);
+  const double memory = (weights + kv_bytes) / (double(tp) * hw.hbm_tbps * 1e12 * hw.hbm_efficiency);
+  return std::max(compute, memory) + hw.step_overhead_s;
+}
+
+IoModel NodeIoModel(const HwProfile& hw, uint32_t tp) {
+  IoModel m;
+  m.pcie_gbps = double(tp) * hw.pcie_gbps;
+  m.dram_copy_gbps = hw.dram_gbps;
+  m.ssd_read_gbps = double(hw.nvme_drives) * hw.nvme_read_gbps;
+  m.ssd_write_gbps = double(hw.nvme_drives) * hw.nvme_write_gbps;
+  m.ssd_request_us = hw.nvme_latency_us;
+  m.ssd_parallel = double(hw.nvme_drives);
+  m.gpu_destination = true;
+  return m;
+}
+
+double KvHbmBytes(const ServingModel& m, const SimOptions& o, uint32_t tp) {
+  return double(tp) * (o.hw.hbm_bytes * o.gpu_memory_utilization - o.activation_reserve_bytes) - m.weight_bytes;
 }
 
 double SimResult::ttft_mean_ms() const {
@@ -100,18 +152,47 @@ double SimResult::ttft_percentile_ms(double p) const {
 
 Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOptions& o) {
   if (trace.block_tokens == 0) return Status::InvalidArgument("simulate: trace '" + trace.name + "' has no block size");
-  if (o.instances == 0) return Status::InvalidArgument("simulate: instances must be >= 1");
   if (!(o.load > 0)) return Status::InvalidArgument("simulate: load must be > 0, got " + std::to_string(o.load));
-  if (!(o.gpu_tflops > 0) || !(o.hbm_tbps > 0))
-    return Status::InvalidArgument("simulate: gpu_tflops and hbm_tbps must be > 0");
+  const HwProfile& hw = o.hw;
+  if (hw.gpus == 0 || !(hw.tflops > 0) || !(hw.mfu > 0) || !(hw.hbm_tbps > 0) || !(hw.hbm_efficiency > 0) ||
+      !(hw.pcie_gbps > 0) || !(hw.dram_gbps > 0) || hw.nvme_drives == 0 || !(hw.nvme_read_gbps > 0) ||
+      !(hw.nvme_write_gbps > 0) || !(hw.nvme_read_iops > 0))
+    return Status::InvalidArgument("simulate: hardware profile '" + hw.name + "' lacks GPU, PCIe, DRAM or NVMe figures");
+  if (o.max_num_batched_tokens == 0 || o.max_num_seqs == 0)
+    return Status::InvalidArgument("simulate: max_num_batched_tokens and max_num_seqs must be >= 1");
+  uint32_t tp = o.tp;
+  if (tp == 0) {
+    auto t = TensorParallel(hw, o.model, o.gpu_memory_utilization, o.activation_reserve_bytes);
+    if (!t.ok()) return t.status();
+    tp = t.value();
+  }
+  if (tp > hw.gpus) return Status::InvalidArgument("simulate: tp " + std::to_string(tp) + " exceeds " + hw.name + "'s GPUs");
+  const uint32_t instances = hw.gpus / tp;
+  const double kv_bytes = KvHbmBytes(o.model, o, tp);
+  const double bpt = double(o.model.BytesPerToken());
+  if (!(bpt > 0)) return Status::InvalidArgument("simulate: model '" + o.model.name + "' has no KV bytes per token");
+  const double kv_tokens = std::floor(kv_bytes / bpt);
+  if (kv_tokens < double(trace.block_tokens))
+    return Status::InvalidArgument("simulate: " + o.model.name + " at tp " + std::to_string(tp) + " leaves no HBM for KV on " + hw.name);
+
   const size_t n = o.max_requests ? std::min<size_t>(o.max_requests, trace.requests.size()) : trace.requests.size();
   SimResult res;
   res.policy = std::string(policy.name());
   res.load = o.load;
   res.requests = n;
   res.ttft_s.assign(n, 0.0);
-  const double decode_s = DecodeSecondsPerToken(o.model, o);
-  const double flops_per_s = o.gpu_tflops * 1e12;
+  res.instances = instances;
+  res.tp = tp;
+  res.kv_hbm_bytes = kv_bytes;
+  const uint64_t bb = uint64_t(bpt) * trace.block_tokens;
+  const bool layerwise = policy.layerwise();
+  const bool serial = policy.serial_ssd_reads();
+  const double layers = std::max<uint32_t>(1, o.model.layers);
+  const double ssd_read_bps = double(hw.nvme_drives) * hw.nvme_read_gbps * 1e9;
+  const double ssd_write_bps = double(hw.nvme_drives) * hw.nvme_write_gbps * 1e9;
+  const double ssd_iops = double(hw.nvme_drives) * hw.nvme_read_iops;
+  const double dram_bps = hw.dram_gbps * 1e9;
+  const double link_bps = double(tp) * hw.pcie_gbps * 1e9;
 
   // Instance of each request: its root conversation's.
   std::unordered_map<uint64_t, uint64_t> root;
@@ -124,39 +205,78 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
       rt = it != root.end() ? it->second : r.parent;
     }
     root.emplace(r.conversation, rt);
-    instance_of[i] = static_cast<uint32_t>(Mix(rt) % o.instances);
+    instance_of[i] = static_cast<uint32_t>(Mix(rt) % instances);
   }
+  // Arrival order (a trace of several files is sorted; keep it robust).
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return trace.requests[a].arrival_s < trace.requests[b].arrival_s; });
+  auto arrival = [&](size_t i) { return trace.requests[i].arrival_s / o.load; };
 
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  uint64_t seq = 0;
-  for (size_t i = 0; i < n; ++i)
-    events.push({trace.requests[i].arrival_s / o.load, seq++, Ev::kArrive, instance_of[i], i, 0});
-  std::vector<std::deque<size_t>> queues(o.instances);
-  std::vector<bool> busy(o.instances, false);
-  const double first = n ? trace.requests[0].arrival_s / o.load : 0.0;
+  std::vector<Seq> seqs(n);
+  std::vector<Instance> inst(instances);
+  for (Instance& in : inst) in.free_kv = kv_tokens;
+  NodeIo io(instances);
+  std::vector<int64_t> flow_seq;      // flow id -> request whose load it is (-1: an offload)
+  std::vector<double> flow_start;
+  auto track = [&](uint32_t id, int64_t req, double t) {
+    if (flow_seq.size() <= id) {
+      flow_seq.resize(id + 1, -1);
+      flow_start.resize(id + 1, 0);
+    }
+    flow_seq[id] = req;
+    flow_start[id] = t;
+  };
+  const double first = n ? arrival(order[0]) : 0.0;
   double last = first;
-  uint64_t started = 0;
+  uint64_t admitted = 0, step_tokens = 0;
 
-  auto try_start = [&](uint32_t inst, double t) {
-    if (busy[inst] || queues[inst].empty()) return;
-    const size_t i = queues[inst].front();
-    queues[inst].pop_front();
-    busy[inst] = true;
+  auto output_of = [&](size_t i) { return std::max<uint32_t>(1, trace.requests[i].output_tokens); };
+
+  // Preempts running[k] of `in` (recompute: its KV is freed, it re-queues
+  // in front).
+  auto preempt = [&](Instance& in, size_t k) {
+    const size_t v = in.running[k];
+    Seq& s = seqs[v];
+    in.free_kv += double(s.reserved);
+    s.reserved = 0;
+    s.computed = 0;
+    s.prompt = trace.requests[v].input_tokens + s.generated;
+    s.ready = false;
+    s.resumed = true;
+    in.running.erase(in.running.begin() + static_cast<std::ptrdiff_t>(k));
+    in.waiting.push_front(v);
+    ++res.preemptions;
+  };
+  // Preempts the latest admitted ready request after running[after] (those
+  // before it are already in the step); false when there is none (a load
+  // in flight keeps its HBM).
+  auto preempt_last = [&](Instance& in, size_t after) {
+    for (size_t k = in.running.size(); k-- > after + 1;) {
+      if (!seqs[in.running[k]].ready) continue;
+      preempt(in, k);
+      return true;
+    }
+    return false;
+  };
+
+  auto admit = [&](uint32_t id, Instance& in, size_t i, double now) {
     const Request& r = trace.requests[i];
-    const LookupResult lk = policy.Lookup(r, t);
+    Seq& s = seqs[i];
+    in.running.push_back(i);
+    if (s.resumed) {
+      s.ready = true;
+      s.ready_s = now;
+      return;
+    }
+    res.queue_s += now - arrival(i);
+    s.prompt = std::max<uint64_t>(1, r.input_tokens);
+    const LookupResult lk = policy.Lookup(r, id, now);
     const uint32_t hit = std::min<uint32_t>(lk.hit_blocks, static_cast<uint32_t>(r.blocks.size()));
-    const double modelled = o.io_model.RestoreSeconds(lk);
-    const double restore =
-        o.io == IoMode::kReal && lk.real_restore_s >= 0 ? lk.real_restore_s * o.real_time_scale : modelled;
+    s.hit = hit;
     const uint64_t hit_tokens = std::min<uint64_t>(uint64_t{hit} * trace.block_tokens, r.input_tokens);
-    const double prefill = PrefillFlops(o.model, hit_tokens, r.input_tokens) / flops_per_s;
-    const double arrival = r.arrival_s / o.load;
-    res.ttft_s[i] = (t - arrival) + restore + prefill;
-    res.queue_s += t - arrival;
-    res.restore_s += restore;
-    res.model_restore_s += modelled;
-    if (lk.real_restore_s >= 0) res.real_restore_s += lk.real_restore_s;
-    res.prefill_s += prefill;
+    s.computed = std::min<uint64_t>(hit_tokens, s.prompt - 1);  // the last prompt token is always computed
     res.input_tokens += r.input_tokens;
     res.hit_tokens += hit_tokens;
     res.output_tokens += r.output_tokens;
@@ -168,38 +288,259 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     res.dram_bytes_read += lk.dram_bytes_read;
     res.ssd_bytes_read += lk.ssd_bytes_read;
     res.ssd_bytes_useful += lk.ssd_bytes_useful;
-    events.push({t + restore + prefill, seq++, Ev::kPrefillDone, inst, i, hit});
-    if (o.progress && (++started % 64 == 0 || started == n)) o.progress(started, n);
+    res.model_restore_s += o.io_model.RestoreSeconds(lk);
+    if (lk.real_restore_s >= 0) res.real_restore_s += lk.real_restore_s;
+    const double moved = double(lk.dram_bytes_read + lk.ssd_bytes_useful);
+    if (o.io == IoMode::kReal && lk.real_restore_s >= 0 && hit > 0) {
+      const uint32_t f = io.StartFixed(now, lk.real_restore_s * o.real_time_scale);
+      track(f, int64_t(i), now);
+      s.flow = f;
+    } else if (moved > 0 || lk.ssd_bytes_read > 0) {
+      std::vector<std::pair<uint32_t, double>> d = {
+          {NodeIo::kSsd, double(lk.ssd_bytes_read) / ssd_read_bps + double(lk.ssd_requests) / ssd_iops},
+          {NodeIo::kDram, moved / dram_bps},
+          {NodeIo::H2d(id), moved / link_bps}};
+      // Queued reads pay one latency; serial ones (one at a time per TP worker) pay each.
+      const double rounds = serial ? std::ceil(double(lk.ssd_requests) / double(tp)) : (lk.ssd_requests > 0 ? 1.0 : 0.0);
+      const uint32_t f = io.Start(now, std::move(d), rounds * hw.nvme_latency_us * 1e-6);
+      track(f, int64_t(i), now);
+      s.flow = f;
+    }
+    if (s.flow >= 0 && !io.done(uint32_t(s.flow))) {
+      if (layerwise) io.NotifyAt(uint32_t(s.flow), 1.0 / layers);
+    } else {
+      s.flow = -1;  // nothing to load, or done at once
+      s.ready = true;
+      s.ready_s = now;
+    }
+    if (o.progress && (++admitted % 64 == 0 || admitted == n)) o.progress(admitted, n);
   };
 
-  while (!events.empty()) {
-    const Event e = events.top();
-    events.pop();
-    switch (e.type) {
-      case Ev::kArrive:
-        queues[e.instance].push_back(e.req);
-        try_start(e.instance, e.t);
-        break;
-      case Ev::kPrefillDone: {
-        const Request& r = trace.requests[e.req];
-        const InsertResult w = policy.Insert(r, e.hit, e.t);
+  // Plans and starts a step on an idle instance; leaves it idle when it has nothing to run.
+  auto schedule = [&](uint32_t id, double now) {
+    Instance& in = inst[id];
+    in.plan.clear();
+    uint64_t budget = o.max_num_batched_tokens, tokens = 0;
+    double attn_ctx = 0, kv_read = 0, stall = 0;
+    auto add = [&](size_t i, uint64_t chunk) {
+      Seq& s = seqs[i];
+      in.plan.emplace_back(i, chunk);
+      budget -= chunk;
+      tokens += chunk;
+      const double c0 = double(s.computed);
+      attn_ctx += double(chunk) * (c0 + (double(chunk) - 1) / 2);
+      kv_read += c0 * bpt;
+    };
+    for (size_t k = 0; k < in.running.size() && budget > 0; ++k) {
+      const size_t i = in.running[k];
+      Seq& s = seqs[i];
+      if (!s.ready) continue;
+      if (s.computed < s.prompt) {
+        add(i, std::min<uint64_t>(s.prompt - s.computed, budget));
+        continue;
+      }
+      // Decode: one more token of KV.
+      if (double(s.reserved) < double(s.computed + 1)) {
+        while (in.free_kv < 1 && preempt_last(in, k)) {
+        }
+        if (in.free_kv >= 1) {
+          in.free_kv -= 1;
+          s.reserved += 1;
+        } else if (in.running.size() > 1) {
+          preempt(in, k);  // only loads are left to make room for: it steps aside
+          break;
+        }
+        // else it runs alone beyond HBM (a context longer than HBM holds): over-committed
+      }
+      add(i, 1);
+    }
+    while (!in.waiting.empty() && budget > 0 && in.running.size() < o.max_num_seqs) {
+      const size_t i = in.waiting.front();
+      Seq& s = seqs[i];
+      const uint64_t prompt = s.resumed ? s.prompt : std::max<uint64_t>(1, trace.requests[i].input_tokens);
+      const double need = std::min(double(prompt), kv_tokens);  // a prompt beyond HBM runs alone
+      if (in.free_kv < need) break;
+      in.waiting.pop_front();
+      in.free_kv -= need;
+      s.reserved = uint64_t(need);
+      admit(id, in, i, now);
+      if (s.ready && s.computed < s.prompt) add(i, std::min<uint64_t>(s.prompt - s.computed, budget));
+    }
+    if (in.plan.empty()) {
+      in.busy = false;
+      return;
+    }
+    double t = StepSeconds(o.model, hw, tp, tokens, attn_ctx, kv_read);
+    for (const auto& [i, chunk] : in.plan) {
+      const Seq& s = seqs[i];
+      if (s.flow >= 0 && !io.done(uint32_t(s.flow))) stall = std::max(stall, io.RemainingSeconds(uint32_t(s.flow)) + t / layers);
+    }
+    t = std::max(t, stall);
+    in.busy = true;
+    in.step_end = now + t;
+    res.busy_s += t;
+    ++res.steps;
+    step_tokens += tokens;
+  };
+
+  auto finish_step = [&](uint32_t id, double now) {
+    Instance& in = inst[id];
+    in.busy = false;
+    for (const auto& [i, chunk] : in.plan) {
+      Seq& s = seqs[i];
+      const Request& r = trace.requests[i];
+      const bool prefill = s.computed < s.prompt;
+      s.computed += chunk;
+      if (prefill && s.computed < s.prompt) continue;
+      if (prefill && !s.first) {
+        s.first = true;
+        res.ttft_s[i] = now - arrival(i);
+        res.prefill_s += now - s.ready_s;
+        const InsertResult w = policy.Insert(r, id, s.hit, now);
         res.dram_bytes_written += w.dram_bytes_written;
         res.ssd_bytes_written += w.ssd_bytes_written;
-        events.push({e.t + double(r.output_tokens) * decode_s, seq++, Ev::kDone, e.instance, e.req, 0});
-        break;
+        // The offload: the new blocks leave the GPU; what went to SSD is written there.
+        const double out = double(r.blocks.size() > s.hit ? r.blocks.size() - s.hit : 0) * double(bb);
+        const double host = double(w.dram_bytes_written + w.ssd_bytes_written);
+        if (out > 0 || host > 0) {
+          std::vector<std::pair<uint32_t, double>> d = {
+              {NodeIo::D2h(id), out / link_bps},
+              {NodeIo::kDram, std::max(out, host) / dram_bps},
+              {NodeIo::kSsd, double(w.ssd_bytes_written) / ssd_write_bps + double(w.ssd_requests) / ssd_iops}};
+          track(io.Start(now, std::move(d), 0.0), -1, now);
+        }
       }
-      case Ev::kDone:
-        last = std::max(last, e.t);
-        busy[e.instance] = false;
-        try_start(e.instance, e.t);
-        break;
+      s.generated += 1;  // the step's sampled token
+      if (s.generated >= output_of(i)) {
+        in.free_kv += double(s.reserved);
+        s.reserved = 0;
+        in.running.erase(std::find(in.running.begin(), in.running.end(), i));
+        last = std::max(last, now);
+      }
     }
+    in.plan.clear();
+  };
+
+  size_t next = 0;
+  while (true) {
+    double t = next < n ? arrival(order[next]) : kNever;
+    for (const Instance& in : inst)
+      if (in.busy) t = std::min(t, in.step_end);
+    t = std::min(t, io.NextEvent());
+    if (t == kNever) break;
+    io.Advance(t);
+    for (uint32_t f : io.TakeNotified()) {
+      if (f >= flow_seq.size() || flow_seq[f] < 0) continue;
+      Seq& s = seqs[size_t(flow_seq[f])];
+      if (!s.ready) {
+        s.ready = true;
+        s.ready_s = t;
+      }
+    }
+    for (uint32_t f : io.TakeCompleted()) {
+      if (f >= flow_seq.size() || flow_seq[f] < 0) continue;
+      Seq& s = seqs[size_t(flow_seq[f])];
+      res.restore_s += t - flow_start[f];
+      if (!s.ready) {
+        s.ready = true;
+        s.ready_s = t;
+      }
+    }
+    while (next < n && arrival(order[next]) <= t) {
+      const size_t i = order[next++];
+      seqs[i].prompt = std::max<uint64_t>(1, trace.requests[i].input_tokens);
+      inst[instance_of[i]].waiting.push_back(i);
+    }
+    for (uint32_t id = 0; id < instances; ++id)
+      if (inst[id].busy && inst[id].step_end <= t) finish_step(id, t);
+    for (uint32_t id = 0; id < instances; ++id)
+      if (!inst[id].busy) schedule(id, t);
   }
+  for (size_t i = 0; i < n; ++i)
+    if (!seqs[i].first)
+      return Status::Aborted("simulate: request " + std::to_string(i) + " never finished its prefill (prompt of " +
+                              std::to_string(trace.requests[i].input_tokens) + " tokens)");
   res.makespan_s = last - first;
+  res.max_step_tokens_mean = res.steps ? double(step_tokens) / double(res.steps) : 0.0;
   const PolicyStats ps = policy.Stats();
   res.evicted_blocks = ps.evicted_blocks;
   res.migrated_blocks = ps.migrated_blocks;
   return res;
+}
+
+SimResult MergeRuns(const std::vector<SimResult>& runs) {
+  if (runs.empty()) return {};
+  SimResult m = runs[0];
+  m.orders = static_cast<uint32_t>(runs.size());
+  m.ttft_mean_ms_min = m.ttft_mean_ms_max = runs[0].ttft_mean_ms();
+  for (size_t k = 1; k < runs.size(); ++k) {
+    const SimResult& r = runs[k];
+    m.requests += r.requests;
+    m.input_tokens += r.input_tokens;
+    m.hit_tokens += r.hit_tokens;
+    m.output_tokens += r.output_tokens;
+    m.hit_blocks += r.hit_blocks;
+    m.dram_hit_blocks += r.dram_hit_blocks;
+    m.ssd_hit_blocks += r.ssd_hit_blocks;
+    m.aborted_blocks += r.aborted_blocks;
+    m.lookup_blocks += r.lookup_blocks;
+    m.dram_bytes_read += r.dram_bytes_read;
+    m.ssd_bytes_read += r.ssd_bytes_read;
+    m.ssd_bytes_useful += r.ssd_bytes_useful;
+    m.dram_bytes_written += r.dram_bytes_written;
+    m.ssd_bytes_written += r.ssd_bytes_written;
+    m.evicted_blocks += r.evicted_blocks;
+    m.migrated_blocks += r.migrated_blocks;
+    m.restore_s += r.restore_s;
+    m.model_restore_s += r.model_restore_s;
+    m.real_restore_s += r.real_restore_s;
+    m.prefill_s += r.prefill_s;
+    m.queue_s += r.queue_s;
+    m.makespan_s += r.makespan_s;  // tokens / summed makespans: the runs' pooled rate
+    m.steps += r.steps;
+    m.preemptions += r.preemptions;
+    m.busy_s += r.busy_s;
+    m.ttft_s.insert(m.ttft_s.end(), r.ttft_s.begin(), r.ttft_s.end());
+    m.ttft_mean_ms_min = std::min(m.ttft_mean_ms_min, r.ttft_mean_ms());
+    m.ttft_mean_ms_max = std::max(m.ttft_mean_ms_max, r.ttft_mean_ms());
+  }
+  double tokens = 0;
+  for (const SimResult& r : runs) tokens += r.max_step_tokens_mean * double(r.steps);
+  m.max_step_tokens_mean = m.steps ? tokens / double(m.steps) : 0.0;
+  return m;
+}
+
+Result<double> LatencyBenchmarkSeconds(const ServingModel& m, const HwProfile& hw, uint32_t tp, uint32_t batch,
+                                       uint32_t input, uint32_t output) {
+  Trace t;
+  t.name = "latency-benchmark";
+  t.block_tokens = 16;
+  for (uint32_t b = 0; b < batch; ++b) {
+    Request r;
+    r.conversation = b + 1;
+    r.input_tokens = input;
+    r.output_tokens = output;
+    for (uint32_t k = 0; k < input / t.block_tokens; ++k) r.blocks.push_back(uint64_t{b + 1} << 32 | k);
+    t.requests.push_back(r);
+  }
+  t.conversations = batch;
+  // No cache: every prompt is computed (the benchmark's prompts are random).
+  class NoCache final : public CachePolicy {
+   public:
+    std::string_view name() const override { return "none"; }
+    LookupResult Lookup(const Request&, uint32_t, double) override { return {}; }
+    InsertResult Insert(const Request&, uint32_t, uint32_t, double) override { return {}; }
+    PolicyStats Stats() const override { return {}; }
+  } none;
+  SimOptions o;
+  o.model = m;
+  HwProfile one = hw;
+  one.gpus = tp;  // one instance: every request on it
+  o.hw = one;
+  o.tp = tp;
+  auto r = Simulate(t, none, o);
+  if (!r.ok()) return r.status();
+  return r.value().makespan_s;
 }
 
 }  // namespace flatkv::replay

@@ -1,22 +1,65 @@
 // The serving model a replay runs a trace through, and its metrics.
 //
-// N serving instances, each a FIFO queue that runs one request at a time.
-// A request goes to its conversation's instance: sub-agents follow their
-// parent (root conversation id, mixed, mod N), so a conversation's KV is
-// always consumed where it is produced. Request i arrives at
-// arrival_s / load. When its instance is free it starts:
+// One node (replay/hw_profile.h) runs gpus / tp serving instances of the
+// model, tp = its tensor-parallel degree. A request goes to its
+// conversation's instance: sub-agents follow their parent (root
+// conversation id, mixed, mod instances), so a conversation's KV is always
+// consumed where it is produced. Request i arrives at arrival_s / load.
 //
-//   lookup (policy)   -> restore time (IoModel, or measured in kReal)
-//   prefill           -> FLOPs of the missed tokens / gpu rate
-//   TTFT = start - arrival (queueing) + restore + prefill
-//   insert (policy)   at the end of prefill: every block is computed
-//   decode            occupies the instance output_tokens x decode time per token
+// Each instance is a continuous-batching engine after vLLM V1's scheduler
+// (vllm/v1/core/sched/scheduler.py, v0.10): iterations ("steps") back to
+// back while it has work. A step takes
+//   - every running request: a decode request 1 token, a request still in
+//     prefill a chunk of its remaining prompt, within a token budget of
+//     max_num_batched_tokens per step (decode tokens count), in admission
+//     order; then
+//   - waiting requests in arrival order (FIFO, stopping at the first that
+//     does not fit) while the budget lasts, at most max_num_seqs running.
+//     Defaults: 8192 tokens and 1024 sequences, vLLM's defaults for the
+//     OpenAI server on GPUs with >= 70 GiB (vllm/engine/arg_utils.py
+//     EngineArgs.get_batch_defaults, v0.9-v0.10).
+// Admitting a request reserves HBM for its whole prompt's KV and asks the
+// policy (Lookup) for the cached prefix. If anything hit, its KV is loaded
+// asynchronously: the request waits for its own load (holding its HBM, as
+// vLLM's WAITING_FOR_REMOTE_KVS) while the instance serves the others. A
+// policy that streams by layer (CachePolicy::layerwise, flat) starts its
+// prefill once the first of L layers has arrived; a step that includes a
+// request whose load is still running lasts at least as long as the rest of
+// that load plus one layer of the step (layer l's compute waits for layer
+// l's KV). Others start prefill when the whole load is done.
 //
-// Prefill FLOPs of tokens [h, n) of a prompt: 2 * params * (n - h) for the
-// weights plus 2 * layers * attn_dim * (n^2 - h^2) for attention to the
-// prefix (4 * layers * attn_dim * p per token at position p). Decode time
-// per token = weight bytes / HBM bandwidth / decode batch: a batched
-// decode step's cost, shared by the batch.
+// Step time on an instance of tp GPUs, a roofline:
+//   compute = (2 * params * tokens + attention FLOPs) / (tp * tflops * mfu)
+//   memory  = (weight bytes read + KV bytes read) / (tp * hbm_tbps * hbm_efficiency)
+//   step    = max(compute, memory) + step_overhead
+// (step_overhead: the profile's fixed cost of an engine step: all-reduces,
+// kernel launches, sampling; fit to vLLM's CI latency test, see
+// docs/baselines.md "Serving model calibration")
+// where attention FLOPs are 4 * layers * attn_dim * context per token, the
+// KV read is each scheduled sequence's context x bytes per token, and the
+// weights read are all dense weights plus, for a mixture of experts, the
+// expected fraction of experts the step's tokens touch: 1 - (1 - k/E)^tokens.
+// A request's TTFT ends with the step that computes its last prompt token;
+// then Insert stores its blocks, and it decodes one token per step until
+// output_tokens.
+//
+// HBM for KV per instance = tp * (hbm * gpu_memory_utilization -
+// activation_reserve) - weight bytes. Decoding needs one more token of KV a
+// step; when none is left the latest admitted request is preempted (its KV
+// freed; it re-queues at the front and recomputes prompt + output so far,
+// vLLM V1's recompute preemption; no second lookup).
+//
+// I/O goes through NodeIo (replay/node_io.h), shared by the node's
+// instances: a restore crosses the SSD array (its bytes read at drives x
+// nvme_read_gbps, its requests at drives x nvme_read_iops, after one
+// nvme_latency_us, or one per read per TP worker for a policy whose reads
+// are serial, CachePolicy::serial_ssd_reads), host memory (everything
+// restored, SSD data bounced through it) and the instance's host-to-GPU
+// PCIe (tp x pcie_gbps). An
+// insert's offload runs in the background: the request's new blocks cross
+// the instance's GPU-to-host PCIe and host memory, and what the policy
+// wrote to SSD crosses the SSD array at drives x nvme_write_gbps. In kReal
+// a restore lasts its measured time (x real_time_scale), with no sharing.
 //
 // Thread-safety: Simulate is a function of its arguments; the policy is
 // driven on the calling thread.
@@ -30,6 +73,7 @@
 
 #include "flatkv/shape.h"
 #include "flatkv/status.h"
+#include "replay/hw_profile.h"
 #include "replay/io_model.h"
 #include "replay/policy.h"
 #include "replay/trace.h"
@@ -42,9 +86,13 @@ struct ServingModel {
   std::string name;
   KvShape shape;
   double params = 0;           // parameters active per token (prefill FLOPs: 2 x params per token)
-  double weight_bytes = 0;     // bytes of weights read per decode step
+  double weight_bytes = 0;     // bytes of all weights (HBM held; read by a step that touches every expert)
+  double expert_bytes = 0;     // of those, routed experts' bytes (0: dense)
+  uint32_t experts = 0;        // routed experts per MoE layer (0: dense)
+  uint32_t experts_per_token = 0;
   uint32_t layers = 0;
   double attn_dim = 0;         // query heads x head dim (attention FLOPs)
+  uint64_t max_context_tokens = 0;  // the model's context length (TensorParallel's room for KV)
   uint64_t BytesPerToken() const { return shape.BytesPerToken(); }
 };
 
@@ -55,14 +103,16 @@ std::vector<std::string> ServingModelNames();
 
 struct SimOptions {
   ServingModel model;
-  uint32_t instances = 8;           // serving instances (one FIFO queue each)
+  HwProfile hw;                     // the node
+  uint32_t tp = 0;                  // tensor-parallel degree (0: TensorParallel(hw, model))
+  uint32_t max_num_batched_tokens = 8192;  // token budget per step (vLLM, >= 70 GiB GPUs, OpenAI server)
+  uint32_t max_num_seqs = 1024;            // running sequences per instance (same source)
+  double gpu_memory_utilization = 0.9;     // vLLM's default (vllm/config CacheConfig)
+  double activation_reserve_bytes = 4.0 * (1ull << 30);  // per GPU: activations, CUDA graphs (an assumption)
   double load = 1.0;                // arrivals are trace arrival_s / load
-  double gpu_tflops = 400;          // effective prefill rate per instance, TFLOP/s (H100-class, ~40% of dense BF16 peak)
-  double hbm_tbps = 3.35;           // HBM bandwidth per instance, TB/s (H100 SXM)
-  double decode_batch = 32;         // requests sharing one decode step
   IoMode io = IoMode::kModel;       // kReal: restore times are the policy's measured ones
   double real_time_scale = 1.0;     // kReal: measured seconds are multiplied by this (the byte scale-down)
-  IoModel io_model;                 // always used for the modelled figures
+  IoModel io_model;                 // model_restore_s: each restore costed alone, as before
   uint64_t max_requests = 0;        // 0: all
   std::function<void(uint64_t done, uint64_t total)> progress;  // called now and then
 };
@@ -79,8 +129,15 @@ struct SimResult {
   double restore_s = 0;             // total restore time used (measured in kReal)
   double model_restore_s = 0;       // total restore time the IoModel gives
   double real_restore_s = 0;        // total measured restore time (kReal, as measured, unscaled; 0 otherwise)
-  double prefill_s = 0, queue_s = 0;
+  double prefill_s = 0, queue_s = 0;  // totals: restore done (or admission) to first token; arrival to admission
   double makespan_s = 0;            // first arrival to last completion
+  uint32_t instances = 0, tp = 0;   // what ran
+  double kv_hbm_bytes = 0;          // HBM for KV per instance
+  uint64_t steps = 0, preemptions = 0;
+  double busy_s = 0;                // instance-seconds spent in steps
+  double max_step_tokens_mean = 0;  // mean tokens per step
+  uint32_t orders = 1;              // runs merged into this one (MergeRuns)
+  double ttft_mean_ms_min = 0, ttft_mean_ms_max = 0;  // over those runs
   std::vector<double> ttft_s;       // per request, in arrival order
 
   double hit_rate() const { return input_tokens ? double(hit_tokens) / double(input_tokens) : 0.0; }
@@ -91,15 +148,38 @@ struct SimResult {
   double ttft_percentile_ms(double p) const;  // p in [0, 100]
   double input_tok_s() const { return makespan_s > 0 ? double(input_tokens) / makespan_s : 0.0; }
   double output_tok_s() const { return makespan_s > 0 ? double(output_tokens) / makespan_s : 0.0; }
+  double total_tok_s() const { return input_tok_s() + output_tok_s(); }
 };
 
 // FLOPs to prefill tokens [hit_tokens, input_tokens) of a prompt.
 double PrefillFlops(const ServingModel& m, uint64_t hit_tokens, uint64_t input_tokens);
-// Seconds one output token occupies an instance.
-double DecodeSecondsPerToken(const ServingModel& m, const SimOptions& o);
+// One step's time on an instance of `tp` GPUs: `tokens` new tokens whose
+// attention spans `attn_ctx` (sum over tokens of their context), reading
+// `kv_bytes` of KV.
+double StepSeconds(const ServingModel& m, const HwProfile& hw, uint32_t tp, uint64_t tokens, double attn_ctx,
+                   double kv_bytes);
+// The node's figures as an IoModel for one instance of `tp` GPUs (policies'
+// own timings, e.g. tiered's staging holds, and model_restore_s): PCIe of
+// its tp links, the node's DRAM bandwidth, the SSD array striped over its
+// drives (drives requests in flight).
+IoModel NodeIoModel(const HwProfile& hw, uint32_t tp);
+// HBM left for KV per instance.
+double KvHbmBytes(const ServingModel& m, const SimOptions& o, uint32_t tp);
 
-// Replays `trace` through `policy`. Fails on a trace with no block size or
-// on bad options (instances or load not positive).
+// Sums the counters of runs of one (policy, load) over several orders,
+// pools their TTFTs, and keeps the spread of their mean TTFTs.
+SimResult MergeRuns(const std::vector<SimResult>& runs);
+
+// vLLM's offline latency benchmark (benchmark_latency): `batch` prompts of
+// `input` tokens start together and each generates `output` tokens; returns
+// the seconds until all finish. docs/baselines.md compares it with vLLM's
+// published CI figures.
+Result<double> LatencyBenchmarkSeconds(const ServingModel& m, const HwProfile& hw, uint32_t tp, uint32_t batch,
+                                       uint32_t input, uint32_t output);
+
+// Replays `trace` through `policy`. Fails on a trace with no block size, on
+// bad options (load not positive, a profile without GPUs) or a model that
+// leaves no HBM for KV.
 Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOptions& options);
 
 }  // namespace flatkv::replay

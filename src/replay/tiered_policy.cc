@@ -3,8 +3,9 @@
 // parameter below is tied to its source in docs/baselines.md.
 //
 // Model, per trace block (one Mooncake object per block):
-//   - Put goes to the DRAM pool. The pool is dram_bytes less the staging
-//     buffer, which is carved out of the same DRAM.
+//   - Put goes to the DRAM pool, global to the node's instances (Mooncake's
+//     segments are pooled). The pool is dram_bytes less the staging buffers,
+//     one per serving instance's client, carved out of the same DRAM.
 //   - DRAM eviction is Mooncake's approximate LRU: when the pool reaches its
 //     90% high watermark (or a put does not fit) a cycle evicts ceil(5% of the
 //     objects), those whose lease has expired, earliest lease timeout first.
@@ -18,7 +19,9 @@
 //     before a write that would exceed ssd_bytes.
 //   - An SSD hit is one read per object (BatchLoad issues one preadv per
 //     key), of the 4 KiB-aligned span around the value, into the staging
-//     buffer; each object takes align_up(size, 4 KiB) + 8 KiB of staging.
+//     buffer of the reading instance's client; each object takes
+//     align_up(size, 4 KiB) + 8 KiB of staging. Hold times come from the
+//     run's IoModel (PolicyConfig::io_model), reads serial per key.
 //     A restore streams through min(its need, free staging) and holds it
 //     until its reads finish. When less than one object of staging is free,
 //     the restore's SSD reads are aborted and the usable prefix ends at its
@@ -82,22 +85,26 @@ class TieredPolicy final : public CachePolicy {
  public:
   explicit TieredPolicy(const PolicyConfig& c)
       : bb_(c.block_bytes),
-        staging_cap_(std::min<uint64_t>(kStagingBytes, c.dram_bytes / 4)),
-        pool_cap_(c.dram_bytes - staging_cap_),
+        instances_(std::max<uint32_t>(1, c.instances)),
+        staging_cap_(std::min<uint64_t>(kStagingBytes, c.dram_bytes / 4 / instances_)),
+        pool_cap_(c.dram_bytes - staging_cap_ * instances_),
         ssd_cap_(c.ssd_bytes),
         staging_per_obj_(AlignUp(c.block_bytes, kDirectIoAlign) + 2 * kDirectIoAlign),
         real_(c.io == IoMode::kReal),
         dir_(c.dir),
         real_key_(static_cast<uint64_t>(double(kKeyBytes) / c.scale)),
         real_val_(std::max<uint64_t>(sizeof(uint64_t), static_cast<uint64_t>(double(c.block_bytes) / c.scale))),
-        real_staging_(std::max<uint64_t>(real_val_, static_cast<uint64_t>(double(staging_cap_) / c.scale))) {}
+        real_staging_(std::max<uint64_t>(real_val_, static_cast<uint64_t>(double(staging_cap_) / c.scale))),
+        io_(c.io_model ? *c.io_model : IoModel{}),
+        clients_(instances_) {}
 
   std::string_view name() const override { return "tiered"; }
 
-  LookupResult Lookup(const Request& req, double now) override {
+  LookupResult Lookup(const Request& req, uint32_t instance, double now) override {
     LookupResult r;
     if (real_) r.real_restore_s = 0;
-    ReleaseStaging(now);
+    Client& client = clients_[instance % instances_];
+    ReleaseStaging(client, now);
     // Pass 1: the found prefix; DRAM objects are leased, as the master grants
     // a lease to every key a Get queries before reading.
     size_t found = 0;
@@ -113,7 +120,7 @@ class TieredPolicy final : public CachePolicy {
     }
     // Staging for the SSD part: pipelined through what is free, but at least
     // one object's worth must be free or the read is aborted.
-    const uint64_t free_staging = staging_cap_ - staging_held_;
+    const uint64_t free_staging = staging_cap_ - client.staging_held;
     const bool staging_ok = ssd_found == 0 || free_staging >= staging_per_obj_;
     double read_s = 0;
     for (size_t i = 0; i < found; ++i) {
@@ -154,13 +161,13 @@ class TieredPolicy final : public CachePolicy {
     }
     if (r.ssd_blocks > 0) {
       const uint64_t hold = std::min<uint64_t>(uint64_t{r.ssd_blocks} * staging_per_obj_, free_staging);
-      staging_held_ += hold;
-      staging_.push({now + read_s, hold});
+      client.staging_held += hold;
+      client.staging.push({now + read_s, hold});
     }
     return r;
   }
 
-  InsertResult Insert(const Request& req, uint32_t hit_blocks, double now) override {
+  InsertResult Insert(const Request& req, uint32_t /*instance*/, uint32_t hit_blocks, double now) override {
     InsertResult w;
     for (size_t i = hit_blocks; i < req.blocks.size(); ++i) {
       const uint64_t id = req.blocks[i];
@@ -187,7 +194,8 @@ class TieredPolicy final : public CachePolicy {
 
   PolicyStats Stats() const override {
     PolicyStats s;
-    s.dram_used_bytes = dram_used_ + staging_held_;
+    s.dram_used_bytes = dram_used_;
+    for (const Client& c : clients_) s.dram_used_bytes += c.staging_held;
     s.ssd_used_bytes = ssd_used_;
     s.evicted_blocks = evicted_;
     s.migrated_blocks = migrated_;
@@ -215,6 +223,12 @@ class TieredPolicy final : public CachePolicy {
     uint64_t bytes;
     bool operator>(const Hold& o) const { return release_s > o.release_s; }
   };
+  // A serving instance's Mooncake client: its own staging buffer
+  // (MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES is a per-client setting).
+  struct Client {
+    std::priority_queue<Hold, std::vector<Hold>, std::greater<>> staging;
+    uint64_t staging_held = 0;
+  };
 
   void Order(Entry& e, uint64_t id, double key) {
     if (e.ord->first >= key) return;  // a lease never shortens
@@ -222,10 +236,10 @@ class TieredPolicy final : public CachePolicy {
     e.ord = order_.emplace(key, id);
   }
 
-  void ReleaseStaging(double now) {
-    while (!staging_.empty() && staging_.top().release_s <= now) {
-      staging_held_ -= staging_.top().bytes;
-      staging_.pop();
+  void ReleaseStaging(Client& c, double now) {
+    while (!c.staging.empty() && c.staging.top().release_s <= now) {
+      c.staging_held -= c.staging.top().bytes;
+      c.staging.pop();
     }
   }
 
@@ -331,7 +345,8 @@ class TieredPolicy final : public CachePolicy {
   }
 
   const uint64_t bb_;
-  const uint64_t staging_cap_;
+  const uint32_t instances_;
+  const uint64_t staging_cap_;  // per client
   const uint64_t pool_cap_;
   const uint64_t ssd_cap_;
   const uint64_t staging_per_obj_;
@@ -419,7 +434,6 @@ class TieredPolicy final : public CachePolicy {
     return got == id;
   }
 
-  const IoModel io_{};  // the run's IoModel is not in PolicyConfig; its defaults time staging holds
 
   std::unordered_map<uint64_t, Entry> map_;
   std::multimap<double, uint64_t> order_;  // DRAM objects by lease timeout: eviction order
@@ -428,8 +442,6 @@ class TieredPolicy final : public CachePolicy {
   int64_t first_bucket_id_ = 0;
   bool open_ = false;
   uint64_t ssd_used_ = 0;
-  std::priority_queue<Hold, std::vector<Hold>, std::greater<>> staging_;
-  uint64_t staging_held_ = 0;
   uint64_t pending_ssd_bytes_ = 0;
   uint32_t pending_ssd_requests_ = 0;
   uint64_t evicted_ = 0;
@@ -446,6 +458,8 @@ class TieredPolicy final : public CachePolicy {
   double pending_real_write_s_ = 0;
   std::vector<char> staging_buf_;
   uint64_t staging_at_ = 0;
+  const IoModel io_;              // the run's figures: they time staging holds
+  std::vector<Client> clients_;   // one per serving instance
 };
 
 }  // namespace

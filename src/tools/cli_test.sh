@@ -78,6 +78,34 @@ out=$("$FLATKV" replay --workload multiturn:clients=3,rounds=3,turn_tokens=256,o
 grep -q '"trace_name": "multiturn:clients=3,rounds=3,' <<<"$out" || fail "replay --workload trace name"
 grep -q '"requests": 9' <<<"$out" || fail "replay --workload request count"
 
+# replay: a short replay on a node profile; with --json stdout is the JSON alone.
+TR=$(cd "$(dirname "$0")/../.." && pwd)/data/traces/claude-code-subset
+"$FLATKV" replay --trace "$TR" --hw h100-node --policy flat,tiered,files,infinite --max-requests 60 --load 1 \
+  --orders 2 --dram 16GiB --ssd 256GiB --json > "$WORK/replay.json"
+python3 -c "
+import json; j = json.load(open('$WORK/replay.json'))
+assert j['hw']['name'] == 'h100-node' and j['model']['name'] == 'llama-3.1-70b' and j['model']['tp'] == 4, j['hw']
+assert 'nvme_read_gbps' in j['hw']['sources'], j['hw']
+assert [r['policy'] for r in j['results']] == ['flat', 'tiered', 'files', 'infinite'], j['results']
+for r in j['results']:
+    for k in ('policy', 'load', 'hit_rate', 'ttft_mean_ms', 'ttft_p99_ms', 'ssd_read_amplification', 'total_tok_s',
+              'ttft_mean_ms_min', 'ttft_mean_ms_max'):
+        assert k in r, (k, r)
+    assert r['orders'] == 2 and r['ttft_mean_ms_min'] <= r['ttft_mean_ms'] * 1.0001 <= r['ttft_mean_ms_max'] * 1.0002, r
+    assert r['total_tok_s'] > 0 and 0 <= r['hit_rate'] <= 1, r
+" || fail "replay json"
+"$FLATKV" replay --trace "$TR" --policy infinite --max-requests 40 --orders 1 --json > "$WORK/auto.json"
+python3 -c "
+import json; j = json.load(open('$WORK/auto.json')); c = j['config']['capacity_load']
+assert j['config']['load_auto'] and c > 0, j['config']
+assert [round(r['load'] / c, 6) for r in j['results']] == [0.5, 1.0, 2.0], j['results']
+" || fail "replay --load auto"
+"$FLATKV" replay --calibrate-serving --json > "$WORK/calibrate.json" || fail "replay --calibrate-serving"
+python3 -c "
+import json; j = json.load(open('$WORK/calibrate.json'))
+assert {x['hw'] for x in j} == {'h100-node', 'h200-node'} and all(abs(x['error']) <= 0.25 for x in j), j
+" || fail "calibrate-serving json"
+
 # Bad arguments: a clear message and exit code 2, never a crash.
 set +e
 "$FLATKV" serve --ssd-admission sometimes --print-config >"$WORK/bad.txt" 2>&1; [ $? -eq 2 ] || fail "serve --ssd-admission sometimes"
@@ -88,6 +116,12 @@ err=$("$FLATKV" replay --workload multiturn:clients=3,rouns=2 2>&1 >/dev/null); 
 [ $rc -eq 2 ] && grep -q "unknown key 'rouns'" <<<"$err" || fail "replay --workload with an unknown key: $rc $err"
 "$FLATKV" replay >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay with neither --trace nor --workload"
 "$FLATKV" replay --trace "$WORK" --workload multiturn >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay with both"
+msg=$("$FLATKV" replay --trace "$TR" --hw tpu-pod 2>&1 >/dev/null); [ $? -eq 2 ] || fail "replay --hw unknown"
+case "$msg" in *"known: h100-node, h200-node, vm"*) ;; *) fail "replay --hw unknown: $msg" ;; esac
+sed 's/^hbm_tbps_source/hbm_tbps_note/' "$(dirname "$0")/../../data/hw/profiles.toml" > "$WORK/hw.toml"
+msg=$("$FLATKV" replay --trace "$TR" --hw-file "$WORK/hw.toml" 2>&1 >/dev/null); [ $? -eq 2 ] || fail "replay uncited figure"
+case "$msg" in *"hbm_tbps: no citation"*) ;; *) fail "replay uncited figure: $msg" ;; esac
+"$FLATKV" replay --trace "$TR" --load fast >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay --load fast"
 "$FLATKV" bench attention --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench attention --threads 0"
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <random>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "replay/flat_policy.h"
+#include "replay/hw_profile.h"
 #include "replay/io_model.h"
 #include "replay/policy.h"
 #include "replay/report.h"
@@ -67,6 +70,41 @@ Trace FirstConversations(const Trace& t, uint64_t n) {
   return out;
 }
 
+// Order `seed` of a trace: seed 0 is the trace as recorded; otherwise the
+// root conversations (sub-agents with their parent) keep their own timing
+// but trade start times, a permutation drawn from `seed`.
+Trace PermuteConversations(const Trace& t, uint64_t seed) {
+  if (seed == 0) return t;
+  std::unordered_map<uint64_t, uint64_t> root;
+  std::unordered_map<uint64_t, double> start;
+  std::vector<uint64_t> roots;
+  std::vector<uint64_t> root_of(t.requests.size());
+  for (size_t i = 0; i < t.requests.size(); ++i) {
+    const Request& r = t.requests[i];
+    uint64_t rt = r.conversation;
+    if (r.parent) {
+      auto it = root.find(r.parent);
+      rt = it != root.end() ? it->second : r.parent;
+    }
+    root.emplace(r.conversation, rt);
+    root_of[i] = rt;
+    if (start.emplace(rt, r.arrival_s).second) roots.push_back(rt);
+  }
+  std::vector<double> starts;
+  for (uint64_t rt : roots) starts.push_back(start[rt]);
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  for (size_t i = starts.size(); i > 1; --i) std::swap(starts[i - 1], starts[rng() % i]);
+  std::unordered_map<uint64_t, double> shift;
+  for (size_t k = 0; k < roots.size(); ++k) shift[roots[k]] = starts[k] - start[roots[k]];
+  Trace out = t;
+  for (size_t i = 0; i < out.requests.size(); ++i) out.requests[i].arrival_s += shift[root_of[i]];
+  std::stable_sort(out.requests.begin(), out.requests.end(),
+                   [](const Request& a, const Request& b) { return a.arrival_s < b.arrival_s; });
+  const double first = out.requests.empty() ? 0.0 : out.requests.front().arrival_s;
+  for (Request& r : out.requests) r.arrival_s -= first;
+  return out;
+}
+
 std::string Human(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -111,7 +149,7 @@ bool ParseSize(const std::string& text, uint64_t* bytes, std::string* error) {
 
 CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
   CLI::App* c = app.add_subcommand(
-      "replay", "Replay real traces through every cache policy (flat, tiered, files, infinite, belady) on a serving model");
+      "replay", "Replay real traces through every cache policy (flat, tiered, files, infinite, belady) on a serving node");
   auto* trace_opt =
       c->add_option("--trace", a.traces, "Trace files or directories (Claude Code, Mooncake or generic; format auto)")
           ->expected(1, -1);
@@ -121,25 +159,24 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
                 "request_rate=R,seed=N (docs/format_trace.md)")
       ->excludes(trace_opt);
   c->add_option("--policy", a.policies, "Policies, comma separated (default flat,tiered,files,infinite,belady)");
-  c->add_option("--dram", a.dram, "DRAM capacity for KV, e.g. 64GiB (default 64GiB)");
-  c->add_option("--ssd", a.ssd, "SSD capacity, e.g. 2TiB (default 2TiB)");
+  c->add_option("--dram", a.dram, "Host DRAM for KV on the node, e.g. 64GiB (default 64GiB)");
+  c->add_option("--ssd", a.ssd, "SSD capacity for KV on the node, e.g. 2TiB (default 2TiB)");
   c->add_option("--model", a.model, "Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, deepseek-v3 (default llama-3.1-70b)");
-  c->add_option("--load", a.loads, "Load factors, comma separated: arrivals are sped up by each (default 0.5,1,2,4)");
-  c->add_option("--io", a.io, "model: costs from bandwidth/latency figures; real: every write and restore on real stores (default model)")
+  c->add_option("--hw", a.hw, "Node profile (data/hw/profiles.toml): h100-node, h200-node, vm, ... (default h100-node)");
+  c->add_option("--hw-file", a.hw_file, "A profiles file of your own (TOML, every figure cited)")->check(CLI::ExistingFile);
+  c->add_option("--tp", a.tp, "Tensor-parallel degree (default: the profile's for the model, or the smallest that fits)")
+      ->check(CLI::Range(1u, 64u));
+  c->add_option("--load", a.loads,
+                "auto: find the capacity load and replay at 0.5x, 1x and 2x of it; or load factors, comma separated "
+                "(arrivals sped up by each). Default auto");
+  c->add_option("--orders", a.orders, "Conversation orders per point, for the spread (default 3)")->check(CLI::Range(1u, 64u));
+  c->add_option("--io", a.io, "model: costs from the node's figures; real: every write and restore on real stores (default model)")
       ->check(CLI::IsMember({"model", "real"}));
-  c->add_flag("--json", a.json, "Print JSON instead of the table");
+  c->add_flag("--json", a.json, "Print JSON instead of the table (stdout is the JSON alone)");
   c->add_option("--plot", a.plot_dir, "Write hit_rate.svg and ttft_mean.svg into this directory");
-  c->add_option("--instances", a.instances, "Serving instances (default 8)")->check(CLI::Range(1u, 1u << 16));
-  c->add_option("--gpu-tflops", a.gpu_tflops, "Effective prefill rate per instance, TFLOP/s (default 400)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--hbm-tbps", a.hbm_tbps, "HBM bandwidth per instance, TB/s (default 3.35)")->check(CLI::PositiveNumber);
-  c->add_option("--decode-batch", a.decode_batch, "Requests sharing a decode step (default 32)")->check(CLI::Range(1.0, 1e6));
-  c->add_option("--pcie-gbps", a.pcie_gbps, "Host-to-GPU bandwidth, GB/s (default 25)")->check(CLI::PositiveNumber);
-  c->add_option("--dram-gbps", a.dram_gbps, "Host memcpy bandwidth, GB/s (default 11)")->check(CLI::PositiveNumber);
-  c->add_option("--ssd-gbps", a.ssd_gbps, "SSD read bandwidth, GB/s (default 2)")->check(CLI::PositiveNumber);
-  c->add_option("--ssd-latency-us", a.ssd_latency_us, "SSD per-request latency, us (default 60)")->check(CLI::NonNegativeNumber);
-  c->add_option("--ssd-parallel", a.ssd_parallel, "SSD requests in flight (default 4)")->check(CLI::Range(1.0, 4096.0));
-  c->add_flag("--calibrate", a.calibrate, "Measure the DRAM and SSD figures on a real store first (in --dir)");
+  c->add_flag("--calibrate", a.calibrate, "Measure this machine's DRAM and SSD figures on a real store first (in --dir) and use them as the node's storage");
+  c->add_flag("--calibrate-serving", a.calibrate_serving,
+              "Recompute the published serving figure the model is calibrated against (docs/baselines.md) and exit");
   c->add_option("--scale", a.scale, "--io real: divide every byte size by this (default 64)")->check(CLI::Range(1.0, 1e9));
   c->add_option("--stagger", a.stagger_s, "Seconds between the starts of successive trace files (default 60)")
       ->check(CLI::NonNegativeNumber);
@@ -149,16 +186,151 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
   return c;
 }
 
-int RunReplay(const ReplayArgs& a) {
-  uint64_t dram = 0, ssd = 0;
-  std::string err;
-  if (!ParseSize(a.dram, &dram, &err)) return Fail(kExitUsage, "--dram: " + err);
-  if (!ParseSize(a.ssd, &ssd, &err)) return Fail(kExitUsage, "--ssd: " + err);
-  if (dram == 0 && ssd == 0) return Fail(kExitUsage, "--dram and --ssd are both 0");
-  auto model = FindServingModel(a.model);
-  if (!model.ok()) return Fail(kExitUsage, "--model: " + model.status().message());
+namespace {
+
+struct Setup {
+  Trace trace;
+  ServingModel model;
+  HwProfile hw;
+  uint32_t tp = 0;
+  IoModel io;
+  IoMode mode = IoMode::kModel;
+  uint64_t dram = 0, ssd = 0, block_bytes = 0;
+  std::string scratch;
+  double scale = 64;
+};
+
+// One replay of `trace` (one order) through policy `name` at `load`.
+Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string& name, double load, bool quiet) {
+  PolicyConfig pc;
+  pc.block_bytes = st.block_bytes;
+  pc.block_tokens = trace.block_tokens;
+  pc.dram_bytes = st.dram;
+  pc.ssd_bytes = st.ssd;
+  pc.trace = &trace;
+  pc.io = st.mode;
+  pc.dir = st.scratch + "/" + name;
+  pc.scale = st.scale;
+  pc.instances = st.hw.gpus / st.tp;
+  pc.io_model = &st.io;
+  std::error_code ec;
+  std::filesystem::create_directories(pc.dir, ec);
+  auto policy = MakePolicy(name, pc);
+  if (!policy.ok()) return policy.status().WithContext("--policy " + name);
+  SimOptions so;
+  so.model = st.model;
+  so.hw = st.hw;
+  so.tp = st.tp;
+  so.load = load;
+  so.io = st.mode;
+  so.real_time_scale = st.scale;  // a store 1/scale the size takes about 1/scale the time
+  so.io_model = st.io;
+  ProgressBar bar(name + " load " + std::to_string(load).substr(0, 5));
+  if (!quiet) so.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
+  auto r = Simulate(trace, *policy.value(), so);
+  bar.Finish();
+  policy.value().reset();
+  std::filesystem::remove_all(pc.dir, ec);
+  return r;
+}
+
+// The capacity load: the highest at which infinite's p99 TTFT stays within
+// 3x of its p99 at a tenth of that load. Doubling to bracket it, then
+// bisection to 10%.
+Result<double> CapacityLoad(const Setup& st, std::vector<std::string>* log) {
+  std::map<double, double> p99;
+  auto at = [&](double load) -> Result<double> {
+    if (auto it = p99.find(load); it != p99.end()) return it->second;
+    auto r = RunOne(st, st.trace, "infinite", load, true);
+    if (!r.ok()) return r.status();
+    const double v = r.value().ttft_percentile_ms(99);
+    p99[load] = v;
+    return v;
+  };
+  auto ok = [&](double load) -> Result<bool> {
+    auto hi = at(load);
+    if (!hi.ok()) return hi.status();
+    auto lo = at(load / 10);
+    if (!lo.ok()) return lo.status();
+    char line[160];
+    std::snprintf(line, sizeof line, "load %.4g: infinite p99 TTFT %.0f ms (%.0f ms at %.4g)", load, hi.value(),
+                  lo.value(), load / 10);
+    log->push_back(line);
+    return hi.value() <= 3 * lo.value();
+  };
+  double good = 0, bad = 0;
+  auto first = ok(1.0);
+  if (!first.ok()) return first.status();
+  if (first.value()) {
+    good = 1;
+    for (bad = 2; bad < 1e6; bad *= 2) {
+      auto v = ok(bad);
+      if (!v.ok()) return v.status();
+      if (!v.value()) break;
+      good = bad;
+    }
+  } else {
+    bad = 1;
+    for (good = 0.5; good > 1e-6; good /= 2) {
+      auto v = ok(good);
+      if (!v.ok()) return v.status();
+      if (v.value()) break;
+      bad = good;
+    }
+  }
+  while (bad / good > 1.1) {
+    const double mid = std::sqrt(good * bad);
+    auto v = ok(mid);
+    if (!v.ok()) return v.status();
+    (v.value() ? good : bad) = mid;
+  }
+  return good;
+}
+
+}  // namespace
+
+namespace {
+
+std::string DefaultHwFile() { return std::string(FLATKV_SOURCE_DIR) + "/data/hw/profiles.toml"; }
+
+// vLLM CI's latency_llama70B_tp4 (docs/baselines.md): batch 8, 32 tokens in,
+// 128 out, TP 4; published mean latencies per GPU type.
+int CalibrateServing(const ReplayArgs& a) {
+  const std::string file = a.hw_file.empty() ? DefaultHwFile() : a.hw_file;
+  auto model = FindServingModel("llama-3.1-70b");
+  if (!model.ok()) return Fail(kExitFailure, model.status().ToString());
+  struct Published {
+    const char* hw;
+    double seconds;
+    const char* source;
+  };
+  const Published figures[] = {
+      {"h100-node", 2.44447, "vLLM CI latency_llama70B_tp4 8xH100, buildkite vllm/performance-benchmark build 9555 (fit: step_overhead_ms)"},
+      {"h200-node", 2.07508, "vLLM CI latency_llama70B_tp4 H200, buildkite vllm/performance-benchmark build 9513 (check)"},
+  };
+  nlohmann::json out = nlohmann::json::array();
+  bool all_ok = true;
+  for (const Published& p : figures) {
+    auto hw = FindHwProfile(file, p.hw);
+    if (!hw.ok()) return Fail(kExitUsage, "--hw-file: " + hw.status().message());
+    auto s = LatencyBenchmarkSeconds(model.value(), hw.value(), 4, 8, 32, 128);
+    if (!s.ok()) return Fail(kExitFailure, s.status().ToString());
+    const double err = s.value() / p.seconds - 1;
+    all_ok = all_ok && std::abs(err) <= 0.25;
+    out.push_back({{"hw", p.hw}, {"model", "llama-3.1-70b"}, {"tp", 4}, {"batch", 8}, {"input_tokens", 32},
+                   {"output_tokens", 128}, {"published_s", p.seconds}, {"simulated_s", s.value()}, {"error", err},
+                   {"source", p.source}});
+    if (!a.json)
+      std::printf("%-10s llama-3.1-70b TP4, batch 8, 32 in / 128 out: simulated %.3f s, published %.3f s (%+.1f%%)\n  %s\n",
+                  p.hw, s.value(), p.seconds, 100 * err, p.source);
+  }
+  if (a.json) std::printf("%s\n", out.dump(2).c_str());
+  return all_ok ? kExitOk : kExitFailure;
+}
+
+std::vector<double> ParseLoads(const std::string& text, std::string* err) {
   std::vector<double> loads;
-  for (const std::string& s : SplitList(a.loads)) {
+  for (const std::string& s : SplitList(text)) {
     size_t pos = 0;
     double v = 0;
     try {
@@ -166,15 +338,42 @@ int RunReplay(const ReplayArgs& a) {
     } catch (...) {
       pos = 0;
     }
-    if (pos != s.size() || !(v > 0) || !std::isfinite(v)) return Fail(kExitUsage, "--load: '" + s + "' is not a positive number");
+    if (pos != s.size() || !(v > 0) || !std::isfinite(v)) {
+      *err = "'" + s + "' is not a positive number (or use --load auto)";
+      return {};
+    }
     loads.push_back(v);
   }
-  if (loads.empty()) return Fail(kExitUsage, "--load: no load factors given");
+  if (loads.empty()) *err = "no load factors given";
+  return loads;
+}
+
+}  // namespace
+
+int RunReplay(const ReplayArgs& a) {
+  if (a.calibrate_serving) return CalibrateServing(a);
+  if (a.traces.empty()) return Fail(kExitUsage, "--trace is required");
+  uint64_t dram = 0, ssd = 0;
+  std::string err;
+  if (!ParseSize(a.dram, &dram, &err)) return Fail(kExitUsage, "--dram: " + err);
+  if (!ParseSize(a.ssd, &ssd, &err)) return Fail(kExitUsage, "--ssd: " + err);
+  if (dram == 0 && ssd == 0) return Fail(kExitUsage, "--dram and --ssd are both 0");
+  auto model = FindServingModel(a.model);
+  if (!model.ok()) return Fail(kExitUsage, "--model: " + model.status().message());
+  const bool auto_load = a.loads == "auto";
+  std::vector<double> loads;
+  if (!auto_load) {
+    loads = ParseLoads(a.loads, &err);
+    if (loads.empty()) return Fail(kExitUsage, "--load: " + err);
+  }
   const std::vector<std::string> policies = SplitList(a.policies);
   if (policies.empty()) return Fail(kExitUsage, "--policy: no policies given");
   for (const std::string& p : policies)
     if (p != "flat" && p != "tiered" && p != "files" && p != "infinite" && p != "belady")
       return Fail(kExitUsage, "--policy: unknown policy '" + p + "' (known: flat, tiered, files, infinite, belady)");
+  const std::string hw_file = a.hw_file.empty() ? DefaultHwFile() : a.hw_file;
+  auto hw = FindHwProfile(hw_file, a.hw);
+  if (!hw.ok()) return Fail(kExitUsage, "--hw: " + hw.status().message());
   const std::string parent = a.dir.empty() ? "/var/tmp" : a.dir;
 
   // --workload stands in for --trace; exactly one of them is given.
@@ -183,117 +382,171 @@ int RunReplay(const ReplayArgs& a) {
   if (!trace_or.ok()) {
     return Fail(kExitUsage, (a.workload.empty() ? "--trace: " : "--workload: ") + trace_or.status().ToString());
   }
-  Trace trace = std::move(trace_or).value();
+  Setup st;
+  st.trace = std::move(trace_or).value();
+  Trace& trace = st.trace;
   if (a.conversations) trace = FirstConversations(trace, a.conversations);
   if (a.max_requests && trace.requests.size() > a.max_requests) trace.requests.resize(a.max_requests);
   if (trace.requests.empty()) return Fail(kExitUsage, "--trace: no requests to replay");
-
-  const uint64_t block_bytes = model.value().BytesPerToken() * trace.block_tokens;
+  st.model = model.value();
+  st.hw = hw.value();
+  st.dram = dram;
+  st.ssd = ssd;
+  st.scale = a.scale;
+  st.mode = a.io == "real" ? IoMode::kReal : IoMode::kModel;
+  SimOptions defaults;
+  if (a.tp) {
+    if (st.hw.gpus % a.tp != 0)
+      return Fail(kExitUsage, "--tp " + std::to_string(a.tp) + " does not divide " + st.hw.name + "'s " +
+                                  std::to_string(st.hw.gpus) + " GPUs");
+    st.tp = a.tp;
+  } else {
+    auto tp = TensorParallel(st.hw, st.model, defaults.gpu_memory_utilization, defaults.activation_reserve_bytes);
+    if (!tp.ok()) return Fail(kExitUsage, "--hw " + st.hw.name + ": " + tp.status().message());
+    st.tp = tp.value();
+  }
+  st.block_bytes = st.model.BytesPerToken() * trace.block_tokens;
   std::unordered_set<uint64_t> unique;
   uint64_t accesses = 0;
   for (const Request& r : trace.requests) {
     accesses += r.blocks.size();
     unique.insert(r.blocks.begin(), r.blocks.end());
   }
-  const double working_set = double(unique.size()) * double(block_bytes);
+  const double working_set = double(unique.size()) * double(st.block_bytes);
 
   std::error_code ec;
-  const std::string scratch = parent + "/flatkv-replay-" + std::to_string(::getpid());
-  std::filesystem::create_directories(scratch, ec);
-  if (ec) return Fail(kExitFailure, "cannot create " + scratch + ": " + ec.message());
+  st.scratch = parent + "/flatkv-replay-" + std::to_string(::getpid());
+  std::filesystem::create_directories(st.scratch, ec);
+  if (ec) return Fail(kExitFailure, "cannot create " + st.scratch + ": " + ec.message());
   struct Cleanup {
     std::string dir;
     ~Cleanup() {
       std::error_code e;
       std::filesystem::remove_all(dir, e);
     }
-  } cleanup{scratch};
+  } cleanup{st.scratch};
 
-  IoModel io;
-  io.pcie_gbps = a.pcie_gbps;
-  io.dram_copy_gbps = a.dram_gbps;
-  io.ssd_read_gbps = a.ssd_gbps;
-  io.ssd_write_gbps = a.ssd_gbps;
-  io.ssd_request_us = a.ssd_latency_us;
-  io.ssd_parallel = a.ssd_parallel;
   if (a.calibrate) {
-    auto cal = CalibrateIoModel(scratch + "/calibrate", io);
+    IoModel base;
+    base.gpu_destination = false;
+    auto cal = CalibrateIoModel(st.scratch + "/calibrate", base);
     if (!cal.ok()) return Fail(kExitFailure, "--calibrate: " + cal.status().ToString());
-    io = cal.value();
+    const IoModel& c = cal.value();
+    const std::string src = "measured by flatkv replay --calibrate on this machine";
+    st.hw.nvme_drives = 1;
+    st.hw.nvme_read_gbps = st.hw.nvme_write_gbps = c.ssd_read_gbps;
+    st.hw.nvme_latency_us = c.ssd_request_us;
+    st.hw.nvme_read_iops = c.ssd_parallel / (c.ssd_request_us * 1e-6);
+    st.hw.dram_gbps = c.dram_copy_gbps;
+    for (const char* k : {"nvme_drives", "nvme_read_gbps", "nvme_write_gbps", "nvme_latency_us", "nvme_read_iops", "dram_gbps"})
+      st.hw.sources[k] = src;
+  } else if (st.hw.measured_storage && !a.json) {
+    std::fprintf(stderr, "flatkv replay: profile %s: storage figures as recorded; --calibrate measures them anew\n",
+                 st.hw.name.c_str());
   }
-  const IoMode mode = a.io == "real" ? IoMode::kReal : IoMode::kModel;
-  if (mode == IoMode::kReal) io.gpu_destination = false;  // measured restores land in host memory
+  st.io = NodeIoModel(st.hw, st.tp);
+  if (st.mode == IoMode::kReal) st.io.gpu_destination = false;  // measured restores land in host memory
+  const uint32_t instances = st.hw.gpus / st.tp;
+  SimOptions probe;
+  probe.hw = st.hw;
+  const double kv_per_instance = KvHbmBytes(st.model, probe, st.tp);
 
+  std::vector<std::string> search_log;
+  double capacity = 0;
+  if (auto_load) {
+    auto c = CapacityLoad(st, &search_log);
+    if (!c.ok()) return Fail(kExitFailure, "--load auto: " + c.status().ToString());
+    capacity = c.value();
+    loads = {0.5 * capacity, capacity, 2 * capacity};
+  }
+
+  nlohmann::json sources = nlohmann::json::object();
+  for (const auto& [k, v] : st.hw.sources) sources[k] = v;
+  nlohmann::json hwj = {{"name", st.hw.name},
+                        {"description", st.hw.description},
+                        {"file", hw_file},
+                        {"gpus", st.hw.gpus},
+                        {"hbm_bytes", st.hw.hbm_bytes},
+                        {"hbm_tbps", st.hw.hbm_tbps},
+                        {"hbm_efficiency", st.hw.hbm_efficiency},
+                        {"tflops_bf16", st.hw.tflops},
+                        {"prefill_mfu", st.hw.mfu},
+                        {"step_overhead_ms", st.hw.step_overhead_s * 1e3},
+                        {"pcie_gbps", st.hw.pcie_gbps},
+                        {"dram_bytes", st.hw.dram_bytes},
+                        {"dram_gbps", st.hw.dram_gbps},
+                        {"nvme_drives", st.hw.nvme_drives},
+                        {"nvme_read_gbps", st.hw.nvme_read_gbps},
+                        {"nvme_write_gbps", st.hw.nvme_write_gbps},
+                        {"nvme_read_iops", st.hw.nvme_read_iops},
+                        {"nvme_latency_us", st.hw.nvme_latency_us},
+                        {"net_gbps", st.hw.net_gbps},
+                        {"net_rtt_us", st.hw.net_rtt_us},
+                        {"sources", sources}};
+  nlohmann::json modelj = {{"name", st.model.name},
+                           {"bytes_per_token", st.model.BytesPerToken()},
+                           {"params_active", st.model.params},
+                           {"weight_bytes", st.model.weight_bytes},
+                           {"tp", st.tp},
+                           {"instances", instances},
+                           {"kv_hbm_bytes_per_instance", kv_per_instance}};
   nlohmann::json config = {
       {"traces", a.traces},          {"trace_name", trace.name},
       {"requests", trace.requests.size()},  {"conversations", trace.conversations},
       {"block_tokens", trace.block_tokens}, {"block_accesses", accesses},
       {"unique_blocks", unique.size()},     {"working_set_bytes", working_set},
-      {"model", model.value().name},        {"bytes_per_token", model.value().BytesPerToken()},
-      {"block_bytes", block_bytes},         {"dram_bytes", dram},
-      {"ssd_bytes", ssd},                   {"instances", a.instances},
-      {"gpu_tflops", a.gpu_tflops},         {"hbm_tbps", a.hbm_tbps},
-      {"decode_batch", a.decode_batch},     {"io", a.io},
+      {"model", st.model.name},             {"bytes_per_token", st.model.BytesPerToken()},
+      {"block_bytes", st.block_bytes},      {"dram_bytes", dram},
+      {"ssd_bytes", ssd},                   {"instances", instances},
+      {"tp", st.tp},                        {"io", a.io},
       {"scale", a.scale},                   {"stagger_s", a.stagger_s},
-      {"io_model", {{"pcie_gbps", io.pcie_gbps}, {"dram_copy_gbps", io.dram_copy_gbps},
-                    {"ssd_read_gbps", io.ssd_read_gbps}, {"ssd_request_us", io.ssd_request_us},
-                    {"ssd_parallel", io.ssd_parallel}, {"gpu_destination", io.gpu_destination}}}};
+      {"orders", a.orders},                 {"load_auto", auto_load},
+      {"capacity_load", capacity},          {"capacity_search", search_log},
+      {"max_num_batched_tokens", defaults.max_num_batched_tokens},
+      {"max_num_seqs", defaults.max_num_seqs},
+      {"gpu_memory_utilization", defaults.gpu_memory_utilization},
+      {"io_model", {{"pcie_gbps", st.io.pcie_gbps}, {"dram_copy_gbps", st.io.dram_copy_gbps},
+                    {"ssd_read_gbps", st.io.ssd_read_gbps}, {"ssd_request_us", st.io.ssd_request_us},
+                    {"ssd_parallel", st.io.ssd_parallel}, {"gpu_destination", st.io.gpu_destination}}}};
   if (!a.json) {
     std::printf("replay: %s: %zu requests, %llu conversations, %llu block accesses, %zu unique blocks\n",
                 trace.name.c_str(), trace.requests.size(), static_cast<unsigned long long>(trace.conversations),
                 static_cast<unsigned long long>(accesses), unique.size());
     std::printf("model %s: %s per block of %u tokens; working set %s; DRAM %s (%.0f%% of it), SSD %s (%.0f%%)\n",
-                model.value().name.c_str(), Human(double(block_bytes)).c_str(), trace.block_tokens,
+                st.model.name.c_str(), Human(double(st.block_bytes)).c_str(), trace.block_tokens,
                 Human(working_set).c_str(), Human(double(dram)).c_str(), 100.0 * double(dram) / working_set,
                 Human(double(ssd)).c_str(), 100.0 * double(ssd) / working_set);
-    SimOptions so;
-    so.hbm_tbps = a.hbm_tbps;
-    so.decode_batch = a.decode_batch;
-    std::printf("%u instances, %.0f TFLOP/s prefill, decode %.2f ms/token; io %s: %s\n\n", a.instances, a.gpu_tflops,
-                1e3 * DecodeSecondsPerToken(model.value(), so), a.io.c_str(), io.ToString().c_str());
+    std::printf("hw %s: %u instances of TP %u, %s of HBM for KV each; %u NVMe x %.1f GB/s; io %s: %s\n",
+                st.hw.name.c_str(), instances, st.tp, Human(kv_per_instance).c_str(), st.hw.nvme_drives,
+                st.hw.nvme_read_gbps, a.io.c_str(), st.io.ToString().c_str());
+    for (const std::string& l : search_log) std::printf("  capacity search: %s\n", l.c_str());
+    if (auto_load) std::printf("capacity load %.4g: replaying at 0.5x, 1x and 2x of it\n", capacity);
+    std::printf("%u conversation orders per point\n\n", a.orders);
     std::fflush(stdout);
   }
 
+  std::vector<Trace> orders;
+  for (uint32_t k = 0; k < a.orders; ++k) orders.push_back(PermuteConversations(trace, k));
   std::vector<SimResult> results;
   for (const std::string& name : policies) {
     for (double load : loads) {
-      PolicyConfig pc;
-      pc.block_bytes = block_bytes;
-      pc.block_tokens = trace.block_tokens;
-      pc.dram_bytes = dram;
-      pc.ssd_bytes = ssd;
-      pc.trace = &trace;
-      pc.io = mode;
-      pc.dir = scratch + "/" + name;
-      pc.scale = a.scale;
-      std::filesystem::create_directories(pc.dir, ec);
-      auto policy = MakePolicy(name, pc);
-      if (!policy.ok()) {
-        const int code = policy.status().code() == Code::kInvalidArgument ? kExitUsage : kExitFailure;
-        return Fail(code, "--policy " + name + ": " + policy.status().ToString());
+      std::vector<SimResult> runs;
+      for (const Trace& t : orders) {
+        auto r = RunOne(st, t, name, load, a.json);
+        if (!r.ok()) {
+          const int code = r.status().code() == Code::kInvalidArgument ? kExitUsage : kExitFailure;
+          return Fail(code, name + " at load " + std::to_string(load) + ": " + r.status().ToString());
+        }
+        runs.push_back(std::move(r).value());
       }
-      SimOptions so;
-      so.model = model.value();
-      so.instances = a.instances;
-      so.load = load;
-      so.gpu_tflops = a.gpu_tflops;
-      so.hbm_tbps = a.hbm_tbps;
-      so.decode_batch = a.decode_batch;
-      so.io = mode;
-      so.real_time_scale = a.scale;  // a store 1/scale the size takes about 1/scale the time
-      so.io_model = io;
-      ProgressBar bar(name + " load " + std::to_string(load).substr(0, 4));
-      so.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
-      auto r = Simulate(trace, *policy.value(), so);
-      bar.Finish();
-      policy.value().reset();
-      std::filesystem::remove_all(pc.dir, ec);
-      if (!r.ok()) return Fail(kExitFailure, name + " at load " + std::to_string(load) + ": " + r.status().ToString());
-      results.push_back(std::move(r).value());
+      results.push_back(MergeRuns(runs));
     }
   }
   if (a.json) {
-    std::printf("%s\n", ToJson(results, config).dump(2).c_str());
+    nlohmann::json j = ToJson(results, config);
+    j["hw"] = hwj;
+    j["model"] = modelj;
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s", FormatTable(results).c_str());
   }

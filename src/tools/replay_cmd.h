@@ -18,20 +18,16 @@ struct ReplayArgs {
   std::string dram = "64GiB";             // DRAM capacity, true (unscaled) bytes
   std::string ssd = "2TiB";               // SSD capacity
   std::string model = "llama-3.1-70b";
-  std::string loads = "0.5,1,2,4";
+  std::string loads = "auto";             // "auto" (capacity search) or comma-separated factors
+  std::string hw = "h100-node";           // node profile name
+  std::string hw_file;                    // profiles file (default data/hw/profiles.toml of the source tree)
+  uint32_t orders = 3;                    // conversation orders per point (the spread)
+  uint32_t tp = 0;                        // tensor-parallel degree (0: the profile's or derived)
+  bool calibrate_serving = false;         // recompute the published serving figure and exit
   std::string io = "model";               // model | real
   bool json = false;
   std::string plot_dir;
-  uint32_t instances = 8;
-  double gpu_tflops = 400;
-  double hbm_tbps = 3.35;
-  double decode_batch = 32;
-  double pcie_gbps = 25;
-  double dram_gbps = 11;
-  double ssd_gbps = 2.0;
-  double ssd_latency_us = 60;
-  double ssd_parallel = 4;
-  bool calibrate = false;
+  bool calibrate = false;                 // measure the storage figures on this machine (profile vm)
   double scale = 64;                      // --io real: sizes divided by this
   double stagger_s = 60;
   uint64_t conversations = 0;             // 0: all

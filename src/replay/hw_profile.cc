@@ -1,0 +1,151 @@
+#include "replay/hw_profile.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "replay/simulator.h"
+
+namespace flatkv::replay {
+namespace {
+
+// The figures a profile must give, each with its `<key>_source`.
+struct Figure {
+  std::string_view key;
+  double HwProfile::*field;
+  double min, max;
+};
+constexpr Figure kFigures[] = {
+    {"hbm_gb", &HwProfile::hbm_bytes, 1, 4096},
+    {"hbm_tbps", &HwProfile::hbm_tbps, 0.01, 100},
+    {"hbm_efficiency", &HwProfile::hbm_efficiency, 0.05, 1},
+    {"tflops_bf16", &HwProfile::tflops, 1, 100000},
+    {"prefill_mfu", &HwProfile::mfu, 0.01, 1},
+    {"step_overhead_ms", &HwProfile::step_overhead_s, 0, 1000},
+    {"pcie_gbps", &HwProfile::pcie_gbps, 0.1, 1000},
+    {"dram_gb", &HwProfile::dram_bytes, 1, 1 << 24},
+    {"dram_gbps", &HwProfile::dram_gbps, 0.1, 100000},
+    {"nvme_read_gbps", &HwProfile::nvme_read_gbps, 0.01, 1000},
+    {"nvme_write_gbps", &HwProfile::nvme_write_gbps, 0.01, 1000},
+    {"nvme_read_iops", &HwProfile::nvme_read_iops, 100, 1e9},
+    {"nvme_latency_us", &HwProfile::nvme_latency_us, 0.1, 1e6},
+    {"net_gbps", &HwProfile::net_gbps, 0.01, 10000},
+    {"net_rtt_us", &HwProfile::net_rtt_us, 0.1, 1e7},
+};
+constexpr std::string_view kCounts[] = {"gpus", "nvme_drives"};
+
+Status Cited(const toml::table& t, const std::string& where, std::string_view key, HwProfile* p) {
+  const std::string src = std::string(key) + "_source";
+  auto s = t[src].value<std::string>();
+  if (!s || s->empty())
+    return Status::InvalidArgument(where + "." + std::string(key) + ": no citation (add " + src + " = \"...\")");
+  p->sources[std::string(key)] = *s;
+  return Status::Ok();
+}
+
+Result<HwProfile> ParseProfile(const std::string& name, const toml::table& t, const std::string& path) {
+  const std::string where = path + ": [" + name + "]";
+  HwProfile p;
+  p.name = name;
+  p.description = t["description"].value_or(std::string());
+  p.measured_storage = t["measured_storage"].value_or(false);
+  std::set<std::string> known = {"description", "measured_storage", "tp"};
+  for (std::string_view k : kCounts) {
+    known.insert(std::string(k));
+    known.insert(std::string(k) + "_source");
+    auto v = t[k].value<int64_t>();
+    if (!v) return Status::InvalidArgument(where + "." + std::string(k) + ": missing or not an integer");
+    if (*v < 1 || *v > 4096)
+      return Status::InvalidArgument(where + "." + std::string(k) + ": " + std::to_string(*v) + " is out of range 1..4096");
+    FLATKV_RETURN_IF_ERROR(Cited(t, where, k, &p));
+    (k == "gpus" ? p.gpus : p.nvme_drives) = static_cast<uint32_t>(*v);
+  }
+  for (const Figure& f : kFigures) {
+    known.insert(std::string(f.key));
+    known.insert(std::string(f.key) + "_source");
+    auto v = t[f.key].value<double>();
+    if (!v) return Status::InvalidArgument(where + "." + std::string(f.key) + ": missing or not a number");
+    if (!(*v >= f.min && *v <= f.max) || !std::isfinite(*v)) {
+      std::ostringstream os;
+      os << where << "." << f.key << ": " << *v << " is out of range " << f.min << ".." << f.max;
+      return Status::InvalidArgument(os.str());
+    }
+    FLATKV_RETURN_IF_ERROR(Cited(t, where, f.key, &p));
+    const double unit = f.key.ends_with("_gb") ? 1e9 : f.key.ends_with("_ms") ? 1e-3 : 1.0;
+    p.*f.field = *v * unit;
+  }
+  if (const toml::table* tp = t["tp"].as_table()) {
+    for (const auto& [k, v] : *tp) {
+      const std::string key(k.str());
+      if (key.ends_with("_source")) continue;
+      auto n = v.value<int64_t>();
+      if (!n || *n < 1 || *n > int64_t{p.gpus} || p.gpus % *n != 0)
+        return Status::InvalidArgument(where + ".tp." + key + ": must be an integer dividing gpus = " + std::to_string(p.gpus));
+      auto s = (*tp)[key + "_source"].value<std::string>();
+      if (!s || s->empty())
+        return Status::InvalidArgument(where + ".tp." + key + ": no citation (add " + key + "_source = \"...\")");
+      p.tp[key] = static_cast<uint32_t>(*n);
+      p.sources["tp." + key] = *s;
+    }
+  }
+  for (const auto& [k, v] : t) {
+    if (!known.count(std::string(k.str())))
+      return Status::InvalidArgument(where + ": unknown key '" + std::string(k.str()) + "'");
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<std::vector<HwProfile>> LoadHwProfiles(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("hardware profiles: cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  toml::table root;
+  try {
+    root = toml::parse(ss.str(), path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << path << ":" << e.source().begin.line << ": " << e.description();
+    return Status::InvalidArgument(os.str());
+  }
+  std::vector<HwProfile> out;
+  for (const auto& [k, v] : root) {
+    const toml::table* t = v.as_table();
+    if (!t) return Status::InvalidArgument(path + ": '" + std::string(k.str()) + "' is not a [profile] table");
+    auto p = ParseProfile(std::string(k.str()), *t, path);
+    if (!p.ok()) return p.status();
+    out.push_back(std::move(p).value());
+  }
+  if (out.empty()) return Status::InvalidArgument(path + ": no profiles");
+  return out;
+}
+
+Result<HwProfile> FindHwProfile(const std::string& path, std::string_view name) {
+  auto all = LoadHwProfiles(path);
+  if (!all.ok()) return all.status();
+  std::string known;
+  for (HwProfile& p : all.value()) {
+    if (p.name == name) return std::move(p);
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  return Status::InvalidArgument("unknown hardware profile '" + std::string(name) + "' in " + path + " (known: " + known + ")");
+}
+
+Result<uint32_t> TensorParallel(const HwProfile& hw, const ServingModel& m, double util, double reserve) {
+  if (auto it = hw.tp.find(m.name); it != hw.tp.end()) return it->second;
+  const double kv_one_context = double(m.max_context_tokens) * double(m.BytesPerToken());
+  for (uint32_t tp = 1; tp <= hw.gpus; tp *= 2) {
+    if (hw.gpus % tp != 0) break;
+    const double free = double(tp) * (hw.hbm_bytes * util - reserve) - m.weight_bytes;
+    if (free >= kv_one_context) return tp;
+  }
+  return Status::InvalidArgument("model " + m.name + " does not fit on " + hw.name + "'s " + std::to_string(hw.gpus) +
+                                 " GPUs with room for one " + std::to_string(m.max_context_tokens) + "-token context");
+}
+
+}  // namespace flatkv::replay

@@ -26,7 +26,7 @@ std::string Err(flatkv_status* st) {
 // DefaultPlacement that remembers the hint of every extent it placed.
 class RecordingPlacement final : public PlacementPolicy {
  public:
-  Medium Choose(const PlacementContext& ctx) const override {
+  Placement Choose(const PlacementContext& ctx) const override {
     std::lock_guard<std::mutex> lock(mu_);
     hints_.push_back(ctx.hint);
     return DefaultPlacement().Choose(ctx);

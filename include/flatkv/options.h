@@ -35,7 +35,8 @@ enum class SsdAdmission : uint8_t {
   // LMCache's SSD gate: fewer SSD bytes written, for wear. Until then its
   // blocks are DRAM-only: acknowledged as DRAM-only
   // (PutResult::dram_only_blocks, StoreStats::dram_only_blocks), held only
-  // in the session's DRAM copies (a block no copy can take is not stored),
+  // in the session's DRAM copies (a put with a block no copy can take writes
+  // its SSD homes after all),
   // and lost when their copy is reclaimed or the process dies. When a
   // restore that hit the session ends, its DRAM-only blocks are written to
   // their SSD homes, and its later puts write through. Raw blocks only:

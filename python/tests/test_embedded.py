@@ -53,7 +53,8 @@ def test_round_trip(store, ns):
 
     stats = store.stats()
     assert stats["put_blocks"] == 7
-    assert stats["dram"]["blocks"] + stats["ssd"]["blocks"] == 7
+    assert stats["ssd"]["blocks"] == 7  # every block has its SSD home
+    assert stats["dram"]["blocks"] <= 7  # and at most one DRAM copy
 
     store.drop_session(2)
     assert store.match(keys) == 6

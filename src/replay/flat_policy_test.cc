@@ -39,7 +39,10 @@ TEST(FlatPolicy, HitsTheStoredPrefix) {
   LookupResult miss = flat.Lookup(a, 0, 0);
   EXPECT_EQ(miss.hit_blocks, 0u);
   InsertResult w = flat.Insert(a, 0, 0, 1);
-  EXPECT_EQ(w.dram_bytes_written + w.ssd_bytes_written, 10ull << 20);
+  // Every block is written to its SSD home and, for the session being
+  // written, to a DRAM copy.
+  EXPECT_EQ(w.ssd_bytes_written, 10ull << 20);
+  EXPECT_EQ(w.dram_bytes_written, 10ull << 20);
   // The next turn extends the prefix: the first 10 blocks hit, from DRAM.
   const Request b = Req(1, 100, 14, 2);
   LookupResult hit = flat.Lookup(b, 0, 2);
@@ -52,22 +55,23 @@ TEST(FlatPolicy, HitsTheStoredPrefix) {
   EXPECT_EQ(flat.Lookup(Req(2, 5000, 4, 3), 0, 3).hit_blocks, 0u);
 }
 
-TEST(FlatPolicy, SessionBeyondItsDramShareGoesToSsd) {
+TEST(FlatPolicy, SessionBeyondItsDramShareIsReadFromSsd) {
   flatkv::testing::TempDir dir;
   auto p = MakeFlatPolicy(Config(dir.path()));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   CachePolicy& flat = *p.value();
-  // The share is 25% of DRAM = 16 blocks = one extent: the rest is on SSD.
+  // Every block gets its SSD home; DRAM copies stop at the session's share,
+  // the store's derived default of half of DRAM = 32 blocks = two extents.
   const Request a = Req(1, 1, 40, 0);
   (void)flat.Lookup(a, 0, 0);
   InsertResult w = flat.Insert(a, 0, 0, 1);
-  EXPECT_EQ(w.dram_bytes_written, 16ull << 20);
-  EXPECT_EQ(w.ssd_bytes_written, 24ull << 20);
+  EXPECT_EQ(w.ssd_bytes_written, 40ull << 20);
+  EXPECT_EQ(w.dram_bytes_written, 32ull << 20);
   LookupResult hit = flat.Lookup(Req(1, 1, 41, 2), 0, 2);
   EXPECT_EQ(hit.hit_blocks, 40u);
-  EXPECT_EQ(hit.dram_blocks, 16u);
-  EXPECT_EQ(hit.ssd_blocks, 24u);
-  EXPECT_EQ(hit.ssd_bytes_useful, 24ull << 20);
+  EXPECT_EQ(hit.dram_blocks, 32u);
+  EXPECT_EQ(hit.ssd_blocks, 8u);
+  EXPECT_EQ(hit.ssd_bytes_useful, 8ull << 20);
   ASSERT_GT(hit.ssd_bytes_read, 0u);
   const double amp = double(hit.ssd_bytes_read) / double(hit.ssd_bytes_useful);
   EXPECT_GE(amp, 1.0);

@@ -61,8 +61,9 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
         e = created.value();
       }
       // kOnReuse: a block of a session not reused yet lives in DRAM only;
-      // with no DRAM copy to hold it, it is not stored.
-      if (!admit && e->medium == Medium::kSsd && !e->has_copy) continue;
+      // with no DRAM copy to hold it, the put writes its SSD home after all
+      // (a block acknowledged is always stored somewhere).
+      if (!admit && e->medium == Medium::kSsd && !e->has_copy) admit = true;
       if (std::find(pinned.begin(), pinned.end(), e) == pinned.end()) {
         e->pins++;
         e->writers++;

@@ -352,7 +352,6 @@ std::vector<double> ParseLoads(const std::string& text, std::string* err) {
 
 int RunReplay(const ReplayArgs& a) {
   if (a.calibrate_serving) return CalibrateServing(a);
-  if (a.traces.empty()) return Fail(kExitUsage, "--trace is required");
   uint64_t dram = 0, ssd = 0;
   std::string err;
   if (!ParseSize(a.dram, &dram, &err)) return Fail(kExitUsage, "--dram: " + err);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <unordered_set>
 
 #include "replay/flat_policy.h"
@@ -263,6 +264,22 @@ TEST(HwProfile, BundledProfilesLoadWithEveryFigureCited) {
   auto bad = FindHwProfile(ProfilesFile(), "tpu-pod");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("known: h100-node, h200-node, vm"), std::string::npos) << bad.status().message();
+}
+
+TEST(HwProfile, ReportFiguresAreInTheReportsUnits) {
+  auto h100 = FindHwProfile(ProfilesFile(), "h100-node");
+  ASSERT_TRUE(h100.ok());
+  const HwProfile& p = h100.value();
+  std::map<std::string, double> fig;
+  for (const auto& [k, v] : HwFigures(p)) fig[std::string(k)] = v;
+  EXPECT_EQ(fig.size(), 15u);  // every real-valued figure, counts apart
+  EXPECT_DOUBLE_EQ(fig.at("hbm_bytes"), 80e9);
+  EXPECT_DOUBLE_EQ(fig.at("dram_bytes"), p.dram_bytes);
+  EXPECT_DOUBLE_EQ(fig.at("step_overhead_ms"), p.step_overhead_s * 1e3);
+  EXPECT_DOUBLE_EQ(fig.at("tflops_bf16"), p.tflops);
+  EXPECT_DOUBLE_EQ(fig.at("prefill_mfu"), p.mfu);
+  EXPECT_DOUBLE_EQ(fig.at("nvme_read_iops"), p.nvme_read_iops);
+  EXPECT_EQ(fig.count("gpus"), 0u);
 }
 
 TEST(HwProfile, TensorParallelFitsTheWeightsAndOneContext) {

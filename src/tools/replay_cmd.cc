@@ -461,27 +461,9 @@ int RunReplay(const ReplayArgs& a) {
 
   nlohmann::json sources = nlohmann::json::object();
   for (const auto& [k, v] : st.hw.sources) sources[k] = v;
-  nlohmann::json hwj = {{"name", st.hw.name},
-                        {"description", st.hw.description},
-                        {"file", hw_file},
-                        {"gpus", st.hw.gpus},
-                        {"hbm_bytes", st.hw.hbm_bytes},
-                        {"hbm_tbps", st.hw.hbm_tbps},
-                        {"hbm_efficiency", st.hw.hbm_efficiency},
-                        {"tflops_bf16", st.hw.tflops},
-                        {"prefill_mfu", st.hw.mfu},
-                        {"step_overhead_ms", st.hw.step_overhead_s * 1e3},
-                        {"pcie_gbps", st.hw.pcie_gbps},
-                        {"dram_bytes", st.hw.dram_bytes},
-                        {"dram_gbps", st.hw.dram_gbps},
-                        {"nvme_drives", st.hw.nvme_drives},
-                        {"nvme_read_gbps", st.hw.nvme_read_gbps},
-                        {"nvme_write_gbps", st.hw.nvme_write_gbps},
-                        {"nvme_read_iops", st.hw.nvme_read_iops},
-                        {"nvme_latency_us", st.hw.nvme_latency_us},
-                        {"net_gbps", st.hw.net_gbps},
-                        {"net_rtt_us", st.hw.net_rtt_us},
-                        {"sources", sources}};
+  nlohmann::json hwj = {{"name", st.hw.name}, {"description", st.hw.description}, {"file", hw_file},
+                        {"gpus", st.hw.gpus},     {"nvme_drives", st.hw.nvme_drives},   {"sources", sources}};
+  for (const auto& [key, value] : HwFigures(st.hw)) hwj[std::string(key)] = value;
   nlohmann::json modelj = {{"name", st.model.name},
                            {"bytes_per_token", st.model.BytesPerToken()},
                            {"params_active", st.model.params},

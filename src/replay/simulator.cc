@@ -7,7 +7,6 @@
 #include <limits>
 #include <numeric>
 #include <queue>
-#include <unordered_map>
 
 #include "replay/node_io.h"
 
@@ -195,18 +194,9 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   const double link_bps = double(tp) * hw.pcie_gbps * 1e9;
 
   // Instance of each request: its root conversation's.
-  std::unordered_map<uint64_t, uint64_t> root;
+  const std::vector<uint64_t> roots = RootConversations(trace);
   std::vector<uint32_t> instance_of(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Request& r = trace.requests[i];
-    uint64_t rt = r.conversation;
-    if (r.parent != 0) {
-      auto it = root.find(r.parent);
-      rt = it != root.end() ? it->second : r.parent;
-    }
-    root.emplace(r.conversation, rt);
-    instance_of[i] = static_cast<uint32_t>(Mix(rt) % instances);
-  }
+  for (size_t i = 0; i < n; ++i) instance_of[i] = static_cast<uint32_t>(Mix(roots[i]) % instances);
   // Arrival order (a trace of several files is sorted; keep it robust).
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});

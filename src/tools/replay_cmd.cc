@@ -49,15 +49,11 @@ Trace FirstConversations(const Trace& t, uint64_t n) {
   Trace out;
   out.name = t.name;
   out.block_tokens = t.block_tokens;
-  std::unordered_map<uint64_t, uint64_t> root;
+  const std::vector<uint64_t> root_of = RootConversations(t);
   std::unordered_set<uint64_t> kept;
-  for (const Request& r : t.requests) {
-    uint64_t rt = r.conversation;
-    if (r.parent) {
-      auto it = root.find(r.parent);
-      rt = it != root.end() ? it->second : r.parent;
-    }
-    root.emplace(r.conversation, rt);
+  for (size_t i = 0; i < t.requests.size(); ++i) {
+    const Request& r = t.requests[i];
+    const uint64_t rt = root_of[i];
     if (!kept.count(rt)) {
       if (kept.size() >= n) continue;
       kept.insert(rt);
@@ -75,21 +71,11 @@ Trace FirstConversations(const Trace& t, uint64_t n) {
 // but trade start times, a permutation drawn from `seed`.
 Trace PermuteConversations(const Trace& t, uint64_t seed) {
   if (seed == 0) return t;
-  std::unordered_map<uint64_t, uint64_t> root;
+  const std::vector<uint64_t> root_of = RootConversations(t);
   std::unordered_map<uint64_t, double> start;
   std::vector<uint64_t> roots;
-  std::vector<uint64_t> root_of(t.requests.size());
-  for (size_t i = 0; i < t.requests.size(); ++i) {
-    const Request& r = t.requests[i];
-    uint64_t rt = r.conversation;
-    if (r.parent) {
-      auto it = root.find(r.parent);
-      rt = it != root.end() ? it->second : r.parent;
-    }
-    root.emplace(r.conversation, rt);
-    root_of[i] = rt;
-    if (start.emplace(rt, r.arrival_s).second) roots.push_back(rt);
-  }
+  for (size_t i = 0; i < t.requests.size(); ++i)
+    if (start.emplace(root_of[i], t.requests[i].arrival_s).second) roots.push_back(root_of[i]);
   std::vector<double> starts;
   for (uint64_t rt : roots) starts.push_back(start[rt]);
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);

@@ -123,7 +123,6 @@ IoModel NodeIoModel(const HwProfile& hw, uint32_t tp) {
   m.pcie_gbps = double(tp) * hw.pcie_gbps;
   m.dram_copy_gbps = hw.dram_gbps;
   m.ssd_read_gbps = double(hw.nvme_drives) * hw.nvme_read_gbps;
-  m.ssd_write_gbps = double(hw.nvme_drives) * hw.nvme_write_gbps;
   m.ssd_request_us = hw.nvme_latency_us;
   m.ssd_parallel = double(hw.nvme_drives);
   m.gpu_destination = true;

@@ -219,7 +219,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   };
   const double first = n ? arrival(order[0]) : 0.0;
   double last = first;
-  uint64_t admitted = 0, step_tokens = 0;
+  uint64_t admitted = 0;
 
   auto output_of = [&](size_t i) { return std::max<uint32_t>(1, trace.requests[i].output_tokens); };
 
@@ -369,7 +369,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     in.step_end = now + t;
     res.busy_s += t;
     ++res.steps;
-    step_tokens += tokens;
+    res.step_tokens += tokens;
   };
 
   auto finish_step = [&](uint32_t id, double now) {
@@ -450,7 +450,6 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
       return Status::Aborted("simulate: request " + std::to_string(i) + " never finished its prefill (prompt of " +
                               std::to_string(trace.requests[i].input_tokens) + " tokens)");
   res.makespan_s = last - first;
-  res.max_step_tokens_mean = res.steps ? double(step_tokens) / double(res.steps) : 0.0;
   const PolicyStats ps = policy.Stats();
   res.evicted_blocks = ps.evicted_blocks;
   res.migrated_blocks = ps.migrated_blocks;
@@ -487,15 +486,13 @@ SimResult MergeRuns(const std::vector<SimResult>& runs) {
     m.queue_s += r.queue_s;
     m.makespan_s += r.makespan_s;  // tokens / summed makespans: the runs' pooled rate
     m.steps += r.steps;
+    m.step_tokens += r.step_tokens;
     m.preemptions += r.preemptions;
     m.busy_s += r.busy_s;
     m.ttft_s.insert(m.ttft_s.end(), r.ttft_s.begin(), r.ttft_s.end());
     m.ttft_mean_ms_min = std::min(m.ttft_mean_ms_min, r.ttft_mean_ms());
     m.ttft_mean_ms_max = std::max(m.ttft_mean_ms_max, r.ttft_mean_ms());
   }
-  double tokens = 0;
-  for (const SimResult& r : runs) tokens += r.max_step_tokens_mean * double(r.steps);
-  m.max_step_tokens_mean = m.steps ? tokens / double(m.steps) : 0.0;
   return m;
 }
 

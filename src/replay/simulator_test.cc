@@ -266,6 +266,38 @@ TEST(HwProfile, BundledProfilesLoadWithEveryFigureCited) {
   EXPECT_NE(bad.status().message().find("known: h100-node, h200-node, vm"), std::string::npos) << bad.status().message();
 }
 
+TEST(SimMergeRuns, SumsCountersPoolsTtftsAndKeepsTheSpread) {
+  SimResult a, b;
+  a.policy = b.policy = "flat";
+  a.requests = 2;
+  b.requests = 1;
+  a.input_tokens = 100;
+  b.input_tokens = 50;
+  a.hit_tokens = 60;
+  b.hit_tokens = 40;
+  a.steps = 4;
+  b.steps = 1;
+  a.step_tokens = 40;  // 10 a step
+  b.step_tokens = 60;  // 60 a step
+  a.makespan_s = 10;
+  b.makespan_s = 5;
+  a.ttft_s = {1.0, 3.0};  // mean 2 s
+  b.ttft_s = {5.0};       // mean 5 s
+  const SimResult m = MergeRuns({a, b});
+  EXPECT_EQ(m.orders, 2u);
+  EXPECT_EQ(m.requests, 3u);
+  EXPECT_EQ(m.input_tokens, 150u);
+  EXPECT_DOUBLE_EQ(m.hit_rate(), 100.0 / 150.0);
+  EXPECT_EQ(m.steps, 5u);
+  EXPECT_DOUBLE_EQ(m.tokens_per_step(), 20.0);  // pooled over steps, not the mean of the runs' means
+  EXPECT_DOUBLE_EQ(m.makespan_s, 15.0);
+  EXPECT_EQ(m.ttft_s.size(), 3u);
+  EXPECT_DOUBLE_EQ(m.ttft_mean_ms(), 3000.0);
+  EXPECT_DOUBLE_EQ(m.ttft_mean_ms_min, 2000.0);
+  EXPECT_DOUBLE_EQ(m.ttft_mean_ms_max, 5000.0);
+  EXPECT_EQ(MergeRuns({}).requests, 0u);
+}
+
 TEST(HwProfile, ReportFiguresAreInTheReportsUnits) {
   auto h100 = FindHwProfile(ProfilesFile(), "h100-node");
   ASSERT_TRUE(h100.ok());

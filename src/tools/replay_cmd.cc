@@ -222,16 +222,18 @@ Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string&
 
 // The capacity load: the highest at which infinite's p99 TTFT stays within
 // 3x of its p99 at a tenth of that load. Doubling to bracket it, then
-// bisection to 10%.
-Result<double> CapacityLoad(const Setup& st, std::vector<std::string>* log) {
-  std::map<double, double> p99;
+// bisection to 10%. `runs` keeps every replay of infinite it made (the
+// trace as recorded, by load), so the replays at the loads it probed are
+// not run again.
+Result<double> CapacityLoad(const Setup& st, std::vector<std::string>* log, std::map<double, SimResult>* runs) {
   auto at = [&](double load) -> Result<double> {
-    if (auto it = p99.find(load); it != p99.end()) return it->second;
-    auto r = RunOne(st, st.trace, "infinite", load, true);
-    if (!r.ok()) return r.status();
-    const double v = r.value().ttft_percentile_ms(99);
-    p99[load] = v;
-    return v;
+    auto it = runs->find(load);
+    if (it == runs->end()) {
+      auto r = RunOne(st, st.trace, "infinite", load, true);
+      if (!r.ok()) return r.status();
+      it = runs->emplace(load, std::move(r).value()).first;
+    }
+    return it->second.ttft_percentile_ms(99);
   };
   auto ok = [&](double load) -> Result<bool> {
     auto hi = at(load);
@@ -437,9 +439,10 @@ int RunReplay(const ReplayArgs& a) {
   const double kv_per_instance = KvHbmBytes(st.model, probe, st.tp);
 
   std::vector<std::string> search_log;
+  std::map<double, SimResult> searched;  // infinite on order 0, by load: the search's replays
   double capacity = 0;
   if (auto_load) {
-    auto c = CapacityLoad(st, &search_log);
+    auto c = CapacityLoad(st, &search_log, &searched);
     if (!c.ok()) return Fail(kExitFailure, "--load auto: " + c.status().ToString());
     capacity = c.value();
     loads = {0.5 * capacity, capacity, 2 * capacity};
@@ -499,6 +502,11 @@ int RunReplay(const ReplayArgs& a) {
     for (double load : loads) {
       std::vector<SimResult> runs;
       for (const Trace& t : orders) {
+        // Order 0 is st.trace itself: the search already replayed infinite on it at the loads it probed.
+        if (auto it = searched.find(load); name == "infinite" && &t == &orders[0] && it != searched.end()) {
+          runs.push_back(it->second);
+          continue;
+        }
         auto r = RunOne(st, t, name, load, a.json);
         if (!r.ok()) {
           const int code = r.status().code() == Code::kInvalidArgument ? kExitUsage : kExitFailure;

@@ -142,7 +142,7 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
   // --workload: a generated trace instead of --trace (replay/workload_multiturn.h).
   c->add_option("--workload", a.workload,
                 "Synthetic trace instead of --trace: multiturn:clients=N,rounds=N,turn_tokens=N,output_tokens=N,"
-                "request_rate=R,seed=N (docs/format_trace.md)")
+                "request_rate=R,distribution=poisson|uniform,barrier=0|1,seed=N,block_tokens=N (docs/format_trace.md)")
       ->excludes(trace_opt);
   c->add_option("--policy", a.policies, "Policies, comma separated (default flat,tiered,files,infinite,belady)");
   c->add_option("--dram", a.dram, "Host DRAM for KV on the node, e.g. 64GiB (default 64GiB)");

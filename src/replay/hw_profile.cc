@@ -12,28 +12,33 @@
 namespace flatkv::replay {
 namespace {
 
-// The figures a profile must give, each with its `<key>_source`.
+// The figures a profile must give, each with its `<key>_source`: the file's
+// key and the report's (HwFigures), the field, the file's value times
+// `unit` is the field's (hbm_gb: 1e9, to bytes), the field's times
+// `report_scale` is the report's (step_overhead_ms: 1e3, back to ms), and
+// the range the file's value must lie in.
 struct Figure {
-  std::string_view key;
+  std::string_view key, report_key;
   double HwProfile::*field;
+  double unit, report_scale;
   double min, max;
 };
 constexpr Figure kFigures[] = {
-    {"hbm_gb", &HwProfile::hbm_bytes, 1, 4096},
-    {"hbm_tbps", &HwProfile::hbm_tbps, 0.01, 100},
-    {"hbm_efficiency", &HwProfile::hbm_efficiency, 0.05, 1},
-    {"tflops_bf16", &HwProfile::tflops, 1, 100000},
-    {"prefill_mfu", &HwProfile::mfu, 0.01, 1},
-    {"step_overhead_ms", &HwProfile::step_overhead_s, 0, 1000},
-    {"pcie_gbps", &HwProfile::pcie_gbps, 0.1, 1000},
-    {"dram_gb", &HwProfile::dram_bytes, 1, 1 << 24},
-    {"dram_gbps", &HwProfile::dram_gbps, 0.1, 100000},
-    {"nvme_read_gbps", &HwProfile::nvme_read_gbps, 0.01, 1000},
-    {"nvme_write_gbps", &HwProfile::nvme_write_gbps, 0.01, 1000},
-    {"nvme_read_iops", &HwProfile::nvme_read_iops, 100, 1e9},
-    {"nvme_latency_us", &HwProfile::nvme_latency_us, 0.1, 1e6},
-    {"net_gbps", &HwProfile::net_gbps, 0.01, 10000},
-    {"net_rtt_us", &HwProfile::net_rtt_us, 0.1, 1e7},
+    {"hbm_gb", "hbm_bytes", &HwProfile::hbm_bytes, 1e9, 1, 1, 4096},
+    {"hbm_tbps", "hbm_tbps", &HwProfile::hbm_tbps, 1, 1, 0.01, 100},
+    {"hbm_efficiency", "hbm_efficiency", &HwProfile::hbm_efficiency, 1, 1, 0.05, 1},
+    {"tflops_bf16", "tflops_bf16", &HwProfile::tflops, 1, 1, 1, 100000},
+    {"prefill_mfu", "prefill_mfu", &HwProfile::mfu, 1, 1, 0.01, 1},
+    {"step_overhead_ms", "step_overhead_ms", &HwProfile::step_overhead_s, 1e-3, 1e3, 0, 1000},
+    {"pcie_gbps", "pcie_gbps", &HwProfile::pcie_gbps, 1, 1, 0.1, 1000},
+    {"dram_gb", "dram_bytes", &HwProfile::dram_bytes, 1e9, 1, 1, 1 << 24},
+    {"dram_gbps", "dram_gbps", &HwProfile::dram_gbps, 1, 1, 0.1, 100000},
+    {"nvme_read_gbps", "nvme_read_gbps", &HwProfile::nvme_read_gbps, 1, 1, 0.01, 1000},
+    {"nvme_write_gbps", "nvme_write_gbps", &HwProfile::nvme_write_gbps, 1, 1, 0.01, 1000},
+    {"nvme_read_iops", "nvme_read_iops", &HwProfile::nvme_read_iops, 1, 1, 100, 1e9},
+    {"nvme_latency_us", "nvme_latency_us", &HwProfile::nvme_latency_us, 1, 1, 0.1, 1e6},
+    {"net_gbps", "net_gbps", &HwProfile::net_gbps, 1, 1, 0.01, 10000},
+    {"net_rtt_us", "net_rtt_us", &HwProfile::net_rtt_us, 1, 1, 0.1, 1e7},
 };
 constexpr std::string_view kCounts[] = {"gpus", "nvme_drives"};
 
@@ -74,8 +79,7 @@ Result<HwProfile> ParseProfile(const std::string& name, const toml::table& t, co
       return Status::InvalidArgument(os.str());
     }
     FLATKV_RETURN_IF_ERROR(Cited(t, where, f.key, &p));
-    const double unit = f.key.ends_with("_gb") ? 1e9 : f.key.ends_with("_ms") ? 1e-3 : 1.0;
-    p.*f.field = *v * unit;
+    p.*f.field = *v * f.unit;
   }
   if (const toml::table* tp = t["tp"].as_table()) {
     for (const auto& [k, v] : *tp) {
@@ -134,6 +138,12 @@ Result<HwProfile> FindHwProfile(const std::string& path, std::string_view name) 
     known += (known.empty() ? "" : ", ") + p.name;
   }
   return Status::InvalidArgument("unknown hardware profile '" + std::string(name) + "' in " + path + " (known: " + known + ")");
+}
+
+std::vector<std::pair<std::string_view, double>> HwFigures(const HwProfile& p) {
+  std::vector<std::pair<std::string_view, double>> out;
+  for (const Figure& f : kFigures) out.emplace_back(f.report_key, p.*f.field * f.report_scale);
+  return out;
 }
 
 Result<uint32_t> TensorParallel(const HwProfile& hw, const ServingModel& m, double util, double reserve) {

@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "flatkv/status.h"
@@ -50,6 +51,12 @@ struct HwProfile {
 Result<std::vector<HwProfile>> LoadHwProfiles(const std::string& path);
 // The profile `name` of `path`; the error lists the known names.
 Result<HwProfile> FindHwProfile(const std::string& path, std::string_view name);
+
+// The profile's real-valued figures for a report, in the file's order:
+// (hbm_bytes, bytes), (hbm_tbps, TB/s), ..., (step_overhead_ms, ms), ...;
+// the *_gb figures as bytes (hbm_bytes, dram_bytes), the others in the
+// file's units. The counts (gpus, nvme_drives) are not included.
+std::vector<std::pair<std::string_view, double>> HwFigures(const HwProfile& profile);
 
 // The profile's tensor-parallel degree for `m`, or else the smallest power
 // of two dividing the GPU count whose HBM (at gpu_memory_utilization, less

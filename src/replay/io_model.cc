@@ -89,17 +89,10 @@ double IoModel::RestoreSeconds(const LookupResult& r) const {
   return std::max({t_ssd, t_dram, t_link});
 }
 
-double IoModel::WriteSeconds(const InsertResult& w) const {
-  const double t_ssd = Seconds(double(w.ssd_bytes_written), ssd_write_gbps) +
-                       LatencySeconds(w.ssd_requests, ssd_request_us, ssd_parallel);
-  const double t_dram = Seconds(double(w.dram_bytes_written), dram_copy_gbps);
-  return std::max(t_ssd, t_dram);
-}
-
 std::string IoModel::ToString() const {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "pcie=%.1f GB/s dram=%.1f GB/s ssd=%.2f GB/s read, %.2f GB/s write + %.0f us/request (x%.0f in flight), %s destination",
-                pcie_gbps, dram_copy_gbps, ssd_read_gbps, ssd_write_gbps, ssd_request_us, ssd_parallel,
+  std::snprintf(buf, sizeof buf, "pcie=%.1f GB/s dram=%.1f GB/s ssd=%.2f GB/s read + %.0f us/request (x%.0f in flight), %s destination",
+                pcie_gbps, dram_copy_gbps, ssd_read_gbps, ssd_request_us, ssd_parallel,
                 gpu_destination ? "GPU" : "host");
   return buf;
 }

@@ -1,6 +1,5 @@
 // IoModel: bandwidth and latency figures that turn one lookup's bytes and
-// requests into a restore time, and a write's into a write time, each
-// costed alone. A replay times its restores on the node's shared I/O
+// requests into a restore time, costed alone. A replay times its restores on the node's shared I/O
 // (replay/node_io.h, simulator.h); this model gives the policies their own
 // timings (tiered's staging holds, from NodeIoModel: the node's figures),
 // SimResult::model_restore_s (compared with measured restores in kReal),
@@ -41,16 +40,13 @@ struct IoModel {
   double pcie_gbps = 25.0;        // host -> GPU, GB/s (Gen4 x16 effective)
   double dram_copy_gbps = 11.0;   // host memcpy into a pre-faulted window, GB/s (1 thread)
   double ssd_read_gbps = 2.0;     // SSD read bandwidth at >= 1 MiB requests, GB/s
-  double ssd_write_gbps = 2.0;    // SSD write bandwidth, GB/s
   double ssd_request_us = 60.0;   // per-request latency at QD1, microseconds
   double ssd_parallel = 4.0;      // requests in flight that share the latency (queue depth)
   bool gpu_destination = true;    // restores land in GPU memory over PCIe (false: host window)
 
   // Seconds to restore what `r` read.
   double RestoreSeconds(const LookupResult& r) const;
-  // Seconds to write what `w` wrote (SSD writes; DRAM writes at dram_copy_gbps).
-  double WriteSeconds(const InsertResult& w) const;
-  // "pcie=25 GB/s dram=11 GB/s ssd=2 GB/s + 60 us/request (x4 in flight)"
+  // "pcie=25.0 GB/s dram=11.0 GB/s ssd=2.00 GB/s read + 60 us/request (x4 in flight), GPU destination"
   std::string ToString() const;
 };
 

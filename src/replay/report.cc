@@ -81,7 +81,7 @@ nlohmann::json ToJson(const SimResult& r) {
   j["steps"] = r.steps;
   j["preemptions"] = r.preemptions;
   j["busy_s"] = r.busy_s;
-  j["tokens_per_step"] = r.max_step_tokens_mean;
+  j["tokens_per_step"] = r.tokens_per_step();
   j["input_tok_s"] = r.input_tok_s();
   j["output_tok_s"] = r.output_tok_s();
   j["input_tokens"] = r.input_tokens;

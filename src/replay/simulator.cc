@@ -7,7 +7,6 @@
 #include <limits>
 #include <numeric>
 #include <queue>
-#include <unordered_map>
 
 #include "replay/node_io.h"
 
@@ -124,7 +123,6 @@ IoModel NodeIoModel(const HwProfile& hw, uint32_t tp) {
   m.pcie_gbps = double(tp) * hw.pcie_gbps;
   m.dram_copy_gbps = hw.dram_gbps;
   m.ssd_read_gbps = double(hw.nvme_drives) * hw.nvme_read_gbps;
-  m.ssd_write_gbps = double(hw.nvme_drives) * hw.nvme_write_gbps;
   m.ssd_request_us = hw.nvme_latency_us;
   m.ssd_parallel = double(hw.nvme_drives);
   m.gpu_destination = true;
@@ -195,18 +193,9 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   const double link_bps = double(tp) * hw.pcie_gbps * 1e9;
 
   // Instance of each request: its root conversation's.
-  std::unordered_map<uint64_t, uint64_t> root;
+  const std::vector<uint64_t> roots = RootConversations(trace);
   std::vector<uint32_t> instance_of(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Request& r = trace.requests[i];
-    uint64_t rt = r.conversation;
-    if (r.parent != 0) {
-      auto it = root.find(r.parent);
-      rt = it != root.end() ? it->second : r.parent;
-    }
-    root.emplace(r.conversation, rt);
-    instance_of[i] = static_cast<uint32_t>(Mix(rt) % instances);
-  }
+  for (size_t i = 0; i < n; ++i) instance_of[i] = static_cast<uint32_t>(Mix(roots[i]) % instances);
   // Arrival order (a trace of several files is sorted; keep it robust).
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -230,7 +219,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   };
   const double first = n ? arrival(order[0]) : 0.0;
   double last = first;
-  uint64_t admitted = 0, step_tokens = 0;
+  uint64_t admitted = 0;
 
   auto output_of = [&](size_t i) { return std::max<uint32_t>(1, trace.requests[i].output_tokens); };
 
@@ -380,7 +369,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     in.step_end = now + t;
     res.busy_s += t;
     ++res.steps;
-    step_tokens += tokens;
+    res.step_tokens += tokens;
   };
 
   auto finish_step = [&](uint32_t id, double now) {
@@ -461,7 +450,6 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
       return Status::Aborted("simulate: request " + std::to_string(i) + " never finished its prefill (prompt of " +
                               std::to_string(trace.requests[i].input_tokens) + " tokens)");
   res.makespan_s = last - first;
-  res.max_step_tokens_mean = res.steps ? double(step_tokens) / double(res.steps) : 0.0;
   const PolicyStats ps = policy.Stats();
   res.evicted_blocks = ps.evicted_blocks;
   res.migrated_blocks = ps.migrated_blocks;
@@ -498,15 +486,13 @@ SimResult MergeRuns(const std::vector<SimResult>& runs) {
     m.queue_s += r.queue_s;
     m.makespan_s += r.makespan_s;  // tokens / summed makespans: the runs' pooled rate
     m.steps += r.steps;
+    m.step_tokens += r.step_tokens;
     m.preemptions += r.preemptions;
     m.busy_s += r.busy_s;
     m.ttft_s.insert(m.ttft_s.end(), r.ttft_s.begin(), r.ttft_s.end());
     m.ttft_mean_ms_min = std::min(m.ttft_mean_ms_min, r.ttft_mean_ms());
     m.ttft_mean_ms_max = std::max(m.ttft_mean_ms_max, r.ttft_mean_ms());
   }
-  double tokens = 0;
-  for (const SimResult& r : runs) tokens += r.max_step_tokens_mean * double(r.steps);
-  m.max_step_tokens_mean = m.steps ? tokens / double(m.steps) : 0.0;
   return m;
 }
 

@@ -135,7 +135,7 @@ struct SimResult {
   double kv_hbm_bytes = 0;          // HBM for KV per instance
   uint64_t steps = 0, preemptions = 0;
   double busy_s = 0;                // instance-seconds spent in steps
-  double max_step_tokens_mean = 0;  // mean tokens per step
+  uint64_t step_tokens = 0;         // tokens over all steps (tokens_per_step: their mean)
   uint32_t orders = 1;              // runs merged into this one (MergeRuns)
   double ttft_mean_ms_min = 0, ttft_mean_ms_max = 0;  // over those runs
   std::vector<double> ttft_s;       // per request, in arrival order
@@ -144,6 +144,7 @@ struct SimResult {
   double ssd_read_amplification() const { return ssd_bytes_useful ? double(ssd_bytes_read) / double(ssd_bytes_useful) : 0.0; }
   // Restored bytes (DRAM + SSD payload) over total restore time, GB/s.
   double restore_gbps() const { return restore_s > 0 ? double(dram_bytes_read + ssd_bytes_useful) / restore_s / 1e9 : 0.0; }
+  double tokens_per_step() const { return steps ? double(step_tokens) / double(steps) : 0.0; }
   double ttft_mean_ms() const;
   double ttft_percentile_ms(double p) const;  // p in [0, 100]
   double input_tok_s() const { return makespan_s > 0 ? double(input_tokens) / makespan_s : 0.0; }

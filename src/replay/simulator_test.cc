@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <unordered_set>
 
 #include "replay/flat_policy.h"
@@ -263,6 +264,54 @@ TEST(HwProfile, BundledProfilesLoadWithEveryFigureCited) {
   auto bad = FindHwProfile(ProfilesFile(), "tpu-pod");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("known: h100-node, h200-node, vm"), std::string::npos) << bad.status().message();
+}
+
+TEST(SimMergeRuns, SumsCountersPoolsTtftsAndKeepsTheSpread) {
+  SimResult a, b;
+  a.policy = b.policy = "flat";
+  a.requests = 2;
+  b.requests = 1;
+  a.input_tokens = 100;
+  b.input_tokens = 50;
+  a.hit_tokens = 60;
+  b.hit_tokens = 40;
+  a.steps = 4;
+  b.steps = 1;
+  a.step_tokens = 40;  // 10 a step
+  b.step_tokens = 60;  // 60 a step
+  a.makespan_s = 10;
+  b.makespan_s = 5;
+  a.ttft_s = {1.0, 3.0};  // mean 2 s
+  b.ttft_s = {5.0};       // mean 5 s
+  const SimResult m = MergeRuns({a, b});
+  EXPECT_EQ(m.orders, 2u);
+  EXPECT_EQ(m.requests, 3u);
+  EXPECT_EQ(m.input_tokens, 150u);
+  EXPECT_DOUBLE_EQ(m.hit_rate(), 100.0 / 150.0);
+  EXPECT_EQ(m.steps, 5u);
+  EXPECT_DOUBLE_EQ(m.tokens_per_step(), 20.0);  // pooled over steps, not the mean of the runs' means
+  EXPECT_DOUBLE_EQ(m.makespan_s, 15.0);
+  EXPECT_EQ(m.ttft_s.size(), 3u);
+  EXPECT_DOUBLE_EQ(m.ttft_mean_ms(), 3000.0);
+  EXPECT_DOUBLE_EQ(m.ttft_mean_ms_min, 2000.0);
+  EXPECT_DOUBLE_EQ(m.ttft_mean_ms_max, 5000.0);
+  EXPECT_EQ(MergeRuns({}).requests, 0u);
+}
+
+TEST(HwProfile, ReportFiguresAreInTheReportsUnits) {
+  auto h100 = FindHwProfile(ProfilesFile(), "h100-node");
+  ASSERT_TRUE(h100.ok());
+  const HwProfile& p = h100.value();
+  std::map<std::string, double> fig;
+  for (const auto& [k, v] : HwFigures(p)) fig[std::string(k)] = v;
+  EXPECT_EQ(fig.size(), 15u);  // every real-valued figure, counts apart
+  EXPECT_DOUBLE_EQ(fig.at("hbm_bytes"), 80e9);
+  EXPECT_DOUBLE_EQ(fig.at("dram_bytes"), p.dram_bytes);
+  EXPECT_DOUBLE_EQ(fig.at("step_overhead_ms"), p.step_overhead_s * 1e3);
+  EXPECT_DOUBLE_EQ(fig.at("tflops_bf16"), p.tflops);
+  EXPECT_DOUBLE_EQ(fig.at("prefill_mfu"), p.mfu);
+  EXPECT_DOUBLE_EQ(fig.at("nvme_read_iops"), p.nvme_read_iops);
+  EXPECT_EQ(fig.count("gpus"), 0u);
 }
 
 TEST(HwProfile, TensorParallelFitsTheWeightsAndOneContext) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "replay/trace_internal.h"
@@ -397,6 +398,22 @@ Result<Trace> ReadTraces(const std::vector<std::string>& paths, double stagger_s
   merged.name.clear();
   for (size_t i = 0; i < paths.size(); ++i) merged.name += (i == 0 ? "" : ",") + paths[i];
   return merged;
+}
+
+std::vector<uint64_t> RootConversations(const Trace& t) {
+  std::unordered_map<uint64_t, uint64_t> root;
+  std::vector<uint64_t> out(t.requests.size());
+  for (size_t i = 0; i < t.requests.size(); ++i) {
+    const Request& r = t.requests[i];
+    uint64_t rt = r.conversation;
+    if (r.parent != 0) {
+      auto it = root.find(r.parent);
+      rt = it != root.end() ? it->second : r.parent;
+    }
+    root.emplace(r.conversation, rt);
+    out[i] = rt;
+  }
+  return out;
 }
 
 }  // namespace flatkv::replay

@@ -54,4 +54,11 @@ Result<Trace> MergeTraces(std::vector<Trace> traces, double stagger_s);
 // in it, sorted by name) and merges them with MergeTraces.
 Result<Trace> ReadTraces(const std::vector<std::string>& paths, double stagger_s, TraceFormat format = TraceFormat::kAuto);
 
+// The root conversation of each request of `t`, by index: its own
+// conversation, or for a sub-agent its parent's root (a parent not seen
+// before it is its own root). A root conversation and its sub-agents are
+// one unit: they share a serving instance and move together when a replay
+// reorders or cuts a trace.
+std::vector<uint64_t> RootConversations(const Trace& t);
+
 }  // namespace flatkv::replay

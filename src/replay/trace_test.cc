@@ -536,5 +536,24 @@ TEST(TraceClaudeCode, ReadsTheWholeDirectory) {
               ClaudeDir().c_str(), seconds);
 }
 
+TEST(TraceRoots, SubAgentsTakeTheirParentsRoot) {
+  Trace t;
+  auto add = [&](uint64_t conv, uint64_t parent) {
+    Request r;
+    r.conversation = conv;
+    r.parent = parent;
+    t.requests.push_back(r);
+  };
+  add(1, 0);   // a root
+  add(2, 1);   // its sub-agent
+  add(3, 2);   // the sub-agent's sub-agent: still root 1
+  add(4, 0);   // another root
+  add(5, 9);   // a parent never seen: it is the root
+  add(6, 5);
+  add(1, 0);
+  EXPECT_EQ(RootConversations(t), (std::vector<uint64_t>{1, 1, 1, 4, 9, 9, 1}));
+  EXPECT_TRUE(RootConversations(Trace{}).empty());
+}
+
 }  // namespace
 }  // namespace flatkv::replay

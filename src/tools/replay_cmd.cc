@@ -49,15 +49,11 @@ Trace FirstConversations(const Trace& t, uint64_t n) {
   Trace out;
   out.name = t.name;
   out.block_tokens = t.block_tokens;
-  std::unordered_map<uint64_t, uint64_t> root;
+  const std::vector<uint64_t> root_of = RootConversations(t);
   std::unordered_set<uint64_t> kept;
-  for (const Request& r : t.requests) {
-    uint64_t rt = r.conversation;
-    if (r.parent) {
-      auto it = root.find(r.parent);
-      rt = it != root.end() ? it->second : r.parent;
-    }
-    root.emplace(r.conversation, rt);
+  for (size_t i = 0; i < t.requests.size(); ++i) {
+    const Request& r = t.requests[i];
+    const uint64_t rt = root_of[i];
     if (!kept.count(rt)) {
       if (kept.size() >= n) continue;
       kept.insert(rt);
@@ -75,21 +71,11 @@ Trace FirstConversations(const Trace& t, uint64_t n) {
 // but trade start times, a permutation drawn from `seed`.
 Trace PermuteConversations(const Trace& t, uint64_t seed) {
   if (seed == 0) return t;
-  std::unordered_map<uint64_t, uint64_t> root;
+  const std::vector<uint64_t> root_of = RootConversations(t);
   std::unordered_map<uint64_t, double> start;
   std::vector<uint64_t> roots;
-  std::vector<uint64_t> root_of(t.requests.size());
-  for (size_t i = 0; i < t.requests.size(); ++i) {
-    const Request& r = t.requests[i];
-    uint64_t rt = r.conversation;
-    if (r.parent) {
-      auto it = root.find(r.parent);
-      rt = it != root.end() ? it->second : r.parent;
-    }
-    root.emplace(r.conversation, rt);
-    root_of[i] = rt;
-    if (start.emplace(rt, r.arrival_s).second) roots.push_back(rt);
-  }
+  for (size_t i = 0; i < t.requests.size(); ++i)
+    if (start.emplace(root_of[i], t.requests[i].arrival_s).second) roots.push_back(root_of[i]);
   std::vector<double> starts;
   for (uint64_t rt : roots) starts.push_back(start[rt]);
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
@@ -156,7 +142,7 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
   // --workload: a generated trace instead of --trace (replay/workload_multiturn.h).
   c->add_option("--workload", a.workload,
                 "Synthetic trace instead of --trace: multiturn:clients=N,rounds=N,turn_tokens=N,output_tokens=N,"
-                "request_rate=R,seed=N (docs/format_trace.md)")
+                "request_rate=R,distribution=poisson|uniform,barrier=0|1,seed=N,block_tokens=N (docs/format_trace.md)")
       ->excludes(trace_opt);
   c->add_option("--policy", a.policies, "Policies, comma separated (default flat,tiered,files,infinite,belady)");
   c->add_option("--dram", a.dram, "Host DRAM for KV on the node, e.g. 64GiB (default 64GiB)");
@@ -236,16 +222,18 @@ Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string&
 
 // The capacity load: the highest at which infinite's p99 TTFT stays within
 // 3x of its p99 at a tenth of that load. Doubling to bracket it, then
-// bisection to 10%.
-Result<double> CapacityLoad(const Setup& st, std::vector<std::string>* log) {
-  std::map<double, double> p99;
+// bisection to 10%. `runs` keeps every replay of infinite it made (the
+// trace as recorded, by load), so the replays at the loads it probed are
+// not run again.
+Result<double> CapacityLoad(const Setup& st, std::vector<std::string>* log, std::map<double, SimResult>* runs) {
   auto at = [&](double load) -> Result<double> {
-    if (auto it = p99.find(load); it != p99.end()) return it->second;
-    auto r = RunOne(st, st.trace, "infinite", load, true);
-    if (!r.ok()) return r.status();
-    const double v = r.value().ttft_percentile_ms(99);
-    p99[load] = v;
-    return v;
+    auto it = runs->find(load);
+    if (it == runs->end()) {
+      auto r = RunOne(st, st.trace, "infinite", load, true);
+      if (!r.ok()) return r.status();
+      it = runs->emplace(load, std::move(r).value()).first;
+    }
+    return it->second.ttft_percentile_ms(99);
   };
   auto ok = [&](double load) -> Result<bool> {
     auto hi = at(load);
@@ -451,9 +439,10 @@ int RunReplay(const ReplayArgs& a) {
   const double kv_per_instance = KvHbmBytes(st.model, probe, st.tp);
 
   std::vector<std::string> search_log;
+  std::map<double, SimResult> searched;  // infinite on order 0, by load: the search's replays
   double capacity = 0;
   if (auto_load) {
-    auto c = CapacityLoad(st, &search_log);
+    auto c = CapacityLoad(st, &search_log, &searched);
     if (!c.ok()) return Fail(kExitFailure, "--load auto: " + c.status().ToString());
     capacity = c.value();
     loads = {0.5 * capacity, capacity, 2 * capacity};
@@ -461,27 +450,9 @@ int RunReplay(const ReplayArgs& a) {
 
   nlohmann::json sources = nlohmann::json::object();
   for (const auto& [k, v] : st.hw.sources) sources[k] = v;
-  nlohmann::json hwj = {{"name", st.hw.name},
-                        {"description", st.hw.description},
-                        {"file", hw_file},
-                        {"gpus", st.hw.gpus},
-                        {"hbm_bytes", st.hw.hbm_bytes},
-                        {"hbm_tbps", st.hw.hbm_tbps},
-                        {"hbm_efficiency", st.hw.hbm_efficiency},
-                        {"tflops_bf16", st.hw.tflops},
-                        {"prefill_mfu", st.hw.mfu},
-                        {"step_overhead_ms", st.hw.step_overhead_s * 1e3},
-                        {"pcie_gbps", st.hw.pcie_gbps},
-                        {"dram_bytes", st.hw.dram_bytes},
-                        {"dram_gbps", st.hw.dram_gbps},
-                        {"nvme_drives", st.hw.nvme_drives},
-                        {"nvme_read_gbps", st.hw.nvme_read_gbps},
-                        {"nvme_write_gbps", st.hw.nvme_write_gbps},
-                        {"nvme_read_iops", st.hw.nvme_read_iops},
-                        {"nvme_latency_us", st.hw.nvme_latency_us},
-                        {"net_gbps", st.hw.net_gbps},
-                        {"net_rtt_us", st.hw.net_rtt_us},
-                        {"sources", sources}};
+  nlohmann::json hwj = {{"name", st.hw.name}, {"description", st.hw.description}, {"file", hw_file},
+                        {"gpus", st.hw.gpus},     {"nvme_drives", st.hw.nvme_drives},   {"sources", sources}};
+  for (const auto& [key, value] : HwFigures(st.hw)) hwj[std::string(key)] = value;
   nlohmann::json modelj = {{"name", st.model.name},
                            {"bytes_per_token", st.model.BytesPerToken()},
                            {"params_active", st.model.params},
@@ -531,6 +502,11 @@ int RunReplay(const ReplayArgs& a) {
     for (double load : loads) {
       std::vector<SimResult> runs;
       for (const Trace& t : orders) {
+        // Order 0 is st.trace itself: the search already replayed infinite on it at the loads it probed.
+        if (auto it = searched.find(load); name == "infinite" && &t == &orders[0] && it != searched.end()) {
+          runs.push_back(it->second);
+          continue;
+        }
         auto r = RunOne(st, t, name, load, a.json);
         if (!r.ok()) {
           const int code = r.status().code() == Code::kInvalidArgument ? kExitUsage : kExitFailure;

@@ -39,12 +39,6 @@ struct Counts {
 
 std::vector<BlockKey> SessionKeys(uint64_t session, uint32_t blocks) { return ContinueChain({}, session, 0, blocks); }
 
-std::vector<std::byte> Data(const std::vector<BlockKey>& keys, uint64_t bb) {
-  std::vector<std::byte> d(keys.size() * bb);
-  for (size_t i = 0; i < keys.size(); ++i) FillPayload(keys[i], std::span(d.data() + i * bb, bb));
-  return d;
-}
-
 // Restores `keys`, counts wrong bytes; returns the valid blocks.
 uint32_t CheckedRestore(Target& t, const std::vector<BlockKey>& keys, Counts* c) {
   std::vector<std::byte> got;
@@ -92,7 +86,7 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
   std::vector<std::vector<BlockKey>> base;
   for (uint32_t s = 0; s < kBaseSessions; ++s) {
     base.push_back(SessionKeys(1000 + s, kBaseBlocks));
-    Status st = target.Put(1000 + s, base.back(), Data(base.back(), bb), 0);
+    Status st = target.Put(1000 + s, base.back(), Payloads(base.back(), bb), 0);
     if (!st.ok()) {
       std::fprintf(stderr, "flatkv crashtest: baseline put without faults failed: %s\n", st.ToString().c_str());
       return kExitFailure;
@@ -123,7 +117,7 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
     if (k.op == io::Op::kWrite) {
       const uint64_t session = 2000 + i;
       auto keys = SessionKeys(session, 1 + rng() % 6);
-      Status st = target.Put(session, keys, Data(keys, bb), 0);
+      Status st = target.Put(session, keys, Payloads(keys, bb), 0);
       const bool fired = engine->faults_fired() > before;
       if (st.ok()) {
         ++c.puts_acked;
@@ -163,7 +157,7 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
   std::vector<std::vector<BlockKey>> after;
   for (uint32_t s = 0; s < 4; ++s) {
     after.push_back(SessionKeys(3000 + s, 4));
-    Status st = target.Put(3000 + s, after.back(), Data(after.back(), bb), 0);
+    Status st = target.Put(3000 + s, after.back(), Payloads(after.back(), bb), 0);
     if (!st.ok()) {
       ++c.post_fault_put_errors;
       c.Note("put after the faults stopped: " + st.ToString());

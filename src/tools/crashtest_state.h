@@ -47,6 +47,8 @@ std::vector<BlockKey> ContinueChain(std::span<const BlockKey> prefix, uint64_t c
 void FillPayload(const BlockKey& key, std::span<std::byte> out);
 // Whether `got` is the payload of `key`.
 bool PayloadMatches(const BlockKey& key, std::span<const std::byte> got);
+// The payloads of `keys`, `block_bytes` each, back to back (a put's data).
+std::vector<std::byte> Payloads(std::span<const BlockKey> keys, uint64_t block_bytes);
 
 enum class RecordType : uint8_t {
   kPut = 1,    // a block of `session` was acknowledged (aux: chain index | kOwnBit)

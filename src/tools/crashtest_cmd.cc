@@ -21,6 +21,7 @@
 
 #include "flatkv/store.h"
 #include "service/config.h"
+#include "store/options_json.h"
 #include "tools/crashtest_state.h"
 #include "tools/crashtest_target.h"
 #include "tools/tool_common.h"
@@ -454,9 +455,9 @@ int RunChecked(const CrashtestArgs& a) {
   auto ssd = service::ParseByteSize(a.ssd);
   if (!ssd.ok()) return Usage("--ssd: " + ssd.status().ToString());
   if (*ssd < 4 * kSegmentBytes) return Usage("--ssd " + a.ssd + ": at least " + std::to_string(4 * kSegmentBytes) + " bytes");
-  SsdAdmission adm = SsdAdmission::kAll;
-  if (a.admission == "on-reuse") adm = SsdAdmission::kOnReuse;
-  else if (a.admission != "all") return Usage("--ssd-admission '" + a.admission + "': expected all or on-reuse");
+  auto parsed = ParseSsdAdmission(a.admission);  // the daemon's config spells it the same way
+  if (!parsed.ok()) return Usage("--ssd-admission: " + parsed.status().message());
+  const SsdAdmission adm = *parsed;
   if (a.worker) {
     WorkerOptions w;
     w.dir = a.dir, w.connect = a.connect, w.incarnation = a.incarnation, w.seed = a.seed, w.writers = a.writers;

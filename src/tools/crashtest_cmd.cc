@@ -252,9 +252,8 @@ class Driver {
     // round (a dropped session's) is not looked up again: each is a
     // restore of its own, and they pile up over a long run.
     std::vector<BlockExpectation> want = Expectations(log, contract_);
-    std::erase_if(want, [&](const BlockExpectation& e) { return !e.required && gone_.count(e.key); });
+    r->skipped_gone = std::erase_if(want, [&](const BlockExpectation& e) { return !e.required && gone_.count(e.key); });
     r->v = Verify(target, want);
-    r->skipped_gone = gone_.size();
     gone_.insert(r->v.allowed_miss_keys.begin(), r->v.allowed_miss_keys.end());
     for (const BlockKey& k : r->v.lost_keys) r->new_lost += distinct_lost_.insert(k).second;
     total_wrong_ += r->v.wrong + (s.wrong_in_worker - prev_wrong_in_worker_);

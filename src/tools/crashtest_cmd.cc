@@ -300,14 +300,20 @@ class Driver {
     return kExitOk;
   }
 
+  // The daemon's config: the store target's options (MakeStoreOptions), every
+  // [store] knob written from them, so both targets run the same store.
   Status WriteServeConfig(const std::string& path) {
+    service::ServerConfig c;
+    c.store = MakeStoreOptions(a_.dir, dram_, ssd_, contract_.admission);
+    const KvShape& sh = c.store.shape;
     std::ofstream f(path);
     f << "# written by flatkv crashtest\n[store]\n"
-      << "shape = { kind = \"mha\", layers = 2, kv_heads = 4, head_dim = 128, dtype = \"f16\" }\n"
-      << "block_tokens = " << kBlockTokens << "\n"
-      << "dram_bytes = " << dram_ << "\nssd_dir = \"" << a_.dir << "/store\"\nssd_bytes = " << ssd_
-      << "\nsegment_bytes = " << kSegmentBytes << "\nssd_admission = \"" << a_.admission << "\"\n[listen]\nunix = \"" << SocketPath()
-      << "\"\ntcp = \"\"\nhttp = \"\"\n";
+      << "shape = { kind = \"mha\", layers = " << sh.layers << ", kv_heads = " << sh.kv_heads
+      << ", head_dim = " << sh.head_dim << ", dtype = \"" << DTypeName(sh.dtype) << "\" }\n"
+      << "dram_bytes = " << c.store.dram_capacity_bytes << "\nssd_dir = \"" << c.store.ssd_dirs.at(0)
+      << "\"\nssd_bytes = " << c.store.ssd_capacity_bytes << "\n";
+    for (const auto& k : service::StoreKnobs()) f << k.key << " = " << service::StoreKnobValue(k.key, c) << "\n";
+    f << "[listen]\nunix = \"" << SocketPath() << "\"\ntcp = \"\"\nhttp = \"\"\n";
     f.close();
     if (!f) return Status::IoError("writing " + path);
     return Status::Ok();

@@ -91,10 +91,11 @@ struct Contract {
   // SsdAdmission::kAll: every acknowledged block. kOnReuse: only blocks a
   // session put itself after a restore had reused that session.
   SsdAdmission admission = SsdAdmission::kAll;
-  // Off (today's store): a block is required only while no session that
-  // put it was dropped, since DropSession frees the extents that hold it
-  // even when a live session shares it. On (reference counting): a block
-  // is required while any session that put it is live.
+  // Off (the weaker rule, for a store whose DropSession frees the extents
+  // that hold a block even when a live session shares it): a block is
+  // required only while no session that put it was dropped. On (today's
+  // store, which references shared blocks): a block is required while any
+  // session that put it is live.
   bool shared_refcount = false;
 };
 

@@ -227,6 +227,14 @@ class Driver {
                   DescribeExit(early_status) + " before it was stopped; see " + a_.dir +
                   (daemon ? "/serve.log" : "/worker.log"));
     }
+    // With the daemon as the victim, the worker must still be running too: a
+    // worker that gave up (its threads could not connect) checked nothing.
+    if (daemon && ::waitpid(worker.pid, &early_status, WNOHANG) == worker.pid) {
+      worker.pid = -1;
+      Reap(&worker);
+      return Fail("round " + std::to_string(round) + ": the worker " + DescribeExit(early_status) +
+                  " before the daemon was stopped; see " + a_.dir + "/worker.log");
+    }
     r->stop = clean ? "SIGTERM" : early ? "SIGKILL early" : "SIGKILL";
     ::kill(victim, clean ? SIGTERM : SIGKILL);
     const int st = WaitExit(victim, kExitTimeout);

@@ -101,9 +101,8 @@ class Worker {
     std::unique_ptr<Target> client;
     if (!o_.connect.empty()) {
       auto c = ConnectClientTarget(o_.connect);
-      if (!c.ok()) {
-        std::fprintf(stderr, "crashtest worker %u thread %u: %s\n", o_.incarnation, t, c.status().ToString().c_str());
-        return;
+      if (!c.ok()) {  // the driver saw the daemon answer before starting us: a real failure
+        return SetFailure("thread " + std::to_string(t) + ": connecting to " + o_.connect + ": " + c.status().ToString());
       }
       client = std::move(c).value();
     }

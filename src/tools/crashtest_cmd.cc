@@ -41,8 +41,9 @@ constexpr auto kExitTimeout = std::chrono::seconds(60);
 // Sessions of this many earlier rounds stay; older ones are dropped after
 // a round's check (store target), so the store never fills.
 constexpr uint32_t kKeepRounds = 3;
-// One SSD extent of the crashtest shape (a session fits in one).
-constexpr uint64_t kSsdExtentBytes = 16ull * 2 * (128 << 10);
+// One SSD extent of a crashtest store (a session fits in one): a layer run
+// per layer, as MakeStoreOptions configures it.
+uint64_t SsdExtentBytes(const StoreOptions& o) { return o.ssd_extent_layer_bytes * o.shape.layers; }
 
 int Usage(const std::string& msg) {
   std::fprintf(stderr, "flatkv crashtest: %s\n", msg.c_str());
@@ -161,7 +162,7 @@ class Driver {
     for (const Record& r : *prior) first_round_ = std::max(first_round_, SessionIncarnation(r.session) + 1);
     const bool serve = a_.target == "serve";
     const uint64_t rounds_held = serve ? a_.kills + 1 : kKeepRounds + 1;
-    budget_ = static_cast<uint32_t>(std::max<uint64_t>(1, ssd_ / 2 / kSsdExtentBytes / rounds_held));
+    budget_ = static_cast<uint32_t>(std::max<uint64_t>(1, ssd_ / 2 / SsdExtentBytes(MakeStoreOptions(a_.dir, dram_, ssd_, contract_.admission)) / rounds_held));
     if (!a_.json) {
       std::printf("crashtest: target %s, dir %s, %u rounds, seed %llu, %u writers, DRAM %llu bytes, SSD %llu bytes, "
                   "admission %s, shared refcount %s, %u sessions per round\n",

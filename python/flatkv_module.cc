@@ -154,55 +154,55 @@ struct Keyword {
   flatkv_status* (*set)(flatkv_options*, const py::handle& value, const char* name);
 };
 
-#define FLATKV_KW_U64(setter) [](flatkv_options* o, const py::handle& v, const char* n) { return setter(o, ToU64(v, n)); }
-#define FLATKV_KW_U32(setter) [](flatkv_options* o, const py::handle& v, const char* n) { return setter(o, ToU32(v, n)); }
-#define FLATKV_KW_FLAG(setter) [](flatkv_options* o, const py::handle& v, const char* n) { return setter(o, ToFlag(v, n)); }
+// Keyword::set for a C setter of one uint64_t, uint32_t or int32_t switch.
+template <flatkv_status* (*Set)(flatkv_options*, uint64_t)>
+flatkv_status* U64(flatkv_options* o, const py::handle& v, const char* n) { return Set(o, ToU64(v, n)); }
+template <flatkv_status* (*Set)(flatkv_options*, uint32_t)>
+flatkv_status* U32(flatkv_options* o, const py::handle& v, const char* n) { return Set(o, ToU32(v, n)); }
+template <flatkv_status* (*Set)(flatkv_options*, int32_t)>
+flatkv_status* Flag(flatkv_options* o, const py::handle& v, const char* n) { return Set(o, ToFlag(v, n)); }
 
 const Keyword kKeywords[] = {
-    {"block_tokens", "tokens per block, 16..512 (default 64)", FLATKV_KW_U32(flatkv_options_set_block_tokens)},
+    {"block_tokens", "tokens per block, 16..512 (default 64)", U32<flatkv_options_set_block_tokens>},
     {"dram_bytes", "DRAM tier capacity, bytes; 0 disables it (default 256 MiB)",
-     FLATKV_KW_U64(flatkv_options_set_dram_capacity)},
-    {"segment_bytes", "bytes of one preallocated segment file", FLATKV_KW_U64(flatkv_options_set_segment_bytes)},
+     U64<flatkv_options_set_dram_capacity>},
+    {"segment_bytes", "bytes of one preallocated segment file", U64<flatkv_options_set_segment_bytes>},
     {"extent_layer_bytes", "target bytes of one layer's run in an extent, both media",
      [](flatkv_options* o, const py::handle& v, const char* n) {
        const uint64_t b = ToU64(v, n);
        return flatkv_options_set_extent_layer_bytes(o, b, b);
      }},
     {"dram_extent_layer_bytes", "the same, DRAM extents only",
-     FLATKV_KW_U64(flatkv_options_set_dram_extent_layer_bytes)},
-    {"ssd_extent_layer_bytes", "the same, SSD extents only", FLATKV_KW_U64(flatkv_options_set_ssd_extent_layer_bytes)},
+     U64<flatkv_options_set_dram_extent_layer_bytes>},
+    {"ssd_extent_layer_bytes", "the same, SSD extents only", U64<flatkv_options_set_ssd_extent_layer_bytes>},
     {"session_dram_share_bytes", "most DRAM copies one session holds, bytes; 0 derives it (default)",
-     FLATKV_KW_U64(flatkv_options_set_session_dram_share)},
+     U64<flatkv_options_set_session_dram_share>},
     {"dram_idle_after_ms", "DRAM-only stores: a session idle this long (ms) is reclaimed first",
-     FLATKV_KW_U64(flatkv_options_set_dram_idle_after_ms)},
+     U64<flatkv_options_set_dram_idle_after_ms>},
     {"ssd_admission", "which blocks are written to SSD: \"all\" (default) or \"on-reuse\"",
      [](flatkv_options* o, const py::handle& v, const char* n) {
        return flatkv_options_set_ssd_admission(o, ToEnum(v, n, kSsdAdmissions));
      }},
     {"readmit_on_restore", "an SSD restore re-admits the session's DRAM copy (default True)",
-     FLATKV_KW_FLAG(flatkv_options_set_readmit_on_restore)},
+     Flag<flatkv_options_set_readmit_on_restore>},
     {"ssd_write_buffer_bytes", "put bytes whose SSD write may be outstanding; 0 derives it (default)",
-     FLATKV_KW_U64(flatkv_options_set_ssd_write_buffer)},
-    {"window_layers", "layers a restore's window holds at least", FLATKV_KW_U32(flatkv_options_set_window_layers)},
-    {"window_bytes", "bytes a restore's window holds at least", FLATKV_KW_U64(flatkv_options_set_window_bytes)},
-    {"max_request_bytes", "largest single SSD read, bytes", FLATKV_KW_U64(flatkv_options_set_max_request_bytes)},
+     U64<flatkv_options_set_ssd_write_buffer>},
+    {"window_layers", "layers a restore's window holds at least", U32<flatkv_options_set_window_layers>},
+    {"window_bytes", "bytes a restore's window holds at least", U64<flatkv_options_set_window_bytes>},
+    {"max_request_bytes", "largest single SSD read, bytes", U64<flatkv_options_set_max_request_bytes>},
     {"ssd_io", "SSD I/O engine: \"auto\" (default), \"uring\" or \"threadpool\"",
      [](flatkv_options* o, const py::handle& v, const char* n) {
        return flatkv_options_set_ssd_io(o, ToEnum(v, n, kIoEngines));
      }},
-    {"ssd_queue_depth", "io_uring ring entries", FLATKV_KW_U32(flatkv_options_set_ssd_queue_depth)},
-    {"ssd_threads", "thread-pool I/O engine workers", FLATKV_KW_U32(flatkv_options_set_ssd_threads)},
-    {"dram_threads", "workers copying DRAM hits", FLATKV_KW_U32(flatkv_options_set_dram_threads)},
-    {"decode_threads", "workers decoding coded blocks", FLATKV_KW_U32(flatkv_options_set_decode_threads)},
-    {"direct_io", "O_DIRECT on segment files (default True)", FLATKV_KW_FLAG(flatkv_options_set_direct_io)},
-    {"sync_writes", "fdatasync after every put (default False)", FLATKV_KW_FLAG(flatkv_options_set_sync_writes)},
+    {"ssd_queue_depth", "io_uring ring entries", U32<flatkv_options_set_ssd_queue_depth>},
+    {"ssd_threads", "thread-pool I/O engine workers", U32<flatkv_options_set_ssd_threads>},
+    {"dram_threads", "workers copying DRAM hits", U32<flatkv_options_set_dram_threads>},
+    {"decode_threads", "workers decoding coded blocks", U32<flatkv_options_set_decode_threads>},
+    {"direct_io", "O_DIRECT on segment files (default True)", Flag<flatkv_options_set_direct_io>},
+    {"sync_writes", "fdatasync after every put (default False)", Flag<flatkv_options_set_sync_writes>},
     {"verify_dram_reads", "verify checksums of DRAM hits too (default False)",
-     FLATKV_KW_FLAG(flatkv_options_set_verify_dram_reads)},
+     Flag<flatkv_options_set_verify_dram_reads>},
 };
-
-#undef FLATKV_KW_U64
-#undef FLATKV_KW_U32
-#undef FLATKV_KW_FLAG
 
 // Store()'s docstring, from the table.
 std::string StoreDoc() {

@@ -1,7 +1,7 @@
 """The flatkv module against a `flatkv serve` daemon started by the test.
 
 Needs the `flatkv` binary with `serve` (FLATKV_BINARY, set by ctest);
-skipped without it.
+skipped when FLATKV_BINARY is unset, a failure when it names no such binary.
 """
 import os
 import signal
@@ -20,11 +20,14 @@ TOKEN_B = "python-tenant-b-token-4567"
 
 def serve_binary():
     binary = os.environ.get("FLATKV_BINARY", "")
-    if not binary or not os.access(binary, os.X_OK):
-        pytest.skip("FLATKV_BINARY does not name the flatkv binary")
+    if not binary:
+        pytest.skip("FLATKV_BINARY is not set (ctest sets it when the flatkv tool is built)")
+    # Named (by ctest, the binary it built): it must be there, not skipped.
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"FLATKV_BINARY={binary} is not an executable")
     help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True)
     if help_text.returncode != 0 or "--config" not in help_text.stdout:
-        pytest.skip("this flatkv binary has no `serve --config`")
+        pytest.fail(f"{binary} has no `serve --config`")
     return binary
 
 

@@ -71,6 +71,26 @@ flatkv_status* SetOption(const char* where, flatkv_options* o, F&& set) {
   });
 }
 
+// A setter that stores `value` in `field` as it is.
+template <typename T>
+flatkv_status* SetField(const char* where, flatkv_options* o, T flatkv::StoreOptions::*field, T value) {
+  return SetOption(where, o, [&](flatkv::StoreOptions& s) {
+    s.*field = value;
+    return Status::Ok();
+  });
+}
+
+// A setter of a count or size that must be > 0 ("<name> is 0, expected > 0").
+template <typename T>
+flatkv_status* SetPositive(const char* where, flatkv_options* o, T flatkv::StoreOptions::*field, T value,
+                           const char* name) {
+  return SetOption(where, o, [&](flatkv::StoreOptions& s) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(value, name));
+    s.*field = value;
+    return Status::Ok();
+  });
+}
+
 Status SetShape(flatkv_options* o, const flatkv::KvShape& shape) {
   FLATKV_RETURN_IF_ERROR(shape.Validate());
   o->store.shape = shape;
@@ -130,11 +150,7 @@ flatkv_status* flatkv_options_set_block_tokens(flatkv_options* options, uint32_t
 }
 
 flatkv_status* flatkv_options_set_dram_capacity(flatkv_options* options, uint64_t bytes) {
-  return Guard(__func__, [&]() -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
-    options->store.dram_capacity_bytes = bytes;
-    return Status::Ok();
-  });
+  return SetField(__func__, options, &flatkv::StoreOptions::dram_capacity_bytes, bytes);
 }
 
 flatkv_status* flatkv_options_add_ssd_dir(flatkv_options* options, const char* dir, uint64_t capacity_bytes) {
@@ -171,49 +187,28 @@ flatkv_status* flatkv_options_set_extent_layer_bytes(flatkv_options* options, ui
 }
 
 flatkv_status* flatkv_options_set_dram_extent_layer_bytes(flatkv_options* options, uint64_t bytes) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(bytes, "dram_extent_layer_bytes"));
-    o.dram_extent_layer_bytes = bytes;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::dram_extent_layer_bytes, bytes, "dram_extent_layer_bytes");
 }
 
 flatkv_status* flatkv_options_set_ssd_extent_layer_bytes(flatkv_options* options, uint64_t bytes) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(bytes, "ssd_extent_layer_bytes"));
-    o.ssd_extent_layer_bytes = bytes;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::ssd_extent_layer_bytes, bytes, "ssd_extent_layer_bytes");
 }
 
 flatkv_status* flatkv_options_set_direct_io(flatkv_options* options, int32_t enable) {
-  return Guard(__func__, [&]() -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
-    options->store.use_direct_io = enable != 0;
-    return Status::Ok();
-  });
+  return SetField(__func__, options, &flatkv::StoreOptions::use_direct_io, enable != 0);
 }
 
 flatkv_status* flatkv_options_set_sync_writes(flatkv_options* options, int32_t enable) {
-  return Guard(__func__, [&]() -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
-    options->store.sync_writes = enable != 0;
-    return Status::Ok();
-  });
+  return SetField(__func__, options, &flatkv::StoreOptions::sync_writes, enable != 0);
 }
 
 flatkv_status* flatkv_options_set_verify_dram_reads(flatkv_options* options, int32_t enable) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
-    o.verify_dram_reads = enable != 0;
-    return Status::Ok();
-  });
+  return SetField(__func__, options, &flatkv::StoreOptions::verify_dram_reads, enable != 0);
 }
 
 flatkv_status* flatkv_options_set_session_dram_share(flatkv_options* options, uint64_t bytes) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
-    o.session_dram_share_bytes = bytes;  // 0: derived
-    return Status::Ok();
-  });
+  // 0: derived at Open
+  return SetField(__func__, options, &flatkv::StoreOptions::session_dram_share_bytes, bytes);
 }
 
 flatkv_status* flatkv_options_set_dram_idle_after_ms(flatkv_options* options, uint64_t ms) {
@@ -233,40 +228,24 @@ flatkv_status* flatkv_options_set_ssd_admission(flatkv_options* options, int32_t
 }
 
 flatkv_status* flatkv_options_set_readmit_on_restore(flatkv_options* options, int32_t enable) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
-    o.readmit_on_restore = enable != 0;
-    return Status::Ok();
-  });
+  return SetField(__func__, options, &flatkv::StoreOptions::readmit_on_restore, enable != 0);
 }
 
 flatkv_status* flatkv_options_set_ssd_write_buffer(flatkv_options* options, uint64_t bytes) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
-    o.ssd_write_buffer_bytes = bytes;  // 0: derived
-    return Status::Ok();
-  });
+  // 0: derived at Open
+  return SetField(__func__, options, &flatkv::StoreOptions::ssd_write_buffer_bytes, bytes);
 }
 
 flatkv_status* flatkv_options_set_window_layers(flatkv_options* options, uint32_t layers) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(layers, "window_layers"));
-    o.window_layers = layers;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::window_layers, layers, "window_layers");
 }
 
 flatkv_status* flatkv_options_set_window_bytes(flatkv_options* options, uint64_t bytes) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) {
-    o.window_bytes = bytes;
-    return Status::Ok();
-  });
+  return SetField(__func__, options, &flatkv::StoreOptions::window_bytes, bytes);
 }
 
 flatkv_status* flatkv_options_set_max_request_bytes(flatkv_options* options, uint64_t bytes) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(bytes, "max_request_bytes"));
-    o.max_request_bytes = bytes;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::max_request_bytes, bytes, "max_request_bytes");
 }
 
 flatkv_status* flatkv_options_set_ssd_io(flatkv_options* options, int32_t engine) {
@@ -277,35 +256,19 @@ flatkv_status* flatkv_options_set_ssd_io(flatkv_options* options, int32_t engine
 }
 
 flatkv_status* flatkv_options_set_ssd_queue_depth(flatkv_options* options, uint32_t depth) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(depth, "ssd_queue_depth"));
-    o.ssd_queue_depth = depth;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::ssd_queue_depth, depth, "ssd_queue_depth");
 }
 
 flatkv_status* flatkv_options_set_ssd_threads(flatkv_options* options, uint32_t threads) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(threads, "ssd_threads"));
-    o.ssd_threads = threads;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::ssd_threads, threads, "ssd_threads");
 }
 
 flatkv_status* flatkv_options_set_dram_threads(flatkv_options* options, uint32_t threads) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(threads, "dram_threads"));
-    o.dram_threads = threads;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::dram_threads, threads, "dram_threads");
 }
 
 flatkv_status* flatkv_options_set_decode_threads(flatkv_options* options, uint32_t threads) {
-  return SetOption(__func__, options, [&](flatkv::StoreOptions& o) -> Status {
-    FLATKV_RETURN_IF_ERROR(CheckPositive(threads, "decode_threads"));
-    o.decode_threads = threads;
-    return Status::Ok();
-  });
+  return SetPositive(__func__, options, &flatkv::StoreOptions::decode_threads, threads, "decode_threads");
 }
 
 flatkv_status* flatkv_options_set_server(flatkv_options* options, const char* address, const char* tenant_token) {

@@ -135,6 +135,13 @@ struct Overload : F... {
 template <class... F>
 Overload(F...) -> Overload<F...>;
 
+// "--" and `key` with dashes for underscores: the knob's `flatkv serve` flag.
+std::string FlagOf(std::string_view key) {
+  std::string flag = "--" + std::string(key);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
 const Knob* FindKnob(std::string_view key) {
   for (const Knob& k : kKnobs)
     if (k.key == key) return &k;
@@ -388,14 +395,13 @@ Status LoadConfigFile(const std::string& path, ServerConfig* config) {
 
 std::vector<StoreKnobInfo> StoreKnobs() {
   std::vector<StoreKnobInfo> out;
-  for (const Knob& k : kKnobs) out.push_back({k.key, k.help});
+  for (const Knob& k : kKnobs) out.push_back({k.key, k.help, FlagOf(k.key)});
   return out;
 }
 
 Status ApplyStoreKnobFlag(std::string_view key, std::string_view value, ServerConfig* c) {
   const Knob* k = FindKnob(key);
-  std::string flag = "--" + std::string(key);
-  std::replace(flag.begin(), flag.end(), '_', '-');
+  const std::string flag = FlagOf(key);
   if (k == nullptr) return Status::InvalidArgument(flag + ": no such store setting");
   const std::string v(value);
   StoreOptions* o = &c->store;

@@ -25,7 +25,7 @@
 namespace flatkv::service {
 
 struct ServerConfig {
-  // The store: shape, ssd_dirs and every knob of StoreKnobKeys(), at the
+  // The store: shape, ssd_dirs and every knob of StoreKnobs(), at the
   // store's own defaults unless set (0 = derived stays 0, for the store to
   // derive). Its capacities come from the fields below in FinalizeConfig.
   StoreOptions store;
@@ -79,10 +79,11 @@ Result<uint64_t> ParseByteSize(std::string_view text);
 
 // The [store] keys that set one StoreOptions field each, in the order of
 // docs/service.md (block_tokens, segment_bytes, ..., ssd_admission, ...).
-// `flatkv serve` has one flag per key (--dashed-name VALUE).
+// `flatkv serve` has one flag per key (StoreKnobInfo::flag VALUE).
 struct StoreKnobInfo {
   std::string_view key;   // TOML key, e.g. "session_dram_share_bytes"
   std::string_view help;  // one line, with the unit
+  std::string flag;       // the `flatkv serve` flag: the key with dashes, e.g. "--session-dram-share-bytes"
 };
 std::vector<StoreKnobInfo> StoreKnobs();
 // Sets the knob `key` from a command-line value: sizes as in ParseByteSize,

@@ -196,6 +196,11 @@ TEST(ServerConfigTest, FlagsSetEveryKindOfKnob) {
   EXPECT_NE(msg("dram_idle_after_ms", "-2").find("--dram-idle-after-ms: negative duration -2"), std::string::npos);
   EXPECT_NE(msg("ssd_admission", "never").find("--ssd-admission: ssd_admission 'never'"), std::string::npos);
   EXPECT_NE(msg("no_such_knob", "1").find("--no-such-knob"), std::string::npos);
+  // The flag each knob is named by (`flatkv serve` registers these) is the one its errors name.
+  for (const auto& k : StoreKnobs()) {
+    EXPECT_EQ(k.flag.find('_'), std::string::npos) << k.flag;
+    EXPECT_NE(msg(std::string(k.key).c_str(), "\x01").find(k.flag + ":"), std::string::npos) << k.key;
+  }
   // The failed flags changed nothing.
   EXPECT_EQ(c.store.window_layers, 6u);
   EXPECT_EQ(c.store.ssd_admission, SsdAdmission::kOnReuse);

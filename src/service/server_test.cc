@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "service/test_server.h"
 
@@ -35,6 +37,19 @@ std::string HttpGet(const std::string& hostport, const std::string& path) {
   ssize_t n;
   while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
   ::close(fd);
+  return out;
+}
+
+// `path` fetched until its body contains `needle` (up to 5 s): a request's
+// latency is recorded after its last reply byte is sent, so the client can
+// see the reply a moment before the histogram counts it.
+std::string HttpGetUntil(const std::string& hostport, const std::string& path, const std::string& needle) {
+  std::string out;
+  for (int i = 0; i < 500; ++i) {
+    out = HttpGet(hostport, path);
+    if (out.find(needle) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return out;
 }
 
@@ -189,7 +204,8 @@ TEST(ServerTest, HttpServesMetricsHealthAndStats) {
   ASSERT_TRUE(a->Put(0, keys, Blocks(a->info().block_bytes, 2, 3)).ok());
   std::vector<std::byte> out(2 * a->info().block_bytes);
   ASSERT_TRUE(a->Restore(keys, out).ok());
-  const std::string metrics = HttpGet(server->http_address(), "/metrics");
+  const std::string metrics =
+      HttpGetUntil(server->http_address(), "/metrics", "flatkv_restore_latency_seconds_bucket{tenant=\"a\",le=\"+Inf\"} 1");
   EXPECT_NE(metrics.find("HTTP/1.0 200"), std::string::npos);
   EXPECT_NE(metrics.find("flatkv_tenant_hit_blocks_total{tenant=\"a\",medium=\"dram\"} 2"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("flatkv_restore_latency_seconds_bucket{tenant=\"a\",le=\"+Inf\"} 1"), std::string::npos);

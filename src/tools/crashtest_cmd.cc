@@ -21,6 +21,7 @@
 
 #include "flatkv/store.h"
 #include "service/config.h"
+#include "store/options_json.h"
 #include "tools/crashtest_state.h"
 #include "tools/crashtest_target.h"
 #include "tools/tool_common.h"
@@ -40,8 +41,9 @@ constexpr auto kExitTimeout = std::chrono::seconds(60);
 // Sessions of this many earlier rounds stay; older ones are dropped after
 // a round's check (store target), so the store never fills.
 constexpr uint32_t kKeepRounds = 3;
-// One SSD extent of the crashtest shape (a session fits in one).
-constexpr uint64_t kSsdExtentBytes = 16ull * 2 * (128 << 10);
+// One SSD extent of a crashtest store (a session fits in one): a layer run
+// per layer, as MakeStoreOptions configures it.
+uint64_t SsdExtentBytes(const StoreOptions& o) { return o.ssd_extent_layer_bytes * o.shape.layers; }
 
 int Usage(const std::string& msg) {
   std::fprintf(stderr, "flatkv crashtest: %s\n", msg.c_str());
@@ -160,7 +162,7 @@ class Driver {
     for (const Record& r : *prior) first_round_ = std::max(first_round_, SessionIncarnation(r.session) + 1);
     const bool serve = a_.target == "serve";
     const uint64_t rounds_held = serve ? a_.kills + 1 : kKeepRounds + 1;
-    budget_ = static_cast<uint32_t>(std::max<uint64_t>(1, ssd_ / 2 / kSsdExtentBytes / rounds_held));
+    budget_ = static_cast<uint32_t>(std::max<uint64_t>(1, ssd_ / 2 / SsdExtentBytes(MakeStoreOptions(a_.dir, dram_, ssd_, contract_.admission)) / rounds_held));
     if (!a_.json) {
       std::printf("crashtest: target %s, dir %s, %u rounds, seed %llu, %u writers, DRAM %llu bytes, SSD %llu bytes, "
                   "admission %s, shared refcount %s, %u sessions per round\n",
@@ -226,6 +228,14 @@ class Driver {
                   DescribeExit(early_status) + " before it was stopped; see " + a_.dir +
                   (daemon ? "/serve.log" : "/worker.log"));
     }
+    // With the daemon as the victim, the worker must still be running too: a
+    // worker that gave up (its threads could not connect) checked nothing.
+    if (daemon && ::waitpid(worker.pid, &early_status, WNOHANG) == worker.pid) {
+      worker.pid = -1;
+      Reap(&worker);
+      return Fail("round " + std::to_string(round) + ": the worker " + DescribeExit(early_status) +
+                  " before the daemon was stopped; see " + a_.dir + "/worker.log");
+    }
     r->stop = clean ? "SIGTERM" : early ? "SIGKILL early" : "SIGKILL";
     ::kill(victim, clean ? SIGTERM : SIGKILL);
     const int st = WaitExit(victim, kExitTimeout);
@@ -251,9 +261,8 @@ class Driver {
     // round (a dropped session's) is not looked up again: each is a
     // restore of its own, and they pile up over a long run.
     std::vector<BlockExpectation> want = Expectations(log, contract_);
-    std::erase_if(want, [&](const BlockExpectation& e) { return !e.required && gone_.count(e.key); });
+    r->skipped_gone = std::erase_if(want, [&](const BlockExpectation& e) { return !e.required && gone_.count(e.key); });
     r->v = Verify(target, want);
-    r->skipped_gone = gone_.size();
     gone_.insert(r->v.allowed_miss_keys.begin(), r->v.allowed_miss_keys.end());
     for (const BlockKey& k : r->v.lost_keys) r->new_lost += distinct_lost_.insert(k).second;
     total_wrong_ += r->v.wrong + (s.wrong_in_worker - prev_wrong_in_worker_);
@@ -300,14 +309,20 @@ class Driver {
     return kExitOk;
   }
 
+  // The daemon's config: the store target's options (MakeStoreOptions), every
+  // [store] knob written from them, so both targets run the same store.
   Status WriteServeConfig(const std::string& path) {
+    service::ServerConfig c;
+    c.store = MakeStoreOptions(a_.dir, dram_, ssd_, contract_.admission);
+    const KvShape& sh = c.store.shape;
     std::ofstream f(path);
     f << "# written by flatkv crashtest\n[store]\n"
-      << "shape = { kind = \"mha\", layers = 2, kv_heads = 4, head_dim = 128, dtype = \"f16\" }\n"
-      << "block_tokens = " << kBlockTokens << "\n"
-      << "dram_bytes = " << dram_ << "\nssd_dir = \"" << a_.dir << "/store\"\nssd_bytes = " << ssd_
-      << "\nsegment_bytes = " << kSegmentBytes << "\nssd_admission = \"" << a_.admission << "\"\n[listen]\nunix = \"" << SocketPath()
-      << "\"\ntcp = \"\"\nhttp = \"\"\n";
+      << "shape = { kind = \"mha\", layers = " << sh.layers << ", kv_heads = " << sh.kv_heads
+      << ", head_dim = " << sh.head_dim << ", dtype = \"" << DTypeName(sh.dtype) << "\" }\n"
+      << "dram_bytes = " << c.store.dram_capacity_bytes << "\nssd_dir = \"" << c.store.ssd_dirs.at(0)
+      << "\"\nssd_bytes = " << c.store.ssd_capacity_bytes << "\n";
+    for (const auto& k : service::StoreKnobs()) f << k.key << " = " << service::StoreKnobValue(k.key, c) << "\n";
+    f << "[listen]\nunix = \"" << SocketPath() << "\"\ntcp = \"\"\nhttp = \"\"\n";
     f.close();
     if (!f) return Status::IoError("writing " + path);
     return Status::Ok();
@@ -454,9 +469,9 @@ int RunChecked(const CrashtestArgs& a) {
   auto ssd = service::ParseByteSize(a.ssd);
   if (!ssd.ok()) return Usage("--ssd: " + ssd.status().ToString());
   if (*ssd < 4 * kSegmentBytes) return Usage("--ssd " + a.ssd + ": at least " + std::to_string(4 * kSegmentBytes) + " bytes");
-  SsdAdmission adm = SsdAdmission::kAll;
-  if (a.admission == "on-reuse") adm = SsdAdmission::kOnReuse;
-  else if (a.admission != "all") return Usage("--ssd-admission '" + a.admission + "': expected all or on-reuse");
+  auto parsed = ParseSsdAdmission(a.admission);  // the daemon's config spells it the same way
+  if (!parsed.ok()) return Usage("--ssd-admission: " + parsed.status().message());
+  const SsdAdmission adm = *parsed;
   if (a.worker) {
     WorkerOptions w;
     w.dir = a.dir, w.connect = a.connect, w.incarnation = a.incarnation, w.seed = a.seed, w.writers = a.writers;

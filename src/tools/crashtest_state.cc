@@ -74,6 +74,12 @@ bool PayloadMatches(const BlockKey& key, std::span<const std::byte> got) {
   return std::memcmp(want.data(), got.data(), got.size()) == 0;
 }
 
+std::vector<std::byte> Payloads(std::span<const BlockKey> keys, uint64_t block_bytes) {
+  std::vector<std::byte> data(keys.size() * block_bytes);
+  for (size_t i = 0; i < keys.size(); ++i) FillPayload(keys[i], std::span(data.data() + i * block_bytes, block_bytes));
+  return data;
+}
+
 Result<ExpectedLog> ExpectedLog::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno(errno, "expected-state log " + path);

@@ -47,6 +47,8 @@ std::vector<BlockKey> ContinueChain(std::span<const BlockKey> prefix, uint64_t c
 void FillPayload(const BlockKey& key, std::span<std::byte> out);
 // Whether `got` is the payload of `key`.
 bool PayloadMatches(const BlockKey& key, std::span<const std::byte> got);
+// The payloads of `keys`, `block_bytes` each, back to back (a put's data).
+std::vector<std::byte> Payloads(std::span<const BlockKey> keys, uint64_t block_bytes);
 
 enum class RecordType : uint8_t {
   kPut = 1,    // a block of `session` was acknowledged (aux: chain index | kOwnBit)
@@ -89,10 +91,11 @@ struct Contract {
   // SsdAdmission::kAll: every acknowledged block. kOnReuse: only blocks a
   // session put itself after a restore had reused that session.
   SsdAdmission admission = SsdAdmission::kAll;
-  // Off (today's store): a block is required only while no session that
-  // put it was dropped, since DropSession frees the extents that hold it
-  // even when a live session shares it. On (reference counting): a block
-  // is required while any session that put it is live.
+  // Off (the weaker rule, for a store whose DropSession frees the extents
+  // that hold a block even when a live session shares it): a block is
+  // required only while no session that put it was dropped. On (today's
+  // store, which references shared blocks): a block is required while any
+  // session that put it is live.
   bool shared_refcount = false;
 };
 

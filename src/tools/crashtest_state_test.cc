@@ -39,6 +39,11 @@ TEST(CrashtestStateTest, ChainsExtendAndPayloadsAreCheckedByteForByte) {
   EXPECT_FALSE(PayloadMatches(two[0], block));
   block[4097] ^= std::byte{1};
   EXPECT_FALSE(PayloadMatches(two[1], block));
+  // A put's data: the blocks' payloads back to back.
+  const std::vector<std::byte> data = Payloads(two, block.size());
+  ASSERT_EQ(data.size(), 2 * block.size());
+  EXPECT_TRUE(PayloadMatches(two[0], std::span(data.data(), block.size())));
+  EXPECT_TRUE(PayloadMatches(two[1], std::span(data.data() + block.size(), block.size())));
 }
 
 TEST(CrashtestStateTest, LogReadingStopsAtATornTail) {

@@ -19,7 +19,8 @@ run() {
     exit 1
   fi
 }
-run store --target store --kills 5 --min-ms 100 --max-ms 400
+# --shared-refcount: the store keeps a block while any live session references it.
+run store --target store --kills 5 --min-ms 100 --max-ms 400 --shared-refcount
 run serve --target serve --kills 3 --min-ms 100 --max-ms 400
 "$FLATKV" crashtest --faults --dir "$WORK/faults" --seed 7 || { echo "FAIL: flatkv crashtest --faults"; exit 1; }
 echo "crashtest: all short runs passed"

@@ -96,20 +96,13 @@ class Worker {
     if (!st.ok()) SetFailure(st.ToString());
   }
 
-  std::vector<std::byte> Data(std::span<const BlockKey> keys, uint64_t bb) {
-    std::vector<std::byte> data(keys.size() * bb);
-    for (size_t i = 0; i < keys.size(); ++i) FillPayload(keys[i], std::span(data.data() + i * bb, bb));
-    return data;
-  }
-
   void Loop(uint32_t t) {
     std::mt19937_64 rng(o_.seed * 0x9E3779B97F4A7C15ull + o_.incarnation * 1000003ull + t);
     std::unique_ptr<Target> client;
     if (!o_.connect.empty()) {
       auto c = ConnectClientTarget(o_.connect);
-      if (!c.ok()) {
-        std::fprintf(stderr, "crashtest worker %u thread %u: %s\n", o_.incarnation, t, c.status().ToString().c_str());
-        return;
+      if (!c.ok()) {  // the driver saw the daemon answer before starting us: a real failure
+        return SetFailure("thread " + std::to_string(t) + ": connecting to " + o_.connect + ": " + c.status().ToString());
       }
       client = std::move(c).value();
     }
@@ -154,7 +147,7 @@ class Worker {
     std::vector<BlockKey> full = ContinueChain(have, s.id, have.size(), n);
     std::span<const BlockKey> fresh(full.data() + have.size(), n);
     const uint64_t bb = target.BlockBytes();
-    Status st = target.Put(s.id, fresh, Data(fresh, bb), static_cast<uint32_t>(have.size()));
+    Status st = target.Put(s.id, fresh, Payloads(fresh, bb), static_cast<uint32_t>(have.size()));
     if (!st.ok()) return PutFailed(st);
     std::vector<Record> recs;
     for (uint32_t i = 0; i < n; ++i) recs.push_back({RecordType::kPut, s.id, fresh[i], (have.size() + i) | kOwnBit});
@@ -189,7 +182,7 @@ class Worker {
     s->prefix = static_cast<uint32_t>(prefix.size());
     const uint32_t mine = std::min<uint32_t>(1 + rng() % 3, kMaxSessionBlocks - s->prefix);
     std::vector<BlockKey> keys = ContinueChain(prefix, s->id, s->prefix, mine);
-    Status st = target.Put(s->id, keys, Data(keys, target.BlockBytes()), 0);
+    Status st = target.Put(s->id, keys, Payloads(keys, target.BlockBytes()), 0);
     if (!st.ok()) return PutFailed(st);
     std::vector<Record> recs;
     for (size_t i = 0; i < keys.size(); ++i)

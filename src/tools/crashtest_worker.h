@@ -34,7 +34,9 @@ struct WorkerOptions {
 };
 
 // Runs until killed or SIGTERM. Writes "ready\n" to stdout once the store
-// is open (or the daemon connected). Returns an exit code.
+// is open and the threads are started (with `connect`, each thread then
+// connects on its own; the driver starts a worker only once the daemon
+// answers). Returns an exit code.
 int RunWorker(const WorkerOptions& options);
 
 }  // namespace flatkv::tools::crashtest

@@ -72,6 +72,14 @@ for line in "session_dram_share_bytes = 1073741824" "dram_idle_after_ms = 5000" 
   grep -qF "$line" <<<"$printed" || fail "serve --print-config lacks '$line': $printed"
 done
 
+# bench serve: restores from DRAM copies through the daemon, and lookups (docs/service.md).
+"$FLATKV" bench serve --quick --clients 4 --blocks 2 --reps 1 --lookup-seconds 0.2 --dir "$WORK" --json \
+  > "$WORK/serve.json" || fail "bench serve"
+python3 -c "
+import json; j = json.load(open('$WORK/serve.json'))
+assert j['inproc_restore_gbps'] > 0 and j['shm_restore_gbps'] > 0 and j['lookup_p99_us'] > 0, j
+" || fail "bench serve json"
+
 # A generated multi-turn workload replays like a trace (docs/format_trace.md).
 out=$("$FLATKV" replay --workload multiturn:clients=3,rounds=3,turn_tokens=256,output_tokens=16,request_rate=2 \
   --policy infinite --load 1 --json) || fail "replay --workload"

@@ -15,6 +15,7 @@
 namespace flatkv {
 namespace {
 
+using testing::OpenStore;
 using testing::ChainKeys;
 using testing::Payload;
 using testing::RestoreAll;
@@ -27,24 +28,18 @@ StoreOptions SsdOnly(const std::string& dir) {
   return o;
 }
 
-std::unique_ptr<Store> Open(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
-
 TEST(RecoveryTest, EveryBlockSurvivesACleanRestartAndDramCopiesDoNot) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.session_dram_share_bytes = 1 * 4 * 16384 * 5;  // a DRAM copy of one extent
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());
     EXPECT_EQ(store->Stats().dram.blocks, 4u);
     EXPECT_EQ(store->Stats().ssd.blocks, 12u);
     ASSERT_TRUE(store->Close().ok());
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Stats().recovered_blocks, 12u);
   EXPECT_EQ(store->Stats().dram.blocks, 0u);
   std::vector<std::byte> got;
@@ -59,22 +54,22 @@ TEST(RecoveryTest, DramOnlyBlocksDoNotSurviveARestart) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.placement = std::make_shared<FixedPlacement>(Medium::kDram);
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
     EXPECT_EQ(store->Stats().dram_only_blocks, 4u);
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
 }
 
 TEST(RecoveryTest, ReopenWithoutCloseReplaysTheLog) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
-  auto first = Open(o);
+  auto first = OpenStore(o);
   ASSERT_TRUE(first->Put(1, ChainKeys(1, 10), Payload(*first, 10, 1)).ok());
   ASSERT_TRUE(first->Put(2, ChainKeys(2, 3), Payload(*first, 3, 2)).ok());
   // A second process would see the log as it is now, uncompacted.
-  auto second = Open(o);
+  auto second = OpenStore(o);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*second, ChainKeys(1, 10), &got), 10u);
   EXPECT_TRUE(got == Payload(*second, 10, 1));
@@ -121,7 +116,7 @@ TEST(RecoveryTest, KillDashNineDuringWritesLosesOnlyUnfinishedPuts) {
     std::fclose(f);
   }
   ASSERT_GT(done.size(), 5u);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store);
   for (uint64_t chain : done) {
     const size_t blocks = 1 + chain % 7;
@@ -144,11 +139,11 @@ TEST(RecoveryTest, MissingSegmentMakesItsBlocksMisses) {
   auto o = SsdOnly(dir.Sub("ssd"));
   o.segment_bytes = 2ull * 4 * 16384 * 5;  // two extents (8 blocks) per segment
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 16), Payload(*store, 16, 1)).ok());
   }
   ASSERT_TRUE(std::filesystem::remove(dir.Sub("ssd") + "/seg-000001.dat"));
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Stats().lost_blocks, 8u);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 16), &got), 8u);
@@ -164,7 +159,7 @@ TEST(RecoveryTest, CorruptedBytesOnDiskAreDetectedAndBecomeMisses) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
   }
   // Block 2, layer 3 of the first extent: offset 3 * layer_stride + 2 * slot_stride.
@@ -176,7 +171,7 @@ TEST(RecoveryTest, CorruptedBytesOnDiskAreDetectedAndBecomeMisses) {
   c ^= 0x5a;
   ASSERT_EQ(::pwrite(fd, &c, 1, off), 1);
   ::close(fd);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 2u);
   auto want = Payload(*store, 4, 1);
@@ -189,7 +184,7 @@ TEST(RecoveryTest, TornManifestTailIsCutOff) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 6), Payload(*store, 6, 1)).ok());
   }
   {
@@ -198,13 +193,13 @@ TEST(RecoveryTest, TornManifestTailIsCutOff) {
     std::fwrite(junk, 1, sizeof(junk), f);
     std::fclose(f);
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 6), &got), 6u);
   EXPECT_TRUE(got == Payload(*store, 6, 1));
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 2), Payload(*store, 2, 2)).ok());
   store.reset();
-  store = Open(o);
+  store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(2, 2)), 2u);
 }
 
@@ -230,7 +225,7 @@ TEST(RecoveryTest, ReadOnlyOpenWritesNothing) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
   }
   const std::string manifest = dir.Sub("ssd") + "/MANIFEST";
@@ -246,7 +241,7 @@ TEST(RecoveryTest, ReadOnlyOpenWritesNothing) {
   EXPECT_FALSE(Store::Open(ro).ok());
   ro.ssd_capacity_bytes = o.ssd_capacity_bytes;
   {
-    auto store = Open(ro);
+    auto store = OpenStore(ro);
     std::vector<std::byte> got;
     EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 8), &got), 8u);
     EXPECT_TRUE(got == Payload(*store, 8, 1));

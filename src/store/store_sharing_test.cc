@@ -18,26 +18,13 @@
 namespace flatkv {
 namespace {
 
+using testing::OpenStore;
+using testing::ManifestVersion;
 using testing::ChainKeys;
 using testing::Payload;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;
-
-std::unique_ptr<Store> Open(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
-
-uint32_t ManifestVersion(const std::string& dir) {
-  std::ifstream f(dir + "/MANIFEST", std::ios::binary);
-  char b[12] = {};
-  f.read(b, sizeof b);
-  uint32_t v;
-  std::memcpy(&v, b + 8, 4);
-  return v;
-}
 
 // Session 2 continues session 1's chain: the first 8 blocks are session 1's.
 void PutShared(Store& store) {
@@ -54,7 +41,7 @@ TEST(StoreSharingTest, DropSessionFreesOnlyBlocksNoLiveSessionReferences) {
   TempDir dir;
   for (bool ssd : {true, false}) {
     StoreOptions o = SmallOptions(ssd ? dir.Sub("ssd") : "", 8, 64);
-    auto store = Open(o);
+    auto store = OpenStore(o);
     PutShared(*store);
     EXPECT_EQ(store->Stats().shared_extents, 2u);
     ASSERT_TRUE(store->DropSession(1).ok());
@@ -72,7 +59,7 @@ TEST(StoreSharingTest, DropSessionFreesOnlyBlocksNoLiveSessionReferences) {
 
 TEST(StoreSharingTest, ADropOfTheReferencingSessionLeavesTheOwnersBlocks) {
   TempDir dir;
-  auto store = Open(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
   PutShared(*store);
   ASSERT_TRUE(store->DropSession(2).ok());
   EXPECT_EQ(store->Match(ChainKeys(1, 12)), 8u);
@@ -85,7 +72,7 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
   for (bool clean : {true, false}) {
     std::filesystem::remove_all(dir.Sub("ssd"));
     {
-      auto store = Open(o);
+      auto store = OpenStore(o);
       ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
       EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 1u);  // nothing shared: the version 1 format
       PutResult result;
@@ -96,7 +83,7 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
       if (clean) {
         ASSERT_TRUE(store->Close().ok());
       } else {
-        auto second = Open(o);  // a second opener sees the uncompacted log
+        auto second = OpenStore(o);  // a second opener sees the uncompacted log
         ASSERT_TRUE(second);
         EXPECT_EQ(second->Stats().shared_extents, 2u);
         ASSERT_TRUE(second->DropSession(1).ok());
@@ -104,12 +91,12 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
         continue;
       }
     }
-    auto store = Open(o);
+    auto store = OpenStore(o);
     EXPECT_EQ(store->Stats().shared_extents, 2u) << clean;
     ASSERT_TRUE(store->DropSession(1).ok());
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 12u);
     ASSERT_TRUE(store->Close().ok());
-    store = Open(o);
+    store = OpenStore(o);
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 12u);  // session 2 owns them now, also after a restart
     ASSERT_TRUE(store->DropSession(2).ok());
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
@@ -122,7 +109,7 @@ TEST(StoreSharingTest, EvictionCountsAnExtentForItsMostRecentHolder) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 4);
   o.dram_capacity_bytes = 0;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());
   ASSERT_TRUE(store->Put(3, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());  // references session 1's extent
@@ -138,7 +125,7 @@ TEST(StoreAdmissionTest, OnReuseKeepsASessionInDramUntilARestoreHitsIt) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.ssd_admission = SsdAdmission::kOnReuse;
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     PutResult result;
     PutOptions po;
     po.result = &result;
@@ -163,7 +150,7 @@ TEST(StoreAdmissionTest, OnReuseKeepsASessionInDramUntilARestoreHitsIt) {
     EXPECT_EQ(st.dram_only_blocks, 4u);  // session 2's
     ASSERT_TRUE(store->Close().ok());
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(1, 6)), 6u);  // reused: durable
   EXPECT_EQ(store->Match(ChainKeys(2, 4)), 0u);  // never reused: DRAM-only, gone with the process
 }
@@ -173,7 +160,7 @@ TEST(StoreAdmissionTest, OnReuseLosesDramOnlyBlocksWhenTheirCopyIsReclaimed) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 1, 64);  // one DRAM extent
   o.ssd_admission = SsdAdmission::kOnReuse;
   o.session_dram_share_bytes = 1ull << 40;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());  // takes session 1's copy
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
@@ -218,7 +205,7 @@ TEST(StoreDurabilityTest, KillDashNineWithTheDramTierOnLosesNoAcknowledgedBlock)
     std::fclose(f);
   }
   ASSERT_GT(done.size(), 5u);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store);
   EXPECT_EQ(store->Stats().dram.blocks, 0u);  // the copies died with the process; the homes serve
   for (uint64_t chain : done) {

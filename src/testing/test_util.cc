@@ -1,5 +1,7 @@
 #include "testing/test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -76,6 +78,21 @@ StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uin
   }
   o.session_dram_share_bytes = 2 * extent;
   return o;
+}
+
+std::unique_ptr<Store> OpenStore(const StoreOptions& options) {
+  auto s = Store::Open(options);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+uint32_t ManifestVersion(const std::string& dir) {
+  std::ifstream f(dir + "/MANIFEST", std::ios::binary);
+  char b[12] = {};
+  f.read(b, sizeof b);
+  uint32_t v;
+  std::memcpy(&v, b + 8, 4);
+  return v;
 }
 
 uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ std::vector<BlockKey> ChainKeys(uint64_t chain_id, size_t blocks, uint32_t block
 // Options for a small DRAM + SSD store of the stories260K shape (5 layers,
 // 16 KiB per block-layer at 64 tokens), with capacities in extents.
 StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uint64_t ssd_extents);
+
+// Opens a store, failing the test (EXPECT) and returning null when it cannot.
+std::unique_ptr<Store> OpenStore(const StoreOptions& options);
+
+// The format version in the header of `dir`'s MANIFEST (docs/format_manifest.md).
+uint32_t ManifestVersion(const std::string& dir);
 
 // Restores `keys` fully, consuming every layer; returns the valid block
 // count and, if `out` is given, the bytes in Put's block-major layout.

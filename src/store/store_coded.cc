@@ -36,21 +36,12 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
     if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
+    // Touched before its deduplication makes it a holder of other
+    // sessions' extents: a session is always in the LRU order.
+    TouchSession(session);
     std::unordered_set<BlockKey, BlockKeyHash> seen;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (auto hit = index_.find(keys[i]); hit != index_.end()) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        AddSharer(extents_.at(hit->second.extent).get(), session);
-        continue;
-      }
-      if (!seen.insert(keys[i]).second) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        continue;
-      }
-      todo.push_back(i);
-    }
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!Deduplicate(session, keys[i], &seen, &res)) todo.push_back(i);
   }
   if (todo.empty()) return Status::Ok();
 
@@ -98,7 +89,6 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
-    TouchSession(session);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
     for (size_t k = 0; k < todo.size(); ++k) {
       if (index_.count(keys[todo[k]])) {  // a concurrent put stored it meanwhile

@@ -30,6 +30,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/aligned_buffer.h"
@@ -207,6 +208,11 @@ class StoreImpl final : public Store {
   uint64_t SessionShare() const;
   // Adds `session` as a holder of another session's extent `e`.
   void AddSharer(Extent* e, SessionId session) FLATKV_REQUIRES(mu_);
+  // A put's deduplication of `key`: true (counted in the store's and the
+  // put's dedup_blocks) when the key is indexed already, `session` then
+  // holding its extent, or repeats a key earlier in the put (`seen`).
+  bool Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
+                   PutResult* res) FLATKV_REQUIRES(mu_);
   // Logs e's owner and sharers (SSD extents; upgrades the log to version 3).
   Status LogSessions(const Extent& e) FLATKV_REQUIRES(mu_);
   // Back-pressure: waits until `bytes` more fit the SSD write buffer.

@@ -39,17 +39,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     admit = options_.ssd_admission == SsdAdmission::kAll || reused;
     std::unordered_set<BlockKey, BlockKeyHash> seen;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (auto hit = index_.find(keys[i]); hit != index_.end()) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        AddSharer(extents_.at(hit->second.extent).get(), session);
-        continue;
-      }
-      if (!seen.insert(keys[i]).second) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        continue;
-      }
+      if (Deduplicate(session, keys[i], &seen, &res)) continue;
       Session& s = sessions_[session];
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
       if (e == nullptr || e->doomed || e->coded() || e->reserved == e->capacity) {
@@ -111,6 +101,16 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     Unpin(e);
   }
   return status.ok() ? alloc_status : status;
+}
+
+bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
+                            PutResult* res) {
+  auto hit = index_.find(key);
+  if (hit == index_.end() && seen->insert(key).second) return false;
+  counters_.dedup_blocks++;
+  res->dedup_blocks++;
+  if (hit != index_.end()) AddSharer(extents_.at(hit->second.extent).get(), session);
+  return true;
 }
 
 Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<size_t>& inputs,

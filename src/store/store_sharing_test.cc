@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "flatkv/codec.h"
 #include "flatkv/store.h"
 #include "testing/test_util.h"
 
@@ -101,6 +102,29 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
     ASSERT_TRUE(store->DropSession(2).ok());
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
   }
+}
+
+// A coded put whose every block another session already holds makes its
+// session a sharer: the session must be a whole one (in the LRU order), so
+// that its next put, its drop and eviction can find it.
+TEST(StoreSharingTest, ACodedPutOfOnlySharedBlocksStartsAWholeSession) {
+  TempDir dir;
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+  PutResult result;
+  PutOptions po;
+  po.codec = std::shared_ptr<const Codec>(MakeCodec("raw").value());
+  po.result = &result;
+  ASSERT_TRUE(store->Put(2, ChainKeys(1, 8), Payload(*store, 8, 1), po).ok());
+  EXPECT_EQ(result.dedup_blocks, 8u);
+  EXPECT_EQ(result.stored_blocks, 0u);
+  EXPECT_EQ(store->Stats().sessions, 2u);
+  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2), po).ok());
+  ASSERT_TRUE(store->DropSession(1).ok());
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);  // session 2 holds them now
+  ASSERT_TRUE(store->DropSession(2).ok());
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 0u);
+  EXPECT_EQ(store->Stats().sessions, 0u);
 }
 
 // An extent other sessions reference counts for their recency: SSD

@@ -15,6 +15,7 @@
 namespace flatkv {
 namespace {
 
+using testing::PutUntilKilled;
 using testing::OpenStore;
 using testing::ChainKeys;
 using testing::Payload;
@@ -81,40 +82,11 @@ TEST(RecoveryTest, KillDashNineDuringWritesLosesOnlyUnfinishedPuts) {
   auto o = SsdOnly(dir.Sub("ssd"));
   o.ssd_capacity_bytes = 4096ull * 4 * 16384 * 5;
   o.segment_bytes = 16ull * 4 * 16384 * 5;
-  std::string progress = dir.Sub("progress");
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    auto s = Store::Open(o);
-    if (!s.ok()) ::_exit(2);
-    Store& store = *s.value();
-    int fd = ::open(progress.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
-    for (uint64_t chain = 1;; ++chain) {
-      const size_t blocks = 1 + chain % 7;
-      if (!store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain)).ok()) ::_exit(3);
-      // Put returned: the chain must survive.
-      if (::write(fd, &chain, sizeof(chain)) != sizeof(chain)) ::_exit(4);
-    }
-  }
-  // Let it write for a while, then kill it mid-put.
-  for (int i = 0; i < 200; ++i) {
-    ::usleep(10000);
-    if (std::filesystem::exists(progress) && std::filesystem::file_size(progress) >= 8 * 40) break;
-  }
-  ::usleep(20000);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
-
   std::vector<uint64_t> done;
-  {
-    FILE* f = std::fopen(progress.c_str(), "rb");
-    ASSERT_NE(f, nullptr);
-    uint64_t c;
-    while (std::fread(&c, sizeof(c), 1, f) == 1) done.push_back(c);
-    std::fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 40, 20000, [](Store& store, uint64_t chain) {
+    const size_t blocks = 1 + chain % 7;
+    return store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain));
+  }, &done));
   ASSERT_GT(done.size(), 5u);
   auto store = OpenStore(o);
   ASSERT_TRUE(store);

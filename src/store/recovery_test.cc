@@ -15,10 +15,10 @@
 namespace flatkv {
 namespace {
 
-using testing::PutUntilKilled;
-using testing::OpenStore;
 using testing::ChainKeys;
+using testing::OpenStore;
 using testing::Payload;
+using testing::PutUntilKilled;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;

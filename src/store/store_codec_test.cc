@@ -23,11 +23,11 @@
 namespace flatkv {
 namespace {
 
-using testing::PutUntilKilled;
-using testing::OpenStore;
-using testing::ManifestVersion;
 using testing::ChainKeys;
+using testing::ManifestVersion;
+using testing::OpenStore;
 using testing::Payload;
+using testing::PutUntilKilled;
 using testing::RestoreAll;
 using testing::RestoreInto;
 using testing::SmallOptions;

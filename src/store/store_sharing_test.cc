@@ -1,16 +1,9 @@
 // Sessions that share blocks (references, DropSession, eviction, restart),
 // SSD admission on reuse (kOnReuse), kill -9 with the DRAM tier on, and a
 // restart of a store written in the previous manifest format.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "flatkv/codec.h"
 #include "flatkv/store.h"
@@ -19,11 +12,11 @@
 namespace flatkv {
 namespace {
 
-using testing::PutUntilKilled;
-using testing::OpenStore;
-using testing::ManifestVersion;
 using testing::ChainKeys;
+using testing::ManifestVersion;
+using testing::OpenStore;
 using testing::Payload;
+using testing::PutUntilKilled;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;

@@ -13,8 +13,8 @@
 namespace flatkv {
 namespace {
 
-using testing::OpenStore;
 using testing::ChainKeys;
+using testing::OpenStore;
 using testing::Payload;
 using testing::RestoreAll;
 using testing::SmallOptions;

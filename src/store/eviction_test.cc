@@ -10,18 +10,13 @@ namespace flatkv {
 namespace {
 
 using testing::ChainKeys;
+using testing::OpenStore;
 using testing::Payload;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;
 
 constexpr uint64_t kExtentBytes = 4ull * 16384 * 5;  // SmallOptions: 4 blocks x 5 layers x 16 KiB
-
-std::unique_ptr<Store> Open(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return std::move(s).value();
-}
 
 void PutChain(Store& store, SessionId session, uint64_t chain, size_t blocks) {
   ASSERT_TRUE(store.Put(session, ChainKeys(chain, blocks), Payload(store, blocks, chain)).ok());
@@ -40,7 +35,7 @@ TEST_P(EvictionTest, CapacityHoldsExactlyAndTheLeastRecentSessionGoesFirst) {
     o.ssd_capacity_bytes = 4 * kExtentBytes + kExtentBytes / 2;
   }
   o.session_dram_share_bytes = 1ull << 40;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   auto medium = [&] { return m == Medium::kDram ? store->Stats().dram : store->Stats().ssd; };
 
   PutChain(*store, 1, 1, 8);  // session 1: extents 1, 2
@@ -80,7 +75,7 @@ TEST(PlacementTest, FullDramMovesCopiesToTheActiveSessionWithoutDroppingBlocks) 
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 16);
   o.session_dram_share_bytes = 1ull << 40;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   PutChain(*store, 1, 1, 8);  // copies fill DRAM (2 extents)
   EXPECT_EQ(store->Stats().dram.extents, 2u);
   EXPECT_EQ(store->Stats().ssd.extents, 2u);
@@ -96,7 +91,7 @@ TEST(PlacementTest, SessionsOutgrowingTheirShareAndOneShotBlocksHaveNoDramCopy) 
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 16);
   o.session_dram_share_bytes = 2 * kExtentBytes;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   PutChain(*store, 1, 1, 16);  // 4 SSD extents, copies of the 2 within the share
   EXPECT_EQ(store->Stats().dram.extents, 2u);
   EXPECT_EQ(store->Stats().ssd.extents, 4u);
@@ -112,7 +107,7 @@ TEST(PlacementTest, SessionsOutgrowingTheirShareAndOneShotBlocksHaveNoDramCopy) 
 TEST(PlacementTest, NoSpaceWhenNothingCanBeEvicted) {
   TempDir dir;
   StoreOptions o = SmallOptions("", 2, 0);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   PutChain(*store, 1, 1, 8);  // fills DRAM with one session
   // A restore in flight pins both extents: nothing may be freed under it.
   auto restore = store->StartRestore(ChainKeys(1, 8));
@@ -139,7 +134,7 @@ TEST(EvictionTest, ALoneSessionReclaimsItsOwnLeastRecentlyUsedExtents) {
   o.dram_capacity_bytes = 0;
   auto now = std::make_shared<std::chrono::steady_clock::time_point>();
   o.clock = [now] { return *now; };
-  auto store = Open(o);
+  auto store = OpenStore(o);
   PutChain(*store, 1, 1, 8);  // old history: 2 extents
   *now += std::chrono::seconds(1);
   PutChain(*store, 1, 2, 8);  // the live context: 2 extents; the SSD is full

@@ -16,7 +16,9 @@ namespace flatkv {
 namespace {
 
 using testing::ChainKeys;
+using testing::OpenStore;
 using testing::Payload;
+using testing::PutUntilKilled;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;
@@ -27,24 +29,18 @@ StoreOptions SsdOnly(const std::string& dir) {
   return o;
 }
 
-std::unique_ptr<Store> Open(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
-
 TEST(RecoveryTest, EveryBlockSurvivesACleanRestartAndDramCopiesDoNot) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.session_dram_share_bytes = 1 * 4 * 16384 * 5;  // a DRAM copy of one extent
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());
     EXPECT_EQ(store->Stats().dram.blocks, 4u);
     EXPECT_EQ(store->Stats().ssd.blocks, 12u);
     ASSERT_TRUE(store->Close().ok());
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Stats().recovered_blocks, 12u);
   EXPECT_EQ(store->Stats().dram.blocks, 0u);
   std::vector<std::byte> got;
@@ -59,22 +55,22 @@ TEST(RecoveryTest, DramOnlyBlocksDoNotSurviveARestart) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.placement = std::make_shared<FixedPlacement>(Medium::kDram);
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
     EXPECT_EQ(store->Stats().dram_only_blocks, 4u);
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
 }
 
 TEST(RecoveryTest, ReopenWithoutCloseReplaysTheLog) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
-  auto first = Open(o);
+  auto first = OpenStore(o);
   ASSERT_TRUE(first->Put(1, ChainKeys(1, 10), Payload(*first, 10, 1)).ok());
   ASSERT_TRUE(first->Put(2, ChainKeys(2, 3), Payload(*first, 3, 2)).ok());
   // A second process would see the log as it is now, uncompacted.
-  auto second = Open(o);
+  auto second = OpenStore(o);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*second, ChainKeys(1, 10), &got), 10u);
   EXPECT_TRUE(got == Payload(*second, 10, 1));
@@ -86,42 +82,13 @@ TEST(RecoveryTest, KillDashNineDuringWritesLosesOnlyUnfinishedPuts) {
   auto o = SsdOnly(dir.Sub("ssd"));
   o.ssd_capacity_bytes = 4096ull * 4 * 16384 * 5;
   o.segment_bytes = 16ull * 4 * 16384 * 5;
-  std::string progress = dir.Sub("progress");
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    auto s = Store::Open(o);
-    if (!s.ok()) ::_exit(2);
-    Store& store = *s.value();
-    int fd = ::open(progress.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
-    for (uint64_t chain = 1;; ++chain) {
-      const size_t blocks = 1 + chain % 7;
-      if (!store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain)).ok()) ::_exit(3);
-      // Put returned: the chain must survive.
-      if (::write(fd, &chain, sizeof(chain)) != sizeof(chain)) ::_exit(4);
-    }
-  }
-  // Let it write for a while, then kill it mid-put.
-  for (int i = 0; i < 200; ++i) {
-    ::usleep(10000);
-    if (std::filesystem::exists(progress) && std::filesystem::file_size(progress) >= 8 * 40) break;
-  }
-  ::usleep(20000);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
-
   std::vector<uint64_t> done;
-  {
-    FILE* f = std::fopen(progress.c_str(), "rb");
-    ASSERT_NE(f, nullptr);
-    uint64_t c;
-    while (std::fread(&c, sizeof(c), 1, f) == 1) done.push_back(c);
-    std::fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 40, 20000, [](Store& store, uint64_t chain) {
+    const size_t blocks = 1 + chain % 7;
+    return store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain));
+  }, &done));
   ASSERT_GT(done.size(), 5u);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store);
   for (uint64_t chain : done) {
     const size_t blocks = 1 + chain % 7;
@@ -144,11 +111,11 @@ TEST(RecoveryTest, MissingSegmentMakesItsBlocksMisses) {
   auto o = SsdOnly(dir.Sub("ssd"));
   o.segment_bytes = 2ull * 4 * 16384 * 5;  // two extents (8 blocks) per segment
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 16), Payload(*store, 16, 1)).ok());
   }
   ASSERT_TRUE(std::filesystem::remove(dir.Sub("ssd") + "/seg-000001.dat"));
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Stats().lost_blocks, 8u);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 16), &got), 8u);
@@ -164,7 +131,7 @@ TEST(RecoveryTest, CorruptedBytesOnDiskAreDetectedAndBecomeMisses) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
   }
   // Block 2, layer 3 of the first extent: offset 3 * layer_stride + 2 * slot_stride.
@@ -176,7 +143,7 @@ TEST(RecoveryTest, CorruptedBytesOnDiskAreDetectedAndBecomeMisses) {
   c ^= 0x5a;
   ASSERT_EQ(::pwrite(fd, &c, 1, off), 1);
   ::close(fd);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 2u);
   auto want = Payload(*store, 4, 1);
@@ -189,7 +156,7 @@ TEST(RecoveryTest, TornManifestTailIsCutOff) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 6), Payload(*store, 6, 1)).ok());
   }
   {
@@ -198,13 +165,13 @@ TEST(RecoveryTest, TornManifestTailIsCutOff) {
     std::fwrite(junk, 1, sizeof(junk), f);
     std::fclose(f);
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 6), &got), 6u);
   EXPECT_TRUE(got == Payload(*store, 6, 1));
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 2), Payload(*store, 2, 2)).ok());
   store.reset();
-  store = Open(o);
+  store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(2, 2)), 2u);
 }
 
@@ -230,7 +197,7 @@ TEST(RecoveryTest, ReadOnlyOpenWritesNothing) {
   TempDir dir;
   auto o = SsdOnly(dir.Sub("ssd"));
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
   }
   const std::string manifest = dir.Sub("ssd") + "/MANIFEST";
@@ -246,7 +213,7 @@ TEST(RecoveryTest, ReadOnlyOpenWritesNothing) {
   EXPECT_FALSE(Store::Open(ro).ok());
   ro.ssd_capacity_bytes = o.ssd_capacity_bytes;
   {
-    auto store = Open(ro);
+    auto store = OpenStore(ro);
     std::vector<std::byte> got;
     EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 8), &got), 8u);
     EXPECT_TRUE(got == Payload(*store, 8, 1));

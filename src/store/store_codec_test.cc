@@ -24,7 +24,10 @@ namespace flatkv {
 namespace {
 
 using testing::ChainKeys;
+using testing::ManifestVersion;
+using testing::OpenStore;
 using testing::Payload;
+using testing::PutUntilKilled;
 using testing::RestoreAll;
 using testing::RestoreInto;
 using testing::SmallOptions;
@@ -60,12 +63,6 @@ std::vector<std::byte> Sparse(const Store& store, size_t blocks, uint64_t seed) 
     std::memset(data.data() + s * lb + (s % 2 ? 0 : lb - zeros), 0, zeros);
   }
   return data;
-}
-
-std::unique_ptr<Store> Open(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
 }
 
 std::shared_ptr<const Codec> Raw() { return std::shared_ptr<const Codec>(MakeCodec("raw").value()); }
@@ -105,7 +102,7 @@ TEST_P(CodecRoundTripTest, RestoresWhatWasPutInBatchesAndExtents) {
   TempDir dir;
   StoreOptions o = On(medium, dir.Sub("ssd"));
   o.codec = variable ? std::make_shared<ZeroRunCodec>() : Raw();
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store);
   const size_t n = 14;
   auto keys = ChainKeys(1, n);
@@ -141,15 +138,6 @@ INSTANTIATE_TEST_SUITE_P(Codecs, CodecRoundTripTest,
                                   (std::get<1>(info.param) == Medium::kDram ? "dram" : "ssd");
                          });
 
-uint32_t ManifestVersion(const std::string& dir) {
-  std::ifstream f(dir + "/MANIFEST", std::ios::binary);
-  char b[12] = {};
-  f.read(b, sizeof b);
-  uint32_t v;
-  std::memcpy(&v, b + 8, 4);
-  return v;
-}
-
 TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
   TempDir dir;
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
@@ -157,13 +145,13 @@ TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
   auto keys = ChainKeys(1, 10);
   std::vector<std::byte> data;
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     data = Sparse(*store, 10, 2);
     ASSERT_TRUE(PutWith(*store, 1, keys, 0, 6, data).ok());
     ASSERT_TRUE(store->Close().ok());
   }
   EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 2u);
-  auto first = Open(o);
+  auto first = OpenStore(o);
   EXPECT_EQ(first->Stats().recovered_blocks, 6u);
   ExpectRestores(*first, keys, data, 6);
   const uint64_t stored = first->Stats().ssd.stored_bytes;
@@ -172,7 +160,7 @@ TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
   ASSERT_TRUE(PutWith(*first, 1, keys, 6, 4, data).ok());
   ExpectRestores(*first, keys, data, 10);
   // Like a kill -9: a second process replays the uncompacted log.
-  auto second = Open(o);
+  auto second = OpenStore(o);
   EXPECT_EQ(second->Stats().recovered_blocks, 10u);
   EXPECT_EQ(second->Stats().ssd.stored_bytes, first->Stats().ssd.stored_bytes);
   ExpectRestores(*second, keys, data, 10);
@@ -184,7 +172,7 @@ TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
   auto refused = Store::Open(without);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("zrle"), std::string::npos) << refused.status().ToString();
-  auto again = Open(o);
+  auto again = OpenStore(o);
   ExpectRestores(*again, keys, data, 10);
 }
 
@@ -195,39 +183,13 @@ TEST(StoreCodecTest, KillDashNineDuringCodedPutsLosesOnlyUnfinishedPuts) {
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
   o.ssd_capacity_bytes = 1024ull * 4 * 16384 * 5;
   o.codec = std::make_shared<ZeroRunCodec>();
-  const std::string progress = dir.Sub("progress");
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    auto s = Store::Open(o);
-    if (!s.ok()) ::_exit(2);
-    Store& store = *s.value();
-    int fd = ::open(progress.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
-    for (uint64_t chain = 1;; ++chain) {
-      const size_t blocks = 1 + chain % 7;
-      if (!PutWith(store, chain % 5, ChainKeys(chain, blocks), 0, blocks, Sparse(store, blocks, chain)).ok()) ::_exit(3);
-      if (::write(fd, &chain, sizeof(chain)) != sizeof(chain)) ::_exit(4);
-    }
-  }
-  for (int i = 0; i < 200; ++i) {
-    ::usleep(10000);
-    if (std::filesystem::exists(progress) && std::filesystem::file_size(progress) >= 8 * 30) break;
-  }
-  ::usleep(15000);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
   std::vector<uint64_t> done;
-  {
-    FILE* f = std::fopen(progress.c_str(), "rb");
-    ASSERT_NE(f, nullptr);
-    uint64_t c;
-    while (std::fread(&c, sizeof(c), 1, f) == 1) done.push_back(c);
-    std::fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 30, 15000, [](Store& store, uint64_t chain) {
+    const size_t blocks = 1 + chain % 7;
+    return PutWith(store, chain % 5, ChainKeys(chain, blocks), 0, blocks, Sparse(store, blocks, chain));
+  }, &done));
   ASSERT_GT(done.size(), 3u);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store);
   for (uint64_t chain : done) {
     const size_t blocks = 1 + chain % 7;
@@ -247,17 +209,17 @@ TEST(StoreCodecTest, AStoreWithoutCodecsKeepsTheVersion1Manifest) {
   TempDir dir;
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
     EXPECT_EQ(store->Stats().ssd.stored_bytes, 4 * store->BlockBytes());
     ASSERT_TRUE(store->Close().ok());
   }
   EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 1u);
   // The first coded extent upgrades the log in place.
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 2), Payload(*store, 2, 2), {PutHint::kAuto, Raw()}).ok());
   EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 2u);
-  auto second = Open(o);
+  auto second = OpenStore(o);
   EXPECT_EQ(second->Match(ChainKeys(1, 4)), 4u);
   EXPECT_EQ(second->Match(ChainKeys(2, 2)), 2u);
   const SliceLayout layout{o.shape, o.block_tokens};
@@ -269,7 +231,7 @@ TEST(StoreCodecTest, ASessionSwitchingCodecsRestoresAcrossThem) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
   o.session_dram_share_bytes = 4ull * 16384 * 5;  // one DRAM extent, then SSD
   auto zrle = std::make_shared<ZeroRunCodec>();
-  auto store = Open(o);
+  auto store = OpenStore(o);
   const size_t n = 20;
   auto keys = ChainKeys(1, n);
   auto data = Sparse(*store, n, 3);
@@ -294,7 +256,7 @@ TEST(StoreCodecTest, ASessionSwitchingCodecsRestoresAcrossThem) {
   const uint64_t ssd_blocks = st.ssd.blocks;
   store.reset();
   o.codec = zrle;
-  auto again = Open(o);
+  auto again = OpenStore(o);
   EXPECT_EQ(again->Stats().recovered_blocks, ssd_blocks);
 }
 
@@ -302,7 +264,7 @@ TEST(StoreCodecTest, CorruptEncodedBytesOnSsdAreACleanMiss) {
   TempDir dir;
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
   o.codec = std::make_shared<ZeroRunCodec>();
-  auto store = Open(o);
+  auto store = OpenStore(o);
   auto keys = ChainKeys(1, 6);
   auto data = Sparse(*store, 6, 4);
   ASSERT_TRUE(PutWith(*store, 1, keys, 0, 6, data).ok());
@@ -337,7 +299,7 @@ TEST(StoreCodecTest, ASliceThatDoesNotDecodeIsACleanMiss) {
     TempDir dir;
     StoreOptions o = On(m, dir.Sub("ssd"));
     o.codec = std::make_shared<BrokenZeroRunCodec>(3 * o.block_tokens);  // block 3, layer 1
-    auto store = Open(o);
+    auto store = OpenStore(o);
     auto keys = ChainKeys(1, 6);
     auto data = Sparse(*store, 6, 5);
     ASSERT_TRUE(PutWith(*store, 1, keys, 0, 6, data).ok());
@@ -354,7 +316,7 @@ TEST(StoreCodecTest, PackedBlocksTakeLessCapacity) {
   auto fill = [](std::shared_ptr<const Codec> codec, uint64_t* stored) {
     StoreOptions o = SmallOptions("", 4, 0);
     o.codec = std::move(codec);
-    auto store = Open(o);
+    auto store = OpenStore(o);
     auto keys = ChainKeys(1, 24);
     auto data = Sparse(*store, 24, 6);
     Status s = PutWith(*store, 1, keys, 0, 24, data);
@@ -379,7 +341,7 @@ TEST(StoreCodecTest, ABlockTooLargeForAnExtentIsAClearError) {
   StoreOptions o = SmallOptions("", 16, 0);
   o.dram_extent_layer_bytes = 16384;  // one raw block per extent: an incompressible zrle slice is larger
   o.codec = std::make_shared<ZeroRunCodec>();
-  auto store = Open(o);
+  auto store = OpenStore(o);
   Status s = store->Put(1, ChainKeys(1, 1), Payload(*store, 1, 1));
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("layer region"), std::string::npos) << s.ToString();
@@ -392,7 +354,7 @@ TEST(StoreCodecTest, InjectedReadFaultsAreCleanMisses) {
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
   o.ssd_engine = engine;
   o.codec = std::make_shared<ZeroRunCodec>();
-  auto store = Open(o);
+  auto store = OpenStore(o);
   auto keys = ChainKeys(1, 8);
   auto data = Sparse(*store, 8, 7);
   ASSERT_TRUE(PutWith(*store, 1, keys, 0, 8, data).ok());

@@ -9,8 +9,6 @@
 #include <unordered_set>
 
 #include "common/checksum.h"
-#include <optional>
-#include <tuple>
 #include "store/segment_writer.h"
 #include "store/store_impl.h"
 
@@ -36,21 +34,12 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
     if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
+    // Touched before its deduplication makes it a holder of other
+    // sessions' extents: a session is always in the LRU order.
+    TouchSession(session);
     std::unordered_set<BlockKey, BlockKeyHash> seen;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (auto hit = index_.find(keys[i]); hit != index_.end()) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        AddSharer(extents_.at(hit->second.extent).get(), session);
-        continue;
-      }
-      if (!seen.insert(keys[i]).second) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        continue;
-      }
-      todo.push_back(i);
-    }
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!Deduplicate(session, keys[i], &seen, &res)) todo.push_back(i);
   }
   if (todo.empty()) return Status::Ok();
 
@@ -98,7 +87,6 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
-    TouchSession(session);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
     for (size_t k = 0; k < todo.size(); ++k) {
       if (index_.count(keys[todo[k]])) {  // a concurrent put stored it meanwhile
@@ -187,7 +175,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     if (!early.ok()) (void)writer.Finish();
     if (!early.ok()) status = early;
     else status = Commit(
-        session, blocks, bsums.data(),
+        blocks, bsums.data(),
         [&] {
           Status s = WriteCoded(slots, offs, lens, ptrs, /*dram=*/false, &writer);
           Status finished = writer.Finish();
@@ -234,15 +222,9 @@ Status StoreImpl::WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& sl
     };
     if (dram) {  // DRAM homes and DRAM copies; a copy's batch is zero-padded as on SSD
       if (e->medium != Medium::kDram && !e->has_copy) continue;
-      const bool home = e->medium == Medium::kDram;
-      int fd = -1;
-      uint64_t file_base = 0;
-      if (!home && writer) {
-        auto loc = ssd_[e->device]->Locate(e->base, true);
-        if (!loc.ok()) return loc.status();
-        std::tie(fd, file_base) = loc.value();
-      }
-      const uint64_t base = home ? e->base : e->copy_base;
+      auto target = DramTargetOf(*e, writer != nullptr);
+      if (!target.ok()) return target.status();
+      const auto [home, base, fd, file_base] = target.value();
       for (uint32_t l = 0; l < layers; ++l) {
         for (size_t m = at; m < at + n; ++m)
           std::memcpy(dram_->At(base + l * g.layer_stride + offs[m * layers + l]), ptrs[m * layers + l], lens[m * layers + l]);

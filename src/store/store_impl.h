@@ -14,9 +14,10 @@
 //    they touch); a doomed extent is freed when its last pin goes;
 //  - allocated DRAM/SSD extents never exceed the configured capacities.
 // Thread-safety: public methods are thread-safe. mu_ is never held while
-// waiting for data I/O (manifest appends for extent create/free are the
-// only I/O under it; they are small buffered writes, plus, once per
-// directory, the in-place version upgrade before its first coded extent).
+// waiting for data I/O (manifest appends for extent create/free and for
+// shared extents' sessions are the only I/O under it; they are small
+// buffered writes, fdatasync'ed with sync_writes, plus, once per directory,
+// the in-place version upgrade before its first coded or shared extent).
 // Coded puts (store_coded.cc) encode before taking it.
 #pragma once
 
@@ -30,6 +31,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/aligned_buffer.h"
@@ -207,6 +209,11 @@ class StoreImpl final : public Store {
   uint64_t SessionShare() const;
   // Adds `session` as a holder of another session's extent `e`.
   void AddSharer(Extent* e, SessionId session) FLATKV_REQUIRES(mu_);
+  // A put's deduplication of `key`: true (counted in the store's and the
+  // put's dedup_blocks) when the key is indexed already, `session` then
+  // holding its extent, or repeats a key earlier in the put (`seen`).
+  bool Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
+                   PutResult* res) FLATKV_REQUIRES(mu_);
   // Logs e's owner and sharers (SSD extents; upgrades the log to version 3).
   Status LogSessions(const Extent& e) FLATKV_REQUIRES(mu_);
   // Back-pressure: waits until `bytes` more fit the SSD write buffer.
@@ -234,6 +241,17 @@ class StoreImpl final : public Store {
   // finishes the writer.
   Status WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<size_t>& inputs,
                      std::span<const std::byte> data, bool dram, SegmentWriter* writer);
+  // Where the DRAM phase of a put writes e's blocks (raw or coded): its DRAM
+  // home or its DRAM copy (`home`, at arena offset `base`); for a copy
+  // written through (`through`), also its SSD home's file and the file
+  // offset of the extent's base (fd -1 otherwise).
+  struct DramTarget {
+    bool home = false;
+    uint64_t base = 0;
+    int fd = -1;
+    uint64_t file_base = 0;
+  };
+  Result<DramTarget> DramTargetOf(const Extent& e, bool through);
   // The common tail of raw and coded puts once the bytes are in their DRAM
   // places: indexes DRAM-held blocks, writes SSD homes (`write_ssd`),
   // logs them, marks them durable. `record(k)` is block k's manifest record.
@@ -243,7 +261,7 @@ class StoreImpl final : public Store {
     BlockKey key;
   };
   static uint64_t SsdBlocks(const std::vector<Pending>& blocks);
-  Status Commit(SessionId session, const std::vector<Pending>& blocks, const uint64_t* sums,
+  Status Commit(const std::vector<Pending>& blocks, const uint64_t* sums,
                 const std::function<Status()>& write_ssd,
                 const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* result);
 

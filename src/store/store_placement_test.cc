@@ -18,18 +18,13 @@ namespace flatkv {
 namespace {
 
 using testing::ChainKeys;
+using testing::OpenStore;
 using testing::Payload;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;
 
 constexpr uint64_t kExtentBytes = 4ull * 16384 * 5;  // SmallOptions: 4 blocks x 5 layers x 16 KiB
-
-std::unique_ptr<Store> Open(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
 
 // Restores `keys` and counts the hit blocks each medium served.
 struct Served {
@@ -52,7 +47,7 @@ Served RestoreFrom(Store& store, const std::vector<BlockKey>& keys, const std::v
 TEST(StorePlacementTest, EveryBlockHasAnSsdHomeAndItsDramCopyServesRestores) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   PutResult result;
   PutOptions po;
   po.result = &result;
@@ -81,7 +76,7 @@ TEST(StorePlacementTest, CopiesAreReclaimedLeastRecentSessionFirstAndBlocksStayO
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 16);  // DRAM: two extents
   o.session_dram_share_bytes = 1ull << 40;
   o.readmit_on_restore = false;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());  // copies of both its extents
   EXPECT_EQ(store->Stats().dram.blocks, 8u);
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());  // takes session 1's newest copy
@@ -110,7 +105,7 @@ TEST(StorePlacementTest, APutNeverWaitsForDramItGoesWithoutACopy) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 1, 16);
   o.session_dram_share_bytes = 1ull << 40;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
   auto restore = store->StartRestore(ChainKeys(1, 4));  // pins the only copy
   ASSERT_TRUE(restore.ok());
@@ -133,7 +128,7 @@ TEST_P(StoreReadmitTest, ARestoreFromSsdReadmitsTheBlocksAsADramCopy) {
   // Coded, the 8 blocks take three extents (batches pack 4 KiB aligned): let
   // the session's share hold all of DRAM so every one of them gets a copy.
   o.session_dram_share_bytes = 4 * kExtentBytes;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   auto data = Payload(*store, 8, 1);
   for (size_t b = 0; b < data.size(); b += 5) data[b] = std::byte{0};  // something for the codec to remove
   PutOptions po;
@@ -163,7 +158,7 @@ TEST_P(StoreReadmitTest, WithoutReadmitRestoresKeepReadingSsd) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 4, 16);
   o.readmit_on_restore = false;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   PutOptions po;
   po.hint = PutHint::kOneShot;
   if (GetParam()) po.codec = std::make_shared<testing::ZeroRunCodec>();
@@ -183,7 +178,7 @@ TEST(StorePlacementTest, EachPutHintChangesPlacement) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
   o.session_dram_share_bytes = kExtentBytes;  // one extent's copy per session
-  auto store = Open(o);
+  auto store = OpenStore(o);
   auto copies = [&] { return store->Stats().dram.extents; };
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());  // kAuto: within the share
   EXPECT_EQ(copies(), 1u);
@@ -203,7 +198,7 @@ TEST(StorePlacementTest, TheDerivedShareIsHalfOfDram) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.session_dram_share_bytes = 0;  // derived: max(one extent, DRAM / 2) = 4 extents
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 24), Payload(*store, 24, 1)).ok());
   EXPECT_EQ(store->Stats().dram.extents, 4u);
 }
@@ -212,7 +207,7 @@ TEST(StorePlacementTest, FixedDramPlacementMakesDramOnlyBlocksBesideAnSsd) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 4, 16);
   o.placement = std::make_shared<FixedPlacement>(Medium::kDram);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   PutResult result;
   PutOptions po;
   po.result = &result;
@@ -233,10 +228,10 @@ TEST(StoreDurabilityTest, DramCopiesAreVisibleBeforeTheSsdWriteAndTheBufferBound
   auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.ssd_engine = engine;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   o.ssd_write_buffer_bytes = store->BlockBytes();  // one block in flight
   store.reset();
-  store = Open(o);
+  store = OpenStore(o);
   auto keys = ChainKeys(1, 4);
   auto data = Payload(*store, 4, 1);
   // Extents are created (a manifest write) before the gate closes.
@@ -287,7 +282,7 @@ TEST(StoreDurabilityTest, AFailedSsdWriteLeavesTheBlocksMissesEvenWithADramCopy)
   auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.ssd_engine = engine;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
   ASSERT_TRUE(store->Put(2, ChainKeys(3, 1), Payload(*store, 1, 3)).ok());  // session 2's extent exists: no manifest write below
   io::FaultRule rule;

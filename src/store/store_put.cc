@@ -39,17 +39,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     admit = options_.ssd_admission == SsdAdmission::kAll || reused;
     std::unordered_set<BlockKey, BlockKeyHash> seen;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (auto hit = index_.find(keys[i]); hit != index_.end()) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        AddSharer(extents_.at(hit->second.extent).get(), session);
-        continue;
-      }
-      if (!seen.insert(keys[i]).second) {
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
-        continue;
-      }
+      if (Deduplicate(session, keys[i], &seen, &res)) continue;
       Session& s = sessions_[session];
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
       if (e == nullptr || e->doomed || e->coded() || e->reserved == e->capacity) {
@@ -92,7 +82,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     if (!early.ok()) (void)writer.Finish();
     if (!early.ok()) status = early;
     else status = Commit(
-        session, blocks, sums.data(),
+        blocks, sums.data(),
         [&] {
           Status s = WriteBlocks(slots, inputs, data, /*dram=*/false, &writer);
           Status finished = writer.Finish();
@@ -111,6 +101,16 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     Unpin(e);
   }
   return status.ok() ? alloc_status : status;
+}
+
+bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
+                            PutResult* res) {
+  auto hit = index_.find(key);
+  if (hit == index_.end() && seen->insert(key).second) return false;
+  counters_.dedup_blocks++;
+  res->dedup_blocks++;
+  if (hit != index_.end()) AddSharer(extents_.at(hit->second.extent).get(), session);
+  return true;
 }
 
 Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<size_t>& inputs,
@@ -133,15 +133,9 @@ Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& s
     const uint64_t run_bytes = n * g.slot_stride;
     if (dram) {  // DRAM homes and DRAM copies (zero-padded like the SSD home they mirror)
       if (e->medium != Medium::kDram && !e->has_copy) continue;
-      const bool home = e->medium == Medium::kDram;
-      int fd = -1;
-      uint64_t file_base = 0;
-      if (!home && writer) {
-        auto loc = ssd_[e->device]->Locate(e->base, true);
-        if (!loc.ok()) return loc.status();
-        std::tie(fd, file_base) = loc.value();
-      }
-      const uint64_t base = home ? e->base : e->copy_base;
+      auto target = DramTargetOf(*e, writer != nullptr);
+      if (!target.ok()) return target.status();
+      const auto [home, base, fd, file_base] = target.value();
       for (uint32_t l = 0; l < layers; ++l) {
         for (size_t j = 0; j < n; ++j) {
           std::byte* dst = dram_->At(base + g.Offset(l, first + j));
@@ -176,13 +170,25 @@ Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& s
   return status;
 }
 
+Result<StoreImpl::DramTarget> StoreImpl::DramTargetOf(const Extent& e, bool through) {
+  DramTarget t;
+  t.home = e.medium == Medium::kDram;
+  t.base = t.home ? e.base : e.copy_base;
+  if (!t.home && through) {
+    auto loc = ssd_[e.device]->Locate(e.base, true);
+    if (!loc.ok()) return loc.status();
+    std::tie(t.fd, t.file_base) = loc.value();
+  }
+  return t;
+}
+
 uint64_t StoreImpl::SsdBlocks(const std::vector<Pending>& blocks) {
   uint64_t n = 0;
   for (const Pending& p : blocks) n += p.e->medium == Medium::kSsd;
   return n;
 }
 
-Status StoreImpl::Commit(SessionId session, const std::vector<Pending>& blocks, const uint64_t* sums,
+Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sums,
                          const std::function<Status()>& write_ssd,
                          const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* res) {
   const uint32_t layers = options_.shape.layers;
@@ -260,7 +266,6 @@ Status StoreImpl::Commit(SessionId session, const std::vector<Pending>& blocks, 
       counters_.ssd.bytes_written += block_bytes;
     }
   }
-  (void)session;
   return status;
 }
 

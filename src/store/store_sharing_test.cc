@@ -1,17 +1,11 @@
 // Sessions that share blocks (references, DropSession, eviction, restart),
 // SSD admission on reuse (kOnReuse), kill -9 with the DRAM tier on, and a
 // restart of a store written in the previous manifest format.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "flatkv/codec.h"
 #include "flatkv/store.h"
 #include "testing/test_util.h"
 
@@ -19,25 +13,13 @@ namespace flatkv {
 namespace {
 
 using testing::ChainKeys;
+using testing::ManifestVersion;
+using testing::OpenStore;
 using testing::Payload;
+using testing::PutUntilKilled;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;
-
-std::unique_ptr<Store> Open(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
-
-uint32_t ManifestVersion(const std::string& dir) {
-  std::ifstream f(dir + "/MANIFEST", std::ios::binary);
-  char b[12] = {};
-  f.read(b, sizeof b);
-  uint32_t v;
-  std::memcpy(&v, b + 8, 4);
-  return v;
-}
 
 // Session 2 continues session 1's chain: the first 8 blocks are session 1's.
 void PutShared(Store& store) {
@@ -54,7 +36,7 @@ TEST(StoreSharingTest, DropSessionFreesOnlyBlocksNoLiveSessionReferences) {
   TempDir dir;
   for (bool ssd : {true, false}) {
     StoreOptions o = SmallOptions(ssd ? dir.Sub("ssd") : "", 8, 64);
-    auto store = Open(o);
+    auto store = OpenStore(o);
     PutShared(*store);
     EXPECT_EQ(store->Stats().shared_extents, 2u);
     ASSERT_TRUE(store->DropSession(1).ok());
@@ -72,7 +54,7 @@ TEST(StoreSharingTest, DropSessionFreesOnlyBlocksNoLiveSessionReferences) {
 
 TEST(StoreSharingTest, ADropOfTheReferencingSessionLeavesTheOwnersBlocks) {
   TempDir dir;
-  auto store = Open(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
   PutShared(*store);
   ASSERT_TRUE(store->DropSession(2).ok());
   EXPECT_EQ(store->Match(ChainKeys(1, 12)), 8u);
@@ -85,7 +67,7 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
   for (bool clean : {true, false}) {
     std::filesystem::remove_all(dir.Sub("ssd"));
     {
-      auto store = Open(o);
+      auto store = OpenStore(o);
       ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
       EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 1u);  // nothing shared: the version 1 format
       PutResult result;
@@ -96,7 +78,7 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
       if (clean) {
         ASSERT_TRUE(store->Close().ok());
       } else {
-        auto second = Open(o);  // a second opener sees the uncompacted log
+        auto second = OpenStore(o);  // a second opener sees the uncompacted log
         ASSERT_TRUE(second);
         EXPECT_EQ(second->Stats().shared_extents, 2u);
         ASSERT_TRUE(second->DropSession(1).ok());
@@ -104,16 +86,39 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
         continue;
       }
     }
-    auto store = Open(o);
+    auto store = OpenStore(o);
     EXPECT_EQ(store->Stats().shared_extents, 2u) << clean;
     ASSERT_TRUE(store->DropSession(1).ok());
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 12u);
     ASSERT_TRUE(store->Close().ok());
-    store = Open(o);
+    store = OpenStore(o);
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 12u);  // session 2 owns them now, also after a restart
     ASSERT_TRUE(store->DropSession(2).ok());
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
   }
+}
+
+// A coded put whose every block another session already holds makes its
+// session a sharer: the session must be a whole one (in the LRU order), so
+// that its next put, its drop and eviction can find it.
+TEST(StoreSharingTest, ACodedPutOfOnlySharedBlocksStartsAWholeSession) {
+  TempDir dir;
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+  PutResult result;
+  PutOptions po;
+  po.codec = std::shared_ptr<const Codec>(MakeCodec("raw").value());
+  po.result = &result;
+  ASSERT_TRUE(store->Put(2, ChainKeys(1, 8), Payload(*store, 8, 1), po).ok());
+  EXPECT_EQ(result.dedup_blocks, 8u);
+  EXPECT_EQ(result.stored_blocks, 0u);
+  EXPECT_EQ(store->Stats().sessions, 2u);
+  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2), po).ok());
+  ASSERT_TRUE(store->DropSession(1).ok());
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);  // session 2 holds them now
+  ASSERT_TRUE(store->DropSession(2).ok());
+  EXPECT_EQ(store->Match(ChainKeys(1, 8)), 0u);
+  EXPECT_EQ(store->Stats().sessions, 0u);
 }
 
 // An extent other sessions reference counts for their recency: SSD
@@ -122,7 +127,7 @@ TEST(StoreSharingTest, EvictionCountsAnExtentForItsMostRecentHolder) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 4);
   o.dram_capacity_bytes = 0;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());
   ASSERT_TRUE(store->Put(3, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());  // references session 1's extent
@@ -138,7 +143,7 @@ TEST(StoreAdmissionTest, OnReuseKeepsASessionInDramUntilARestoreHitsIt) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.ssd_admission = SsdAdmission::kOnReuse;
   {
-    auto store = Open(o);
+    auto store = OpenStore(o);
     PutResult result;
     PutOptions po;
     po.result = &result;
@@ -163,7 +168,7 @@ TEST(StoreAdmissionTest, OnReuseKeepsASessionInDramUntilARestoreHitsIt) {
     EXPECT_EQ(st.dram_only_blocks, 4u);  // session 2's
     ASSERT_TRUE(store->Close().ok());
   }
-  auto store = Open(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(1, 6)), 6u);  // reused: durable
   EXPECT_EQ(store->Match(ChainKeys(2, 4)), 0u);  // never reused: DRAM-only, gone with the process
 }
@@ -173,7 +178,7 @@ TEST(StoreAdmissionTest, OnReuseLosesDramOnlyBlocksWhenTheirCopyIsReclaimed) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 1, 64);  // one DRAM extent
   o.ssd_admission = SsdAdmission::kOnReuse;
   o.session_dram_share_bytes = 1ull << 40;
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());  // takes session 1's copy
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
@@ -186,39 +191,13 @@ TEST(StoreDurabilityTest, KillDashNineWithTheDramTierOnLosesNoAcknowledgedBlock)
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 4096);
   o.segment_bytes = 16ull * 4 * 16384 * 5;
-  std::string progress = dir.Sub("progress");
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    auto s = Store::Open(o);
-    if (!s.ok()) ::_exit(2);
-    Store& store = *s.value();
-    int fd = ::open(progress.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
-    for (uint64_t chain = 1;; ++chain) {
-      const size_t blocks = 1 + chain % 7;
-      if (!store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain)).ok()) ::_exit(3);
-      if (::write(fd, &chain, sizeof(chain)) != sizeof(chain)) ::_exit(4);
-    }
-  }
-  for (int i = 0; i < 200; ++i) {
-    ::usleep(10000);
-    if (std::filesystem::exists(progress) && std::filesystem::file_size(progress) >= 8 * 40) break;
-  }
-  ::usleep(20000);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
   std::vector<uint64_t> done;
-  {
-    FILE* f = std::fopen(progress.c_str(), "rb");
-    ASSERT_NE(f, nullptr);
-    uint64_t c;
-    while (std::fread(&c, sizeof(c), 1, f) == 1) done.push_back(c);
-    std::fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 40, 20000, [](Store& store, uint64_t chain) {
+    const size_t blocks = 1 + chain % 7;
+    return store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain));
+  }, &done));
   ASSERT_GT(done.size(), 5u);
-  auto store = Open(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store);
   EXPECT_EQ(store->Stats().dram.blocks, 0u);  // the copies died with the process; the homes serve
   for (uint64_t chain : done) {

@@ -14,16 +14,11 @@ namespace flatkv {
 namespace {
 
 using testing::ChainKeys;
+using testing::OpenStore;
 using testing::Payload;
 using testing::RestoreAll;
 using testing::SmallOptions;
 using testing::TempDir;
-
-std::unique_ptr<Store> OpenOrDie(const StoreOptions& o) {
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
 
 struct ShapeCase {
   const char* name;
@@ -48,7 +43,7 @@ TEST_P(RoundTripTest, RestoresWhatWasPut) {
     o.segment_bytes = 64ull << 20;
   }
   o.window_layers = 3;
-  auto store = OpenOrDie(o);
+  auto store = OpenStore(o);
   ASSERT_TRUE(store);
   EXPECT_EQ(store->BlockLayerBytes(), sc.shape.BytesPerTokenLayer() * sc.block_tokens);
   const size_t blocks = std::max<uint64_t>(2, std::min<uint64_t>(6, (24ull << 20) / store->BlockBytes()));
@@ -92,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RoundTripTest,
 
 TEST(StoreTest, PrefixHitsAcrossPartialChains) {
   TempDir dir;
-  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
   auto keys = ChainKeys(5, 10);
   auto data = Payload(*store, 10, 5);
   // Store only the first 6 blocks.
@@ -124,7 +119,7 @@ TEST(StoreTest, PrefixHitsAcrossPartialChains) {
 
 TEST(StoreTest, ForkSharesThePrefixBlocks) {
   TempDir dir;
-  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
   auto prefix = ChainKeys(1, 4);
   auto a = prefix, b = prefix;
   auto ta = ChainKeys(2, 2), tb = ChainKeys(3, 2);
@@ -149,7 +144,7 @@ TEST(StoreTest, WindowBoundsLayersInFlight) {
   auto o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.window_layers = 2;
   o.window_bytes = 0;  // the window is exactly 2 layers
-  auto store = OpenOrDie(o);
+  auto store = OpenStore(o);
   auto keys = ChainKeys(1, 3);
   ASSERT_TRUE(store->Put(1, keys, Payload(*store, 3, 1)).ok());
   auto r = store->StartRestore(keys);
@@ -167,7 +162,7 @@ TEST(StoreTest, WindowBoundsLayersInFlight) {
 
 TEST(StoreTest, WrongSizesAreRejectedAndLoseNothing) {
   TempDir dir;
-  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
   auto keys = ChainKeys(1, 2);
   auto data = Payload(*store, 2, 1);
   ASSERT_TRUE(store->Put(1, keys, data).ok());
@@ -227,13 +222,13 @@ TEST(StoreTest, BadOptionsGiveClearErrors) {
   // Reopening with another shape is refused and keeps the data.
   o.placement = std::make_shared<FixedPlacement>(Medium::kSsd);
   {
-    auto store = OpenOrDie(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
   }
   bad = o;
   bad.shape.kv_heads = 8;
   expect(bad, Code::kInvalidArgument, "store holds");
-  auto store = OpenOrDie(o);
+  auto store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(1, 2)), 2u);
 }
 
@@ -256,14 +251,14 @@ TEST(StoreTest, OpenAdoptsTheStoredShape) {
   auto o = SmallOptions(dir.Sub("ssd"), 0, 64);
   o.dram_capacity_bytes = 0;
   {
-    auto store = OpenOrDie(o);
+    auto store = OpenStore(o);
     ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
   }
   StoreOptions adopt;
   adopt.dram_capacity_bytes = 0;
   adopt.ssd_dirs = o.ssd_dirs;
   adopt.ssd_capacity_bytes = o.ssd_capacity_bytes;
-  auto store = OpenOrDie(adopt);
+  auto store = OpenStore(adopt);
   EXPECT_EQ(store->options().shape, o.shape);
   EXPECT_EQ(store->Match(ChainKeys(1, 2)), 2u);
   StoreOptions empty = adopt;
@@ -274,7 +269,7 @@ TEST(StoreTest, OpenAdoptsTheStoredShape) {
 
 TEST(StoreTest, DropSessionFreesItsExtents) {
   TempDir dir;
-  auto store = OpenOrDie(SmallOptions(dir.Sub("ssd"), 8, 64));
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
   auto keys = ChainKeys(1, 9);
   ASSERT_TRUE(store->Put(1, keys, Payload(*store, 9, 1)).ok());
   EXPECT_GT(store->Stats().dram.extents + store->Stats().ssd.extents, 0u);

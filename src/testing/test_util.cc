@@ -1,5 +1,13 @@
 #include "testing/test_util.h"
 
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -76,6 +84,54 @@ StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uin
   }
   o.session_dram_share_bytes = 2 * extent;
   return o;
+}
+
+std::unique_ptr<Store> OpenStore(const StoreOptions& options) {
+  auto s = Store::Open(options);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+uint32_t ManifestVersion(const std::string& dir) {
+  std::ifstream f(dir + "/MANIFEST", std::ios::binary);
+  char b[12] = {};
+  f.read(b, sizeof b);
+  uint32_t v;
+  std::memcpy(&v, b + 8, 4);
+  return v;
+}
+
+void PutUntilKilled(const StoreOptions& options, const std::string& progress, uint64_t min_done, uint32_t linger_us,
+                    const std::function<Status(Store&, uint64_t chain)>& put, std::vector<uint64_t>* done) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto s = Store::Open(options);
+    if (!s.ok()) ::_exit(2);
+    Store& store = *s.value();
+    int fd = ::open(progress.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    for (uint64_t chain = 1;; ++chain) {
+      if (!put(store, chain).ok()) ::_exit(3);
+      // Put returned: the chain must survive.
+      if (::write(fd, &chain, sizeof(chain)) != sizeof(chain)) ::_exit(4);
+    }
+  }
+  // Let it write for a while, then kill it mid-put.
+  for (int i = 0; i < 200; ++i) {
+    ::usleep(10000);
+    if (std::filesystem::exists(progress) && std::filesystem::file_size(progress) >= 8 * min_done) break;
+  }
+  ::usleep(linger_us);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
+  done->clear();
+  FILE* f = std::fopen(progress.c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  uint64_t c;
+  while (std::fread(&c, sizeof(c), 1, f) == 1) done->push_back(c);
+  std::fclose(f);
 }
 
 uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,22 @@ std::vector<BlockKey> ChainKeys(uint64_t chain_id, size_t blocks, uint32_t block
 // Options for a small DRAM + SSD store of the stories260K shape (5 layers,
 // 16 KiB per block-layer at 64 tokens), with capacities in extents.
 StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uint64_t ssd_extents);
+
+// Opens a store, failing the test (EXPECT) and returning null when it cannot.
+std::unique_ptr<Store> OpenStore(const StoreOptions& options);
+
+// The format version in the header of `dir`'s MANIFEST (docs/format_manifest.md).
+uint32_t ManifestVersion(const std::string& dir);
+
+// The kill -9 harness of the durability tests: forks a child that opens a
+// store with `options` and calls `put(store, chain)` for chain = 1, 2, ...,
+// appending each chain whose put returned Ok to the file `progress`; once
+// `min_done` chains are recorded (or after about 2 s), waits `linger_us`,
+// kills the child with SIGKILL, and reads the recorded chains into `done`.
+// Fails the test (fatally) if the child cannot be forked, killed, or exited
+// by itself (2: open failed, 3: a put failed, 4: progress write failed).
+void PutUntilKilled(const StoreOptions& options, const std::string& progress, uint64_t min_done, uint32_t linger_us,
+                    const std::function<Status(Store&, uint64_t chain)>& put, std::vector<uint64_t>* done);
 
 // Restores `keys` fully, consuming every layer; returns the valid block
 // count and, if `out` is given, the bytes in Put's block-major layout.

@@ -87,6 +87,8 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
+    // A DropSession may have removed the session while the lock was down.
+    TouchSession(session);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
     for (size_t k = 0; k < todo.size(); ++k) {
       if (index_.count(keys[todo[k]])) {  // a concurrent put stored it meanwhile

@@ -103,6 +103,51 @@ TEST(StoreConcurrencyTest, ConcurrentCodedPutsAndRestoresSeeOnlyCorrectBytes) {
   EXPECT_LE(st.ssd.used_bytes, st.ssd.capacity_bytes);
 }
 
+// A codec that drops the session being put while its put encodes, outside
+// the store lock: the interleaving that a concurrent DropSession makes.
+class DroppingCodec : public testing::ZeroRunCodec {
+ public:
+  DroppingCodec(Store* store, SessionId session) : store_(store), session_(session) {}
+  Result<size_t> Encode(CodecContext& ctx, const SliceLayout& layout, std::span<const std::byte> in,
+                        std::span<std::byte> out) const override {
+    if (!dropped_.exchange(true)) dropped_status_ = store_->DropSession(session_);
+    return ZeroRunCodec::Encode(ctx, layout, in, out);
+  }
+  Status dropped_status() const { return dropped_status_; }
+
+ private:
+  Store* store_;
+  SessionId session_;
+  mutable std::atomic<bool> dropped_{false};
+  mutable Status dropped_status_;
+};
+
+// The session a coded put writes is dropped while the put encodes: the put
+// stores its blocks in a session that is a whole one again (in the LRU
+// order), so that the next put, restore and drop of it find it.
+TEST(StoreConcurrencyTest, ASessionDroppedWhileItsCodedPutEncodesIsWholeAfterThePut) {
+  TempDir dir;
+  auto s = Store::Open(SmallOptions(dir.Sub("ssd"), 8, 64));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& store = *s.value();
+  ASSERT_TRUE(store.Put(1, ChainKeys(1, 4), Payload(store, 4, 1)).ok());
+  auto codec = std::make_shared<DroppingCodec>(&store, 1);
+  PutOptions po;
+  po.codec = codec;
+  ASSERT_TRUE(store.Put(1, ChainKeys(2, 4), Payload(store, 4, 2), po).ok());
+  ASSERT_TRUE(codec->dropped_status().ok()) << codec->dropped_status().ToString();
+  EXPECT_EQ(store.Match(ChainKeys(1, 4)), 0u);  // dropped
+  EXPECT_EQ(store.Match(ChainKeys(2, 4)), 4u);  // stored after the drop
+  ASSERT_TRUE(store.Put(1, ChainKeys(3, 2), Payload(store, 2, 3)).ok());
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(store, ChainKeys(2, 4), &got), 4u);
+  EXPECT_TRUE(got == Payload(store, 4, 2));
+  EXPECT_EQ(store.Stats().sessions, 1u);
+  ASSERT_TRUE(store.DropSession(1).ok());
+  EXPECT_EQ(store.Stats().sessions, 0u);
+  EXPECT_EQ(store.Match(ChainKeys(2, 4)), 0u);
+}
+
 // With every SSD request held behind a closed gate (a saturated SSD queue),
 // a DRAM hit still restores completely: the media have separate queues.
 TEST(StoreConcurrencyTest, DramHitsDoNotWaitBehindASaturatedSsdQueue) {

@@ -251,9 +251,10 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
 Session& StoreImpl::TouchSession(SessionId id) {
   auto [it, inserted] = sessions_.try_emplace(id);
   Session& s = it->second;
-  if (!inserted) lru_.erase(s.lru);
+  if (s.listed) lru_.erase(s.lru);
   lru_.push_front(id);
   s.lru = lru_.begin();
+  s.listed = true;
   s.last_access = Now();
   s.touch = ++touch_;
   return s;
@@ -605,8 +606,12 @@ Status StoreImpl::DropSession(SessionId session) {
       // Other live sessions reference its blocks: it passes to the most
       // recent of them, with its DRAM copy.
       SessionId heir = e->sharers.front();
+      auto touch_of = [&](SessionId h) FLATKV_REQUIRES(mu_) {
+        auto hs = sessions_.find(h);
+        return hs == sessions_.end() ? uint64_t{0} : hs->second.touch;
+      };
       for (SessionId h : e->sharers)
-        if (sessions_[h].touch > sessions_[heir].touch) heir = h;
+        if (touch_of(h) > touch_of(heir)) heir = h;
       e->sharers.erase(std::remove(e->sharers.begin(), e->sharers.end(), heir), e->sharers.end());
       Session& hs = sessions_[heir];
       hs.shared.erase(std::remove(hs.shared.begin(), hs.shared.end(), id), hs.shared.end());
@@ -629,7 +634,7 @@ Status StoreImpl::DropSession(SessionId session) {
     if (!s.ok() && first.ok()) first = s;
   }
   if (first.ok() && it->second.extents.empty()) {
-    lru_.erase(it->second.lru);
+    if (it->second.listed) lru_.erase(it->second.lru);
     sessions_.erase(it);
   }
   return first;

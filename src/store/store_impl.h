@@ -103,7 +103,8 @@ struct Session {
   Clock::time_point last_access;
   uint64_t touch = 0;             // recency: higher = more recent (the store's touch counter)
   bool reused = false;            // a restore hit its blocks (ssd_admission = kOnReuse)
-  std::list<SessionId>::iterator lru;  // position in lru_ (front = most recent)
+  std::list<SessionId>::iterator lru;  // position in lru_ (front = most recent), when listed
+  bool listed = false;                 // in lru_: every session TouchSession made
 };
 
 struct MediumCounters {

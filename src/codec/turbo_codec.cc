@@ -92,7 +92,7 @@ class TurboCodec final : public LossyCodec {
           double yl = 0, ll = 0;
           for (uint32_t j = 0; j < s.head_dim; ++j) {
             const float u = v[j] * inv;
-            const int q = int(std::upper_bound(cb.threshold, cb.threshold + cb.n - 1, u) - cb.threshold);
+            const int q = int(std::upper_bound(cb.threshold, cb.threshold + (cb.n - 1), u) - cb.threshold);
             c[j] = uint8_t(q);
             yl += double(v[j]) * cb.level[q];
             ll += double(cb.level[q]) * cb.level[q];

@@ -421,8 +421,12 @@ Trace GrowingTurns(int conversations, int turns, int first, int step) {
 // total restore time (calibrated on this machine's store in the same run)
 // is within 20% of the measured one.
 TEST(Simulator, ModelRestoreTimesMatchRealWithin20Percent) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)  // gcc
   GTEST_SKIP() << "timing comparison is meaningless under sanitizer instrumentation";
+#elif defined(__has_feature)  // clang
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "timing comparison is meaningless under sanitizer instrumentation";
+#endif
 #endif
   const Trace t = GrowingTurns(4, 6, 24, 8);
   double best_error = 1e9;

@@ -12,9 +12,11 @@
 //                    then Finish.
 //   ssd_restore      the same with the SSD tier only (FixedPlacement(kSsd), O_DIRECT segments).
 //   files_per_block  one file per block (LMCache local-disk backend, SGLang HiCache file
-//                    backend): write()+fsync, read back by buffered pread of each whole file.
-//   rocksdb          RocksDB, default options, block cache off: one value per block under its
-//                    16-byte key, Get into a PinnableSlice, memcpy into the destination.
+//                    backend): write()+fsync, read back by buffered pread of each whole file
+//                    on LMCache's 4 disk worker threads.
+//   rocksdb          RocksDB with integrated BlobDB and direct reads, no block cache: one value
+//                    per block under its 16-byte key, one MultiGet into PinnableSlices, memcpy
+//                    into the destination.
 //   ssd_codec_restore  with --codec SPEC only: ssd_restore with the session stored encoded by
 //                    SPEC (decoded into the destination on the store's decode workers). The
 //                    payload of every run is then synthetic KV shaped like a real model's

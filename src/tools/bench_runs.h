@@ -85,9 +85,11 @@ std::unique_ptr<RestoreRun> MakeRawDirectReadRun(uint64_t request_bytes, uint32_
 // `decode_threads` overrides StoreOptions::decode_threads when nonzero.
 std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers = 0,
                                          std::shared_ptr<const Codec> codec = nullptr, uint32_t decode_threads = 0);
-// One file per block, written with write()+fsync and read with buffered pread.
+// One file per block, written with write()+fsync and read with buffered pread
+// by LMCache's 4 disk worker threads.
 std::unique_ptr<RestoreRun> MakeFilesPerBlockRun(const PageCacheEvictor* evictor);
-// RocksDB with default options, one value per block under its 16-byte key.
+// RocksDB with integrated BlobDB and direct reads, one value per block under
+// its 16-byte key, read with one MultiGet.
 std::unique_ptr<RestoreRun> MakeRocksDbRun(const PageCacheEvictor* evictor);
 
 }  // namespace flatkv::tools

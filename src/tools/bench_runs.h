@@ -88,8 +88,11 @@ std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers =
 // One file per block, written with write()+fsync and read with buffered pread
 // by LMCache's 4 disk worker threads.
 std::unique_ptr<RestoreRun> MakeFilesPerBlockRun(const PageCacheEvictor* evictor);
-// RocksDB with integrated BlobDB and direct reads, one value per block under
-// its 16-byte key, read with one MultiGet.
-std::unique_ptr<RestoreRun> MakeRocksDbRun(const PageCacheEvictor* evictor);
+// RocksDB, one value per block under its 16-byte key, block cache off.
+enum class RocksDbConfig {
+  kDefaults,  // run "rocksdb": default options, one Get per block
+  kBlobDb,    // run "rocksdb_blobdb": integrated BlobDB, direct reads, one MultiGet
+};
+std::unique_ptr<RestoreRun> MakeRocksDbRun(const PageCacheEvictor* evictor, RocksDbConfig config);
 
 }  // namespace flatkv::tools

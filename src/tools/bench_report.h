@@ -15,8 +15,9 @@ namespace flatkv::tools {
 
 // The runs, in the order tables list them. ssd_codec_restore runs only
 // with --codec (ssd_restore with the blocks stored encoded).
-inline constexpr std::array<std::string_view, 7> kRunNames = {
-    "memcpy", "raw_direct_read", "dram_restore", "ssd_restore", "files_per_block", "rocksdb", "ssd_codec_restore"};
+inline constexpr std::array<std::string_view, 8> kRunNames = {
+    "memcpy",  "raw_direct_read", "dram_restore", "ssd_restore", "files_per_block",
+    "rocksdb", "rocksdb_blobdb",  "ssd_codec_restore"};
 
 // One session size's measurements.
 struct SizeResult {

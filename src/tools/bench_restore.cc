@@ -12,9 +12,12 @@
 //                    then Finish.
 //   ssd_restore      the same with the SSD tier only (FixedPlacement(kSsd), O_DIRECT segments).
 //   files_per_block  one file per block (LMCache local-disk backend, SGLang HiCache file
-//                    backend): write()+fsync, read back by buffered pread of each whole file.
+//                    backend): write()+fsync, read back by buffered pread of each whole file
+//                    on LMCache's 4 disk worker threads.
 //   rocksdb          RocksDB, default options, block cache off: one value per block under its
 //                    16-byte key, Get into a PinnableSlice, memcpy into the destination.
+//   rocksdb_blobdb   RocksDB as a large-value store: integrated BlobDB, direct reads, no block
+//                    cache, one MultiGet of every block, memcpy into the destination.
 //   ssd_codec_restore  with --codec SPEC only: ssd_restore with the session stored encoded by
 //                    SPEC (decoded into the destination on the store's decode workers). The
 //                    payload of every run is then synthetic KV shaped like a real model's
@@ -101,7 +104,8 @@ std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, 
     if (n == "dram_restore") runs.push_back(MakeStoreRun(Medium::kDram, args.window_layers));
     if (n == "ssd_restore") runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers));
     if (n == "files_per_block") runs.push_back(MakeFilesPerBlockRun(ev));
-    if (n == "rocksdb") runs.push_back(MakeRocksDbRun(ev));
+    if (n == "rocksdb") runs.push_back(MakeRocksDbRun(ev, RocksDbConfig::kDefaults));
+    if (n == "rocksdb_blobdb") runs.push_back(MakeRocksDbRun(ev, RocksDbConfig::kBlobDb));
     if (n == "ssd_codec_restore" && codec)
       runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers, codec, args.decode_threads));
   }

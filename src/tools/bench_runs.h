@@ -85,9 +85,14 @@ std::unique_ptr<RestoreRun> MakeRawDirectReadRun(uint64_t request_bytes, uint32_
 // `decode_threads` overrides StoreOptions::decode_threads when nonzero.
 std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers = 0,
                                          std::shared_ptr<const Codec> codec = nullptr, uint32_t decode_threads = 0);
-// One file per block, written with write()+fsync and read with buffered pread.
+// One file per block, written with write()+fsync and read with buffered pread
+// by LMCache's 4 disk worker threads.
 std::unique_ptr<RestoreRun> MakeFilesPerBlockRun(const PageCacheEvictor* evictor);
-// RocksDB with default options, one value per block under its 16-byte key.
-std::unique_ptr<RestoreRun> MakeRocksDbRun(const PageCacheEvictor* evictor);
+// RocksDB, one value per block under its 16-byte key, block cache off.
+enum class RocksDbConfig {
+  kDefaults,  // run "rocksdb": default options, one Get per block
+  kBlobDb,    // run "rocksdb_blobdb": integrated BlobDB, direct reads, one MultiGet
+};
+std::unique_ptr<RestoreRun> MakeRocksDbRun(const PageCacheEvictor* evictor, RocksDbConfig config);
 
 }  // namespace flatkv::tools

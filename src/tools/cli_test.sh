@@ -80,6 +80,19 @@ import json; j = json.load(open('$WORK/serve.json'))
 assert j['inproc_restore_gbps'] > 0 and j['shm_restore_gbps'] > 0 and j['lookup_p99_us'] > 0, j
 " || fail "bench serve json"
 
+# bench restore: every run delivers the session and is verified (a failed verification exits 1).
+"$FLATKV" bench restore --sizes-mib 4 --reps 1 --dir "$WORK" --json > "$WORK/restore.json" || fail "bench restore"
+python3 -c "
+import json; j = json.load(open('$WORK/restore.json'))
+runs = j['sizes'][0]['runs']
+for r in ('memcpy', 'raw_direct_read', 'dram_restore', 'ssd_restore', 'files_per_block', 'rocksdb', 'rocksdb_blobdb'):
+    assert runs[r]['median_gbps'] > 0, (r, runs.get(r))
+assert runs['files_per_block']['info']['worker_threads'] == 4, runs['files_per_block']['info']
+assert runs['rocksdb_blobdb']['info']['enable_blob_files'] and runs['rocksdb_blobdb']['info']['use_direct_reads']
+row = j['sizes'][0]
+assert row['ssd_over_rocksdb'] > 0 and row['ssd_over_rocksdb_blobdb'] > 0 and j['rocksdb_blobdb_gbps'] > 0, row
+" || fail "bench restore json"
+
 # A generated multi-turn workload replays like a trace (docs/format_trace.md).
 out=$("$FLATKV" replay --workload multiturn:clients=3,rounds=3,turn_tokens=256,output_tokens=16,request_rate=2 \
   --policy infinite --load 1 --json) || fail "replay --workload"

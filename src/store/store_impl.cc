@@ -324,7 +324,7 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
     if (idle_only && now - holder.last_access < options_.dram_idle_after) return false;
     return x->medium == m && x->pins == 0 && !x->doomed;
   });
-  if (victim != nullptr) return Evict(victim);
+  if (victim != nullptr) return Evict(victim, requester);
   if (idle_only) return false;
   auto self = sessions_.find(requester);
   if (self == sessions_.end()) return false;
@@ -334,7 +334,7 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
     if (x->medium != m || x->pins > 0 || x->doomed || id == self->second.open_extent) continue;
     if (oldest == nullptr || x->last_access < oldest->last_access) oldest = x;
   }
-  return oldest != nullptr && Evict(oldest);
+  return oldest != nullptr && Evict(oldest, requester);
 }
 
 std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
@@ -414,13 +414,24 @@ Status StoreImpl::LogSessions(const Extent& e) {
   return dir.manifest().Append(rec, options_.sync_writes);
 }
 
-bool StoreImpl::Evict(Extent* x) {
+bool StoreImpl::Evict(Extent* x, SessionId requester) {
   const Medium m = x->medium;
   const uint64_t blocks = std::count(x->present.begin(), x->present.end(), 1);
+  std::vector<SessionId> holders = x->sharers;
+  holders.push_back(x->session);
   if (!FreeExtent(x).ok()) return false;
   counters_.of(m).evicted_extents++;
   counters_.of(m).evicted_blocks += blocks;
+  for (SessionId h : holders)
+    if (h != requester) ForgetIfEmpty(h);
   return true;
+}
+
+void StoreImpl::ForgetIfEmpty(SessionId id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || !it->second.extents.empty() || !it->second.shared.empty()) return;
+  if (it->second.listed) lru_.erase(it->second.lru);
+  sessions_.erase(it);
 }
 
 Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint32_t* device) {
@@ -572,8 +583,10 @@ void StoreImpl::Unindex(Extent* e, uint32_t slot) {
 
 void StoreImpl::Unpin(Extent* e) {
   if (--e->pins == 0 && e->doomed) {
+    const SessionId owner = e->session;
     Status s = FreeExtent(e);
     if (!s.ok()) LogWarning("freeing a dropped extent: " + s.ToString());
+    else ForgetIfEmpty(owner);  // the last of a dropped session's extents
   }
 }
 
@@ -693,6 +706,7 @@ StoreStats StoreImpl::Stats() const {
   st.checksum_failures = counters_.checksum_failures;
   st.decode_failures = counters_.decode_failures;
   st.io_errors = counters_.io_errors;
+  st.dropped_blocks = counters_.dropped_blocks;
   st.recovered_blocks = counters_.recovered_blocks;
   st.lost_blocks = counters_.lost_blocks;
   st.dram_only_lost_blocks = counters_.dram_only_lost_blocks;
@@ -787,6 +801,7 @@ void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vecto
       auto it = extents_.find(ref.extent);
       if (it == extents_.end() || !it->second->present[ref.slot]) continue;
       Unindex(it->second.get(), ref.slot);
+      counters_.dropped_blocks++;
     }
     for (uint64_t id : pinned) {
       auto it = extents_.find(id);

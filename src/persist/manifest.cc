@@ -342,20 +342,41 @@ Status Manifest::WriteAll(const io::File& file, uint64_t offset, std::span<const
 }
 
 Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
-  MutexLock lock(&mu_);
-  if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
-  Status s = WriteAll(file_, tail_, records);
-  if (!s.ok()) {
-    // Cut off whatever part of the append reached the file, so the log stays a valid prefix.
-    (void)file_.Truncate(tail_);
-    return s;
+  {
+    MutexLock lock(&mu_);
+    if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+    Status s = WriteAll(file_, tail_, records);
+    if (!s.ok()) {
+      // Cut off whatever part of the append reached the file, so the log stays a valid prefix.
+      (void)file_.Truncate(tail_);
+      return s;
+    }
+    tail_ += records.size();
   }
-  tail_ += records.size();
-  if (sync) return engine_->Execute({io::Op::kSync, file_.fd(), 0, nullptr, 0, nullptr}).WithContext(file_.path());
+  return sync ? Sync() : Status::Ok();
+}
+
+Status Manifest::Sync() {
+  MutexLock one_sync(&sync_mu_);
+  int fd;
+  uint64_t upto;
+  std::string path;
+  {
+    MutexLock lock(&mu_);
+    if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+    if (synced_ >= tail_) return Status::Ok();  // an earlier sync covered it
+    fd = file_.fd();
+    upto = tail_;
+    path = file_.path();
+  }
+  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, fd, 0, nullptr, 0, nullptr}).WithContext(path));
+  MutexLock lock(&mu_);
+  synced_ = std::max(synced_, upto);
   return Status::Ok();
 }
 
 Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version) {
+  MutexLock one_sync(&sync_mu_);  // no sync is using the file being replaced
   MutexLock lock(&mu_);
   if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
   uint32_t version = std::max(version_, min_version);
@@ -384,6 +405,7 @@ Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version)
   FLATKV_RETURN_IF_ERROR(io::SyncDir(dir_));
   file_ = std::move(f);
   tail_ = bytes.size();
+  synced_ = tail_;
   version_ = version;
   return Status::Ok();
 }

@@ -119,8 +119,12 @@ class Manifest {
                                                 io::IoEngine* engine, ManifestContents* contents,
                                                 bool read_only = false);
 
-  // Appends encoded records; with `sync`, fdatasyncs before returning.
+  // Appends encoded records; with `sync`, then Sync().
   Status Append(std::span<const uint8_t> records, bool sync);
+  // Makes every record appended before the call durable (fdatasync). The
+  // sync runs without the append lock, so appends go on meanwhile, and one
+  // sync serves every caller whose records it covered (group commit).
+  Status Sync();
   // Replaces the log with a snapshot holding `contents`' extents, as version
   // max(current, min_version, 2 if any extent is coded, 3 if any is shared).
   Status Rewrite(const ManifestContents& contents, uint32_t min_version = 1);
@@ -137,9 +141,13 @@ class Manifest {
   std::string dir_;
   io::IoEngine* engine_;
   bool read_only_ = false;
+  // Lock order: sync_mu_, then mu_. sync_mu_ is held across an fdatasync
+  // (one at a time) and by Rewrite, so the file a sync uses stays open.
+  Mutex sync_mu_;
   mutable Mutex mu_;
   io::File file_ FLATKV_GUARDED_BY(mu_);
   uint64_t tail_ FLATKV_GUARDED_BY(mu_) = 0;  // end of the valid log
+  uint64_t synced_ FLATKV_GUARDED_BY(mu_) = 0;  // the log is durable up to here
   uint32_t version_ FLATKV_GUARDED_BY(mu_) = 1;
 };
 

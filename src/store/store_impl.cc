@@ -411,7 +411,7 @@ Status StoreImpl::LogSessions(const Extent& e) {
   std::vector<uint8_t> rec;
   persist::EncodeExtentSessions(rec, dir.RefOf(e.slot), e.session, e.sharers);
   FLATKV_RETURN_IF_ERROR(dir.manifest().Upgrade(persist::kManifestVersionShared));
-  return dir.manifest().Append(rec, options_.sync_writes);
+  return dir.manifest().Append(rec, /*sync=*/false);  // under mu_: the caller syncs (SyncManifests)
 }
 
 bool StoreImpl::Evict(Extent* x, SessionId requester) {
@@ -500,7 +500,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     persist::EncodeExtentCreate(rec, dir.RefOf(e->slot), session, spec);
     Status s = dir.Locate(e->base, /*create=*/true).status();
     if (s.ok() && codec) s = dir.manifest().Upgrade(persist::kManifestVersionCoded);
-    if (s.ok()) s = dir.manifest().Append(rec, options_.sync_writes);
+    if (s.ok()) s = dir.manifest().Append(rec, /*sync=*/false);  // under mu_: the put syncs (SyncManifests)
     if (!s.ok()) {
       dir.slots().Release(e->slot);
       return s;
@@ -538,7 +538,7 @@ Status StoreImpl::FreeExtent(Extent* e) {
     SsdDir& dir = *ssd_[e->device];
     std::vector<uint8_t> rec;
     persist::EncodeExtentFree(rec, dir.RefOf(e->slot));
-    FLATKV_RETURN_IF_ERROR(dir.manifest().Append(rec, options_.sync_writes));
+    FLATKV_RETURN_IF_ERROR(dir.manifest().Append(rec, /*sync=*/false));  // under mu_: the caller syncs
     dir.slots().Release(e->slot);
   } else {
     dram_->slots().Release(e->slot);
@@ -597,7 +597,21 @@ uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {
   return n;
 }
 
+Status StoreImpl::SyncManifests() {
+  Status first;
+  for (auto& d : ssd_)
+    if (Status s = d->manifest().Sync(); !s.ok() && first.ok()) first = s;
+  return first;
+}
+
 Status StoreImpl::DropSession(SessionId session) {
+  Status dropped = DropSessionLocked(session);
+  if (!options_.sync_writes) return dropped;
+  Status synced = SyncManifests();  // its free and reference records, outside mu_
+  return dropped.ok() ? synced : dropped;
+}
+
+Status StoreImpl::DropSessionLocked(SessionId session) {
   MutexLock lock(&mu_);
   if (options_.read_only) return Status::FailedPrecondition("drop session: store is opened read-only");
   auto it = sessions_.find(session);

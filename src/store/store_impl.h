@@ -233,6 +233,10 @@ class StoreImpl final : public Store {
   bool Evict(Extent* x, SessionId requester) FLATKV_REQUIRES(mu_);
   // Removes session `id` from the session map and the LRU order when it
   // holds no extent and references none.
+  // Syncs every SSD directory's manifest (Manifest::Sync); called without
+  // mu_, so no fdatasync runs under the store lock.
+  Status SyncManifests() FLATKV_EXCLUDES(mu_);
+  Status DropSessionLocked(SessionId session) FLATKV_EXCLUDES(mu_);
   void ForgetIfEmpty(SessionId id) FLATKV_REQUIRES(mu_);
   Status FreeExtent(Extent* e) FLATKV_REQUIRES(mu_);
   PlacementContext MakeContext(SessionId session, PutHint hint) FLATKV_REQUIRES(mu_);

@@ -48,6 +48,7 @@ struct StoreStats {
   uint64_t recovered_blocks = 0;  // SSD blocks found by recovery at Open
   uint64_t lost_blocks = 0;       // SSD blocks recovery dropped (missing or short segment)
   uint64_t manifest_bytes = 0;
+  uint64_t manifest_checkpoints = 0;  // online checkpoints done since Open (manifest_checkpoint_bytes)
   bool ssd_direct_io = false;     // every SSD segment is opened with O_DIRECT
   std::string ssd_engine;         // "io_uring", "threadpool", ...
   // Restore latency, from Restore() to the last layer loaded, in microseconds.

@@ -59,6 +59,7 @@ Result<StoreStats> StatsFromJson(const std::string& text) {
   s.recovered_blocks = U64(j, "recovered_blocks");
   s.lost_blocks = U64(j, "lost_blocks");
   s.manifest_bytes = U64(j, "manifest_bytes");
+  s.manifest_checkpoints = U64(j, "manifest_checkpoints");
   s.restore_p50_us = F64(j, "restore_p50_us");
   s.restore_p90_us = F64(j, "restore_p90_us");
   s.restore_p99_us = F64(j, "restore_p99_us");

@@ -89,6 +89,7 @@ Status StoreImpl::Init() {
       ssd_.push_back(std::move(dir).value());
       block_layer_bytes_ = options_.shape.BytesPerTokenLayer() * options_.block_tokens;  // recovery counts bytes
       FLATKV_RETURN_IF_ERROR(Recover(d, contents));
+      if (!options_.read_only) ssd_.back()->manifest().StartCheckpoints(options_.manifest_checkpoint_bytes);
     }
   }
   block_layer_bytes_ = options_.shape.BytesPerTokenLayer() * options_.block_tokens;
@@ -695,6 +696,7 @@ StoreStats StoreImpl::Stats() const {
       st.ssd.used_bytes += d->slots().used() * d->geometry().extent_bytes;
       st.ssd_direct_io = st.ssd_direct_io && d->all_direct();
       st.manifest_bytes += d->manifest().bytes();
+      st.manifest_checkpoints += d->manifest().checkpoints();
     }
     st.dram_only_blocks = dram_only_ + dram_home_blocks_;
     for (const auto& [id, e] : extents_)

@@ -187,6 +187,8 @@ const Keyword kKeywords[] = {
      Flag<flatkv_options_set_readmit_on_restore>},
     {"ssd_write_buffer_bytes", "put bytes whose SSD write may be outstanding; 0 derives it (default)",
      U64<flatkv_options_set_ssd_write_buffer>},
+    {"manifest_checkpoint_bytes", "manifest log size that starts an online checkpoint; 0: at close only",
+     U64<flatkv_options_set_manifest_checkpoint>},
     {"window_layers", "layers a restore's window holds at least", U32<flatkv_options_set_window_layers>},
     {"window_bytes", "bytes a restore's window holds at least", U64<flatkv_options_set_window_bytes>},
     {"max_request_bytes", "largest single SSD read, bytes", U64<flatkv_options_set_max_request_bytes>},

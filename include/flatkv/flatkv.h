@@ -130,6 +130,10 @@ flatkv_status* flatkv_options_set_readmit_on_restore(flatkv_options* options, in
 /* Put bytes whose SSD write may still be outstanding before a put waits;
  * 0 (the default) derives it from the capacities. */
 flatkv_status* flatkv_options_set_ssd_write_buffer(flatkv_options* options, uint64_t bytes);
+/* Manifest log size that starts an online checkpoint (the log is rewritten
+ * as a snapshot once past max(bytes, 2 x its last snapshot)); 0: only at
+ * close. Default 64 MiB. */
+flatkv_status* flatkv_options_set_manifest_checkpoint(flatkv_options* options, uint64_t bytes);
 
 /* I/O. */
 /* A restore's window holds max(window_layers, window_bytes / layer bytes)

@@ -126,6 +126,12 @@ struct StoreOptions {
   // survives a process crash (kill -9) but not a power loss; torn data is
   // still never returned, because every block is checksummed.
   bool sync_writes = false;
+  // Online manifest checkpoints: when an SSD directory's manifest log has
+  // grown past max(this, 2 x its last snapshot), a background thread
+  // rewrites it as a snapshot of its live records (Manifest::Checkpoint),
+  // so the log and the recovery that replays it stay bounded. 0: only at
+  // Close (and after a recovery that dropped something).
+  uint64_t manifest_checkpoint_bytes = 64ull << 20;
   // Open existing SSD directories for inspection only: nothing is written
   // (no recovery rewrite, no compaction on Close), and Put and DropSession
   // fail with FailedPrecondition. `flatkv stats` opens stores this way.

@@ -44,9 +44,11 @@ struct StoreStats {
   uint64_t checksum_failures = 0;
   uint64_t decode_failures = 0;   // coded slices that failed to decode (each a miss, like a checksum failure)
   uint64_t io_errors = 0;
+  uint64_t dropped_blocks = 0;    // blocks taken out of the index after a failed read, checksum or decode
   uint64_t recovered_blocks = 0;  // SSD blocks found by recovery at Open
   uint64_t lost_blocks = 0;       // SSD blocks recovery dropped (missing or short segment)
   uint64_t manifest_bytes = 0;
+  uint64_t manifest_checkpoints = 0;  // online checkpoints done since Open (manifest_checkpoint_bytes)
   bool ssd_direct_io = false;     // every SSD segment is opened with O_DIRECT
   std::string ssd_engine;         // "io_uring", "threadpool", ...
   // Restore latency, from Restore() to the last layer loaded, in microseconds.

@@ -21,6 +21,7 @@ SETTINGS = {
     "ssd_admission": ("on-reuse", "ssd_admission", "on-reuse"),
     "readmit_on_restore": (False, "readmit_on_restore", False),
     "ssd_write_buffer_bytes": (3 << 20, "ssd_write_buffer_bytes", 3 << 20),
+    "manifest_checkpoint_bytes": (5 << 20, "manifest_checkpoint_bytes", 5 << 20),
     "window_layers": (2, "window_layers", 2),
     "window_bytes": (1 << 20, "window_bytes", 1 << 20),
     "max_request_bytes": (1 << 20, "max_request_bytes", 1 << 20),

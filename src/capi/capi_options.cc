@@ -236,6 +236,11 @@ flatkv_status* flatkv_options_set_ssd_write_buffer(flatkv_options* options, uint
   return SetField(__func__, options, &flatkv::StoreOptions::ssd_write_buffer_bytes, bytes);
 }
 
+flatkv_status* flatkv_options_set_manifest_checkpoint(flatkv_options* options, uint64_t bytes) {
+  // 0: checkpoints only at close
+  return SetField(__func__, options, &flatkv::StoreOptions::manifest_checkpoint_bytes, bytes);
+}
+
 flatkv_status* flatkv_options_set_window_layers(flatkv_options* options, uint32_t layers) {
   return SetPositive(__func__, options, &flatkv::StoreOptions::window_layers, layers, "window_layers");
 }

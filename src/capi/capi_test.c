@@ -401,6 +401,7 @@ static void test_options_take_effect(void) {
   OK(flatkv_options_set_ssd_admission(o, FLATKV_SSD_ADMISSION_ON_REUSE));
   OK(flatkv_options_set_readmit_on_restore(o, 0));
   OK(flatkv_options_set_ssd_write_buffer(o, 3u << 20));
+  OK(flatkv_options_set_manifest_checkpoint(o, 5u << 20));
   OK(flatkv_options_set_window_layers(o, 2));
   OK(flatkv_options_set_window_bytes(o, 1u << 20));
   OK(flatkv_options_set_max_request_bytes(o, 1u << 20));
@@ -430,6 +431,7 @@ static void test_options_take_effect(void) {
   HAS(json, "\"ssd_admission\":\"on-reuse\"");
   HAS(json, "\"readmit_on_restore\":false");
   HAS(json, "\"ssd_write_buffer_bytes\":3145728");
+  HAS(json, "\"manifest_checkpoint_bytes\":5242880");
   HAS(json, "\"window_layers\":2");
   HAS(json, "\"window_bytes\":1048576");
   HAS(json, "\"max_request_bytes\":1048576");

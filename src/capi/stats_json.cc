@@ -55,9 +55,11 @@ Result<StoreStats> StatsFromJson(const std::string& text) {
   s.dedup_blocks = U64(j, "dedup_blocks");
   s.checksum_failures = U64(j, "checksum_failures");
   s.io_errors = U64(j, "io_errors");
+  s.dropped_blocks = U64(j, "dropped_blocks");
   s.recovered_blocks = U64(j, "recovered_blocks");
   s.lost_blocks = U64(j, "lost_blocks");
   s.manifest_bytes = U64(j, "manifest_bytes");
+  s.manifest_checkpoints = U64(j, "manifest_checkpoints");
   s.restore_p50_us = F64(j, "restore_p50_us");
   s.restore_p90_us = F64(j, "restore_p90_us");
   s.restore_p99_us = F64(j, "restore_p99_us");

@@ -43,7 +43,7 @@ void FaultInjectionEngine::Submit(Request req) {
   {
     MutexLock lock(&mu_);
     ++outstanding_;
-    if (gate_closed_) {
+    if (gate_closed_ && (!gate_only_ || *gate_only_ == req.op)) {
       held_.push_back(std::move(req));
       return;
     }
@@ -69,9 +69,10 @@ void FaultInjectionEngine::ClearRules() {
   seen_.clear();
 }
 
-void FaultInjectionEngine::CloseGate() {
+void FaultInjectionEngine::CloseGate(std::optional<Op> only) {
   MutexLock lock(&mu_);
   gate_closed_ = true;
+  gate_only_ = only;
 }
 
 void FaultInjectionEngine::OpenGate() {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "io/io_engine.h"
@@ -61,8 +62,9 @@ class FaultInjectionEngine final : public IoEngine {
   void AddRule(const FaultRule& rule);
   void ClearRules();
   // While closed, requests are held (not passed to the base engine) until
-  // OpenGate(). Used to saturate a queue deterministically.
-  void CloseGate();
+  // OpenGate(). Used to saturate a queue deterministically. With `only`,
+  // just requests of that op are held (kSync: hold the fdatasyncs).
+  void CloseGate(std::optional<Op> only = std::nullopt);
   void OpenGate();
   // Requests currently held behind the gate.
   uint64_t held() const;
@@ -84,6 +86,7 @@ class FaultInjectionEngine final : public IoEngine {
   std::vector<FaultRule> rules_ FLATKV_GUARDED_BY(mu_);
   std::vector<uint64_t> seen_ FLATKV_GUARDED_BY(mu_);  // per rule: matching requests seen
   bool gate_closed_ FLATKV_GUARDED_BY(mu_) = false;
+  std::optional<Op> gate_only_ FLATKV_GUARDED_BY(mu_);
   std::vector<Request> held_ FLATKV_GUARDED_BY(mu_);
   uint64_t fired_ FLATKV_GUARDED_BY(mu_) = 0;
   uint64_t outstanding_ FLATKV_GUARDED_BY(mu_) = 0;  // held + passed to base_, until the callback returns

@@ -342,29 +342,56 @@ Status Manifest::WriteAll(const io::File& file, uint64_t offset, std::span<const
 }
 
 Status Manifest::Append(std::span<const uint8_t> records, bool sync) {
-  MutexLock lock(&mu_);
-  if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
-  Status s = WriteAll(file_, tail_, records);
-  if (!s.ok()) {
-    // Cut off whatever part of the append reached the file, so the log stays a valid prefix.
-    (void)file_.Truncate(tail_);
-    return s;
+  {
+    MutexLock lock(&mu_);
+    if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+    Status s = WriteAll(file_, tail_, records);
+    if (!s.ok()) {
+      // Cut off whatever part of the append reached the file, so the log stays a valid prefix.
+      (void)file_.Truncate(tail_);
+      return s;
+    }
+    tail_ += records.size();
+    if (checkpoint_min_ && tail_ >= checkpoint_at_ && !checkpoint_wanted_) {
+      checkpoint_wanted_ = true;
+      checkpoint_cv_.SignalAll();
+    }
   }
-  tail_ += records.size();
-  if (sync) return engine_->Execute({io::Op::kSync, file_.fd(), 0, nullptr, 0, nullptr}).WithContext(file_.path());
+  return sync ? Sync() : Status::Ok();
+}
+
+Status Manifest::Sync() {
+  MutexLock one_sync(&sync_mu_);
+  int fd;
+  uint64_t upto;
+  std::string path;
+  {
+    MutexLock lock(&mu_);
+    if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+    if (synced_ >= tail_) return Status::Ok();  // an earlier sync covered it
+    fd = file_.fd();
+    upto = tail_;
+    path = file_.path();
+  }
+  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, fd, 0, nullptr, 0, nullptr}).WithContext(path));
+  MutexLock lock(&mu_);
+  synced_ = std::max(synced_, upto);
   return Status::Ok();
 }
 
-Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version) {
-  MutexLock lock(&mu_);
-  if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
-  uint32_t version = std::max(version_, min_version);
+namespace {
+
+// The snapshot of `contents` as a log: header, then each live extent's
+// ExtentCreate, ExtentSessions (when shared) and BlockPuts, in LRU order
+// (ExtentRecord::sequence). *version: max(min_version, what it holds needs).
+std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t min_version, uint32_t* version) {
+  *version = min_version;
   for (const auto& [ref, e] : contents.extents) {
-    if (!e.codec.empty()) version = std::max(version, kManifestVersionCoded);
-    if (!e.sharers.empty()) version = std::max(version, kManifestVersionShared);
+    if (!e.codec.empty()) *version = std::max(*version, kManifestVersionCoded);
+    if (!e.sharers.empty()) *version = std::max(*version, kManifestVersionShared);
   }
   std::vector<uint8_t> bytes;
-  EncodeHeader(bytes, contents.header, version);
+  EncodeHeader(bytes, contents.header, *version);
   std::vector<std::pair<uint64_t, ExtentRef>> order;
   for (const auto& [ref, e] : contents.extents) order.push_back({e.sequence, ref});
   std::sort(order.begin(), order.end());
@@ -374,18 +401,128 @@ Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version)
     if (!e.sharers.empty()) EncodeExtentSessions(bytes, ref, e.session, e.sharers);
     for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);
   }
-  const std::string path = dir_ + "/" + kManifestName;
-  const std::string tmp = path + ".tmp";
+  return bytes;
+}
+
+}  // namespace
+
+Result<io::File> Manifest::WriteTemp(std::span<const uint8_t> bytes) {
+  const std::string tmp = dir_ + "/" + kManifestName + ".tmp";
   FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(tmp, true, false));
   FLATKV_RETURN_IF_ERROR(f.Truncate(0));
   FLATKV_RETURN_IF_ERROR(WriteAll(f, 0, bytes));
   FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, f.fd(), 0, nullptr, 0, nullptr}).WithContext(tmp));
+  return f;
+}
+
+Status Manifest::Replace(io::File f, uint64_t size, uint32_t version) {
+  const std::string path = dir_ + "/" + kManifestName;
+  const std::string tmp = path + ".tmp";
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, "rename " + tmp + " to " + path);
   FLATKV_RETURN_IF_ERROR(io::SyncDir(dir_));
   file_ = std::move(f);
-  tail_ = bytes.size();
+  tail_ = size;
+  synced_ = tail_;
   version_ = version;
+  checkpoint_at_ = std::max(checkpoint_min_, 2 * size);
   return Status::Ok();
+}
+
+Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version) {
+  MutexLock one_replace(&checkpoint_mu_);
+  MutexLock one_sync(&sync_mu_);  // no sync is using the file being replaced
+  MutexLock lock(&mu_);
+  if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+  uint32_t version;
+  const std::vector<uint8_t> bytes = EncodeSnapshot(contents, std::max(version_, min_version), &version);
+  FLATKV_ASSIGN_OR_RETURN(io::File f, WriteTemp(bytes));
+  return Replace(std::move(f), bytes.size(), version);
+}
+
+Status Manifest::Checkpoint() {
+  MutexLock one_replace(&checkpoint_mu_);
+  uint64_t upto;
+  int fd;
+  std::string path;
+  uint32_t version;
+  {
+    MutexLock lock(&mu_);
+    if (read_only_) return Status::FailedPrecondition(dir_ + ": opened read-only");
+    upto = tail_;
+    fd = file_.fd();  // stays open: only Checkpoint and Rewrite replace the file
+    path = file_.path();
+    version = version_;
+  }
+  // The log up to `upto`, replayed into its live state, with no lock held.
+  std::vector<uint8_t> log(upto);
+  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kRead, fd, 0, log.data(), upto, nullptr}).WithContext("read " + path));
+  FLATKV_ASSIGN_OR_RETURN(ManifestContents live, ParseManifest(log));
+  if (live.torn_tail || live.good_bytes != upto)
+    return Status::Corruption(path + ": checkpoint: the log parses to " + std::to_string(live.good_bytes) + " of " +
+                              std::to_string(upto) + " bytes (" + live.tail_problem + ")");
+  log = {};
+  uint32_t snapshot_version;
+  const std::vector<uint8_t> bytes = EncodeSnapshot(live, version, &snapshot_version);
+  FLATKV_ASSIGN_OR_RETURN(io::File f, WriteTemp(bytes));
+  // Holding appends: the records appended since `upto` follow the snapshot
+  // (they may need the version Upgrade has raised meanwhile).
+  MutexLock one_sync(&sync_mu_);
+  MutexLock lock(&mu_);
+  std::vector<uint8_t> since(tail_ - upto);
+  if (!since.empty())
+    FLATKV_RETURN_IF_ERROR(
+        engine_->Execute({io::Op::kRead, file_.fd(), upto, since.data(), since.size(), nullptr}).WithContext("read " + path));
+  const uint32_t final_version = std::max(snapshot_version, version_);
+  if (final_version != snapshot_version) {
+    std::vector<uint8_t> v;
+    PutU32(v, final_version);
+    FLATKV_RETURN_IF_ERROR(WriteAll(f, sizeof kMagic, v));  // the version follows the magic
+  }
+  FLATKV_RETURN_IF_ERROR(WriteAll(f, bytes.size(), since));
+  if (!since.empty() || final_version != snapshot_version)
+    FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, f.fd(), 0, nullptr, 0, nullptr}).WithContext(f.path()));
+  FLATKV_RETURN_IF_ERROR(Replace(std::move(f), bytes.size() + since.size(), final_version));
+  ++checkpoints_;
+  return Status::Ok();
+}
+
+void Manifest::StartCheckpoints(uint64_t min_bytes) {
+  MutexLock lock(&mu_);
+  if (read_only_ || min_bytes == 0 || checkpointer_.joinable()) return;
+  checkpoint_min_ = min_bytes;
+  checkpoint_at_ = std::max(min_bytes, 2 * tail_);
+  checkpointer_ = std::thread([this] { CheckpointLoop(); });
+}
+
+void Manifest::CheckpointLoop() {
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      while (!checkpoint_wanted_ && !stopping_) checkpoint_cv_.Wait(&mu_);
+      if (stopping_) return;
+      checkpoint_wanted_ = false;
+    }
+    Status s = Checkpoint();
+    if (!s.ok()) {
+      LogWarning("manifest checkpoint: " + s.ToString() + " (the log keeps growing until the next one)");
+      MutexLock lock(&mu_);
+      checkpoint_at_ = std::max(checkpoint_min_, 2 * tail_);
+    }
+  }
+}
+
+uint64_t Manifest::checkpoints() const {
+  MutexLock lock(&mu_);
+  return checkpoints_;
+}
+
+Manifest::~Manifest() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  checkpoint_cv_.SignalAll();
+  if (checkpointer_.joinable()) checkpointer_.join();
 }
 
 Status Manifest::Upgrade(uint32_t version) {

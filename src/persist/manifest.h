@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/mutex.h"
@@ -110,6 +111,8 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes);
 
 class Manifest {
  public:
+  ~Manifest();
+
   // Opens `dir`/MANIFEST, replaying it into *contents (whose header is the
   // stored one; the caller checks it is compatible), or creates it with
   // `header` when missing. NotFound when missing and header.shape.layers == 0.
@@ -119,8 +122,12 @@ class Manifest {
                                                 io::IoEngine* engine, ManifestContents* contents,
                                                 bool read_only = false);
 
-  // Appends encoded records; with `sync`, fdatasyncs before returning.
+  // Appends encoded records; with `sync`, then Sync().
   Status Append(std::span<const uint8_t> records, bool sync);
+  // Makes every record appended before the call durable (fdatasync). The
+  // sync runs without the append lock, so appends go on meanwhile, and one
+  // sync serves every caller whose records it covered (group commit).
+  Status Sync();
   // Replaces the log with a snapshot holding `contents`' extents, as version
   // max(current, min_version, 2 if any extent is coded, 3 if any is shared).
   Status Rewrite(const ManifestContents& contents, uint32_t min_version = 1);
@@ -130,16 +137,51 @@ class Manifest {
   // records of that version may follow. No-op when already there.
   Status Upgrade(uint32_t version);
 
+  // Online checkpoint: rewrites the log as a snapshot of itself without the
+  // caller's locks. The records up to the current tail are read back and
+  // replayed into their live state (ParseManifest, as recovery would) and
+  // written compactly to MANIFEST.tmp, which is synced; appends go on
+  // meanwhile. Then, holding appends, the records appended since are copied
+  // after the snapshot, synced, and MANIFEST.tmp is renamed over MANIFEST.
+  // A crash at any point leaves either log whole.
+  Status Checkpoint();
+  // Starts a thread that checkpoints whenever the log has grown past
+  // max(min_bytes, 2 x the size of its last snapshot): the log stays within
+  // about twice its live size, and recovery replays no more than that.
+  void StartCheckpoints(uint64_t min_bytes);
+  uint64_t checkpoints() const;  // completed online checkpoints
+
  private:
   Manifest(std::string dir, io::IoEngine* engine) : dir_(std::move(dir)), engine_(engine) {}
   Status WriteAll(const io::File& file, uint64_t offset, std::span<const uint8_t> bytes);
+  // Writes `bytes` to a fresh MANIFEST.tmp and syncs it.
+  Result<io::File> WriteTemp(std::span<const uint8_t> bytes);
+  // Renames MANIFEST.tmp (`f`, of `size` bytes, synced) over MANIFEST and
+  // makes it the log.
+  Status Replace(io::File f, uint64_t size, uint32_t version) FLATKV_REQUIRES(mu_);
+  void CheckpointLoop();
 
   std::string dir_;
   io::IoEngine* engine_;
   bool read_only_ = false;
+  // Lock order: checkpoint_mu_, sync_mu_, mu_. checkpoint_mu_ serialises
+  // the two that replace the file (Checkpoint, Rewrite), so the file a
+  // checkpoint reads stays open; sync_mu_ is held across an fdatasync (one
+  // at a time) and by both, so the file a sync uses stays open too.
+  Mutex checkpoint_mu_;
+  Mutex sync_mu_;
   mutable Mutex mu_;
   io::File file_ FLATKV_GUARDED_BY(mu_);
   uint64_t tail_ FLATKV_GUARDED_BY(mu_) = 0;  // end of the valid log
+  uint64_t synced_ FLATKV_GUARDED_BY(mu_) = 0;  // the log is durable up to here
+  // Online checkpoints (StartCheckpoints).
+  uint64_t checkpoint_min_ FLATKV_GUARDED_BY(mu_) = 0;   // 0: none
+  uint64_t checkpoint_at_ FLATKV_GUARDED_BY(mu_) = 0;    // tail_ that triggers the next
+  bool checkpoint_wanted_ FLATKV_GUARDED_BY(mu_) = false;
+  bool stopping_ FLATKV_GUARDED_BY(mu_) = false;
+  uint64_t checkpoints_ FLATKV_GUARDED_BY(mu_) = 0;
+  CondVar checkpoint_cv_;
+  std::thread checkpointer_;
   uint32_t version_ FLATKV_GUARDED_BY(mu_) = 1;
 };
 

@@ -109,6 +109,8 @@ const Knob kKnobs[] = {
     {"readmit_on_restore", &StoreOptions::readmit_on_restore, "a restore from SSD re-admits its blocks' DRAM copy"},
     {"ssd_write_buffer_bytes", &StoreOptions::ssd_write_buffer_bytes,
      "put bytes whose SSD write may be outstanding; 0 derives it from the capacities"},
+    {"manifest_checkpoint_bytes", &StoreOptions::manifest_checkpoint_bytes,
+     "manifest log size that starts an online checkpoint (at least 2x its last snapshot); 0: at close only"},
     {"window_layers", &StoreOptions::window_layers, "layers a restore's window holds at least"},
     {"window_bytes", &StoreOptions::window_bytes, "bytes a restore's window holds at least"},
     {"max_request_bytes", &StoreOptions::max_request_bytes, "largest single SSD read, bytes"},

@@ -96,6 +96,7 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
   Line(&out, "flatkv_store_events_total", "event=\"dedup_block\"", double(s.dedup_blocks));
   Line(&out, "flatkv_store_events_total", "event=\"checksum_failure\"", double(s.checksum_failures));
   Line(&out, "flatkv_store_events_total", "event=\"io_error\"", double(s.io_errors));
+  Line(&out, "flatkv_store_events_total", "event=\"dropped_block\"", double(s.dropped_blocks));
   Help(&out, "flatkv_sessions", "gauge", "Sessions holding extents.");
   Line(&out, "flatkv_sessions", "", double(s.sessions));
 

@@ -48,25 +48,40 @@ class FaultTest : public ::testing::Test {
   std::vector<std::byte> data_;
 };
 
-TEST_F(FaultTest, ReadErrorIsACleanMissAndTransient) {
+// A failed read is a clean miss, and the blocks it read leave the index
+// (counted), so that later restores do not read them again.
+TEST_F(FaultTest, ReadErrorIsACleanMissAndDropsTheBlocksItRead) {
   engine_->AddRule({Fault::kError, Op::kRead, -1, EIO, 0, 1});
   EXPECT_LT(CheckedRestore(), 8u);
-  EXPECT_EQ(store_->Stats().io_errors, 1u);
+  StoreStats st = store_->Stats();
+  EXPECT_EQ(st.io_errors, 1u);
+  EXPECT_GT(st.dropped_blocks, 0u);
   engine_->ClearRules();
-  EXPECT_EQ(CheckedRestore(), 8u);  // an I/O error does not drop the blocks
+  // The failed read was the first (of block 0's extent), so the chain now
+  // stops at block 0; the blocks of other reads stay.
+  const uint32_t left = store_->Match(keys_);
+  EXPECT_EQ(left, 0u);
+  EXPECT_LT(st.dropped_blocks, 8u);
+  EXPECT_EQ(CheckedRestore(), left);
+  EXPECT_EQ(store_->Stats().io_errors, 1u);  // nothing was read again
+  // The dropped blocks can be put again.
+  ASSERT_TRUE(store_->Put(1, keys_, data_).ok());
+  EXPECT_EQ(CheckedRestore(), 8u);
 }
 
-TEST_F(FaultTest, ShortReadIsACleanMiss) {
+TEST_F(FaultTest, ShortReadIsACleanMissAndDropsTheBlocksItRead) {
   engine_->AddRule({Fault::kShortRead, Op::kRead, -1, 0, 3, 1});
   EXPECT_LT(CheckedRestore(), 8u);
   engine_->ClearRules();
-  EXPECT_EQ(CheckedRestore(), 8u);
+  EXPECT_GT(store_->Stats().dropped_blocks, 0u);
+  EXPECT_EQ(CheckedRestore(), store_->Match(keys_));
 }
 
 TEST_F(FaultTest, CorruptedReadIsDetectedAndDropsTheBlock) {
   engine_->AddRule({Fault::kCorrupt, Op::kRead, -1, 0, 0, 1});
   EXPECT_LT(CheckedRestore(), 8u);
   EXPECT_EQ(store_->Stats().checksum_failures, 1u);
+  EXPECT_EQ(store_->Stats().dropped_blocks, 1u);
   engine_->ClearRules();
   // The corrupt block left the index; its chain now stops before it.
   EXPECT_LT(store_->Match(keys_), 8u);

@@ -60,6 +60,7 @@ std::string StoreOptionsToJson(const StoreOptions& o) {
   j["ssd_admission"] = SsdAdmissionName(o.ssd_admission);
   j["readmit_on_restore"] = o.readmit_on_restore;
   j["ssd_write_buffer_bytes"] = o.ssd_write_buffer_bytes;
+  j["manifest_checkpoint_bytes"] = o.manifest_checkpoint_bytes;
   j["window_layers"] = o.window_layers;
   j["window_bytes"] = o.window_bytes;
   j["max_request_bytes"] = o.max_request_bytes;

@@ -376,8 +376,9 @@ void RestoreImpl::IssueCoded(uint32_t layer, const Piece& p, std::byte* slot) {
                               store_->counters().io_errors++;
                               LogWarning("restore: layer " + std::to_string(layer) + ": " +
                                          s.WithContext("read at offset " + std::to_string(at)).ToString() +
-                                         "; blocks from " + std::to_string(r.first_block + p.j0) + " on are misses");
-                              Settle(layer, r.first_block + p.j0, {});
+                                         "; blocks from " + std::to_string(r.first_block + p.j0) +
+                                         " on are misses, and the blocks it read leave the index");
+                              Settle(layer, r.first_block + p.j0, ReadBlocks(r, p.j0, p.n));
                             }});
   mc.NoteDepth(store_->engine()->outstanding());
 }
@@ -433,6 +434,12 @@ void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32
   Settle(layer, bad, corrupt);
 }
 
+std::vector<BlockRef> RestoreImpl::ReadBlocks(const Run& r, uint32_t j0, uint32_t n) {
+  std::vector<BlockRef> refs;
+  for (uint32_t j = j0; j < j0 + n; ++j) refs.push_back({r.extent, r.first_slot + j});
+  return refs;
+}
+
 void RestoreImpl::Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRef>& corrupt) {
   MutexLock lock(&mu_);
   LayerState& st = state_[layer];
@@ -451,7 +458,8 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
     bad = r.first_block + j0;
     c.io_errors++;
     LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
-               std::to_string(bad) + " on are misses");
+               std::to_string(bad) + " on are misses, and the blocks it read leave the index");
+    corrupt = ReadBlocks(r, j0, n);
   } else if (r.medium == Medium::kSsd || verify_dram_) {
     for (uint32_t j = 0; j < n; ++j) {
       const uint32_t block = r.first_block + j0 + j;

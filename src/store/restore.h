@@ -108,7 +108,10 @@ class RestoreImpl final : public Restore {
   // Verifies and decodes, then settles one pending unit of `layer`.
   void DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin,
                     bool verify);
+  // Marks `layer` bad from block `bad` on; `corrupt` leave the index at Finish.
   void Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRef>& corrupt);
+  // The blocks j0..j0+n-1 of `r`: what a failed read leaves unreadable.
+  static std::vector<BlockRef> ReadBlocks(const Run& r, uint32_t j0, uint32_t n);
   // Copies blocks j0..j0+n-1 of readmitted run `r` of `layer` into the DRAM copy.
   void CopyRaw(uint32_t layer, const Run& r, uint32_t j0, const std::vector<const std::byte*>& where, uint32_t good);
   void CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin);

@@ -46,15 +46,15 @@ std::string StoreStats::ToString() const {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
                 "sessions=%llu restores=%llu lookup_blocks=%llu miss_blocks=%llu put_blocks=%llu dedup_blocks=%llu\n"
-                "checksum_failures=%llu decode_failures=%llu io_errors=%llu recovered_blocks=%llu lost_blocks=%llu manifest_bytes=%llu\n"
+                "checksum_failures=%llu decode_failures=%llu io_errors=%llu dropped_blocks=%llu recovered_blocks=%llu lost_blocks=%llu manifest_bytes=%llu manifest_checkpoints=%llu\n"
                 "ssd_read_amplification=%.3f compression_ratio=%.3f ssd_direct_io=%s ssd_engine=%s\n"
                 "restore_latency_us p50=%.0f p90=%.0f p99=%.0f max=%.0f\n"
                 "dram_only_blocks=%llu dram_only_lost_blocks=%llu readmitted_blocks=%llu ssd_write_waits=%llu shared_extents=%llu\n",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
                 (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
-                (unsigned long long)recovered_blocks, (unsigned long long)lost_blocks,
-                (unsigned long long)manifest_bytes, ssd_read_amplification(), compression_ratio(), ssd_direct_io ? "yes" : "no",
+                (unsigned long long)dropped_blocks, (unsigned long long)recovered_blocks, (unsigned long long)lost_blocks,
+                (unsigned long long)manifest_bytes, (unsigned long long)manifest_checkpoints, ssd_read_amplification(), compression_ratio(), ssd_direct_io ? "yes" : "no",
                 ssd_engine.c_str(), restore_p50_us, restore_p90_us, restore_p99_us, restore_max_us,
                 (unsigned long long)dram_only_blocks, (unsigned long long)dram_only_lost_blocks,
                 (unsigned long long)readmitted_blocks, (unsigned long long)ssd_write_waits,
@@ -70,16 +70,17 @@ std::string StoreStats::ToJson() const {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
                 ",\"sessions\":%llu,\"restores\":%llu,\"lookup_blocks\":%llu,\"miss_blocks\":%llu,\"put_blocks\":%llu,"
-                "\"dedup_blocks\":%llu,\"checksum_failures\":%llu,\"decode_failures\":%llu,\"io_errors\":%llu,\"recovered_blocks\":%llu,"
-                "\"lost_blocks\":%llu,\"manifest_bytes\":%llu,\"ssd_read_amplification\":%.6f,\"compression_ratio\":%.6f,\"ssd_direct_io\":%s,"
+                "\"dedup_blocks\":%llu,\"checksum_failures\":%llu,\"decode_failures\":%llu,\"io_errors\":%llu,\"dropped_blocks\":%llu,"
+                "\"recovered_blocks\":%llu,"
+                "\"lost_blocks\":%llu,\"manifest_bytes\":%llu,\"manifest_checkpoints\":%llu,\"ssd_read_amplification\":%.6f,\"compression_ratio\":%.6f,\"ssd_direct_io\":%s,"
                 "\"ssd_engine\":\"%s\",\"restore_p50_us\":%.1f,\"restore_p90_us\":%.1f,\"restore_p99_us\":%.1f,"
                 "\"restore_max_us\":%.1f,\"dram_only_blocks\":%llu,\"dram_only_lost_blocks\":%llu,"
                 "\"readmitted_blocks\":%llu,\"ssd_write_waits\":%llu,\"shared_extents\":%llu}",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
                 (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
-                (unsigned long long)recovered_blocks, (unsigned long long)lost_blocks,
-                (unsigned long long)manifest_bytes, ssd_read_amplification(), compression_ratio(), ssd_direct_io ? "true" : "false",
+                (unsigned long long)dropped_blocks, (unsigned long long)recovered_blocks, (unsigned long long)lost_blocks,
+                (unsigned long long)manifest_bytes, (unsigned long long)manifest_checkpoints, ssd_read_amplification(), compression_ratio(), ssd_direct_io ? "true" : "false",
                 ssd_engine.c_str(), restore_p50_us, restore_p90_us, restore_p99_us, restore_max_us,
                 (unsigned long long)dram_only_blocks, (unsigned long long)dram_only_lost_blocks,
                 (unsigned long long)readmitted_blocks, (unsigned long long)ssd_write_waits,

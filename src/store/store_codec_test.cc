@@ -348,7 +348,7 @@ TEST(StoreCodecTest, ABlockTooLargeForAnExtentIsAClearError) {
   EXPECT_EQ(store->Match(ChainKeys(1, 1)), 0u);
 }
 
-TEST(StoreCodecTest, InjectedReadFaultsAreCleanMisses) {
+TEST(StoreCodecTest, InjectedReadFaultsAreCleanMissesAndDropTheBlocksRead) {
   TempDir dir;
   auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
@@ -365,7 +365,11 @@ TEST(StoreCodecTest, InjectedReadFaultsAreCleanMisses) {
     EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
     engine->ClearRules();
   }
-  ExpectRestores(*store, keys, data, 8);  // nothing was lost
+  // The failed reads dropped the blocks they read; put again, they restore.
+  EXPECT_GT(store->Stats().dropped_blocks, 0u);
+  EXPECT_LT(store->Match(keys), 8u);
+  ASSERT_TRUE(PutWith(*store, 1, keys, 0, 8, data).ok());
+  ExpectRestores(*store, keys, data, 8);
   // A failed write loses only that put's blocks.
   engine->AddRule({io::Fault::kError, io::Op::kWrite, -1, EIO, 0, 1});
   auto more = ChainKeys(2, 4);

@@ -41,7 +41,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     for (size_t i = 0; i < keys.size(); ++i)
       if (!Deduplicate(session, keys[i], &seen, &res)) todo.push_back(i);
   }
-  if (todo.empty()) return Status::Ok();
+  if (todo.empty()) return options_.sync_writes ? SyncManifests() : Status::Ok();  // its references
 
   // Encode, outside the lock, each slice into room for its bound.
   SliceLayout layout{options_.shape, options_.block_tokens, 0, SliceLayout::kUnknownPosition};
@@ -159,8 +159,10 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       ptrs[j * layers + l] = enc.get() + inputs[j] * per_block + bound_at[l];
       lens[j * layers + l] = len[inputs[j] * layers + l];
     }
-  Status status;
-  if (!inputs.empty()) {
+  // With sync_writes, what the allocation appended under mu_ becomes durable
+  // here, outside the lock, before data reaches a reused slot (as in Put).
+  Status status = options_.sync_writes ? SyncManifests() : Status::Ok();
+  if (status.ok() && !inputs.empty()) {
     std::vector<Pending> blocks(inputs.size());
     std::vector<uint64_t> bsums(inputs.size() * layers);
     for (size_t j = 0; j < inputs.size(); ++j) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <thread>
 
 #include "flatkv/codec.h"
@@ -63,6 +65,7 @@ TEST(StoreConcurrencyTest, ConcurrentCodedPutsAndRestoresSeeOnlyCorrectBytes) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 12, 48);
   o.dram_idle_after = std::chrono::milliseconds(0);
   o.decode_threads = 3;
+  o.manifest_checkpoint_bytes = 4 << 10;  // online checkpoints run under the puts and drops too
   auto s = Store::Open(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Store& store = *s.value();
@@ -173,6 +176,34 @@ TEST(StoreConcurrencyTest, DramHitsDoNotWaitBehindASaturatedSsdQueue) {
   EXPECT_GE(store.Stats().ssd.queue_depth, 1u);
   engine->OpenGate();
   EXPECT_EQ(ssd_restore.value()->Finish(), 16u);
+}
+
+// With sync_writes, a put's fdatasyncs run outside the store lock: while
+// one is held at the gate, other calls that take the lock go on.
+TEST(StoreConcurrencyTest, WithSyncWritesNoFdatasyncRunsUnderTheStoreLock) {
+  TempDir dir;
+  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
+  o.sync_writes = true;
+  o.ssd_engine = engine;
+  auto s = Store::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& store = *s.value();
+  ASSERT_TRUE(store.Put(1, ChainKeys(1, 8), Payload(store, 8, 1)).ok());
+
+  engine->CloseGate(io::Op::kSync);
+  Status put;
+  std::thread writer([&] { put = store.Put(2, ChainKeys(2, 4), Payload(store, 4, 2)); });  // a new extent: its record is synced
+  for (int i = 0; i < 500 && engine->held() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GT(engine->held(), 0u);
+  auto match = std::async(std::launch::async, [&] { return store.Match(ChainKeys(1, 8)); });
+  const bool went_on = match.wait_for(std::chrono::seconds(3)) == std::future_status::ready;
+  EXPECT_TRUE(went_on) << "Match waited for the store lock while the put's fdatasync was held";
+  engine->OpenGate();
+  writer.join();
+  EXPECT_TRUE(put.ok()) << put.ToString();
+  EXPECT_EQ(match.get(), 8u);
+  EXPECT_EQ(store.Match(ChainKeys(2, 4)), 4u);
 }
 
 }  // namespace

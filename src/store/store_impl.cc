@@ -89,6 +89,7 @@ Status StoreImpl::Init() {
       ssd_.push_back(std::move(dir).value());
       block_layer_bytes_ = options_.shape.BytesPerTokenLayer() * options_.block_tokens;  // recovery counts bytes
       FLATKV_RETURN_IF_ERROR(Recover(d, contents));
+      if (!options_.read_only) ssd_.back()->manifest().StartCheckpoints(options_.manifest_checkpoint_bytes);
     }
   }
   block_layer_bytes_ = options_.shape.BytesPerTokenLayer() * options_.block_tokens;
@@ -324,7 +325,7 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
     if (idle_only && now - holder.last_access < options_.dram_idle_after) return false;
     return x->medium == m && x->pins == 0 && !x->doomed;
   });
-  if (victim != nullptr) return Evict(victim);
+  if (victim != nullptr) return Evict(victim, requester);
   if (idle_only) return false;
   auto self = sessions_.find(requester);
   if (self == sessions_.end()) return false;
@@ -334,7 +335,7 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
     if (x->medium != m || x->pins > 0 || x->doomed || id == self->second.open_extent) continue;
     if (oldest == nullptr || x->last_access < oldest->last_access) oldest = x;
   }
-  return oldest != nullptr && Evict(oldest);
+  return oldest != nullptr && Evict(oldest, requester);
 }
 
 std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
@@ -411,16 +412,27 @@ Status StoreImpl::LogSessions(const Extent& e) {
   std::vector<uint8_t> rec;
   persist::EncodeExtentSessions(rec, dir.RefOf(e.slot), e.session, e.sharers);
   FLATKV_RETURN_IF_ERROR(dir.manifest().Upgrade(persist::kManifestVersionShared));
-  return dir.manifest().Append(rec, options_.sync_writes);
+  return dir.manifest().Append(rec, /*sync=*/false);  // under mu_: the caller syncs (SyncManifests)
 }
 
-bool StoreImpl::Evict(Extent* x) {
+bool StoreImpl::Evict(Extent* x, SessionId requester) {
   const Medium m = x->medium;
   const uint64_t blocks = std::count(x->present.begin(), x->present.end(), 1);
+  std::vector<SessionId> holders = x->sharers;
+  holders.push_back(x->session);
   if (!FreeExtent(x).ok()) return false;
   counters_.of(m).evicted_extents++;
   counters_.of(m).evicted_blocks += blocks;
+  for (SessionId h : holders)
+    if (h != requester) ForgetIfEmpty(h);
   return true;
+}
+
+void StoreImpl::ForgetIfEmpty(SessionId id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || !it->second.extents.empty() || !it->second.shared.empty()) return;
+  if (it->second.listed) lru_.erase(it->second.lru);
+  sessions_.erase(it);
 }
 
 Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint32_t* device) {
@@ -489,7 +501,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     persist::EncodeExtentCreate(rec, dir.RefOf(e->slot), session, spec);
     Status s = dir.Locate(e->base, /*create=*/true).status();
     if (s.ok() && codec) s = dir.manifest().Upgrade(persist::kManifestVersionCoded);
-    if (s.ok()) s = dir.manifest().Append(rec, options_.sync_writes);
+    if (s.ok()) s = dir.manifest().Append(rec, /*sync=*/false);  // under mu_: the put syncs (SyncManifests)
     if (!s.ok()) {
       dir.slots().Release(e->slot);
       return s;
@@ -527,7 +539,7 @@ Status StoreImpl::FreeExtent(Extent* e) {
     SsdDir& dir = *ssd_[e->device];
     std::vector<uint8_t> rec;
     persist::EncodeExtentFree(rec, dir.RefOf(e->slot));
-    FLATKV_RETURN_IF_ERROR(dir.manifest().Append(rec, options_.sync_writes));
+    FLATKV_RETURN_IF_ERROR(dir.manifest().Append(rec, /*sync=*/false));  // under mu_: the caller syncs
     dir.slots().Release(e->slot);
   } else {
     dram_->slots().Release(e->slot);
@@ -572,8 +584,10 @@ void StoreImpl::Unindex(Extent* e, uint32_t slot) {
 
 void StoreImpl::Unpin(Extent* e) {
   if (--e->pins == 0 && e->doomed) {
+    const SessionId owner = e->session;
     Status s = FreeExtent(e);
     if (!s.ok()) LogWarning("freeing a dropped extent: " + s.ToString());
+    else ForgetIfEmpty(owner);  // the last of a dropped session's extents
   }
 }
 
@@ -584,7 +598,21 @@ uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {
   return n;
 }
 
+Status StoreImpl::SyncManifests() {
+  Status first;
+  for (auto& d : ssd_)
+    if (Status s = d->manifest().Sync(); !s.ok() && first.ok()) first = s;
+  return first;
+}
+
 Status StoreImpl::DropSession(SessionId session) {
+  Status dropped = DropSessionLocked(session);
+  if (!options_.sync_writes) return dropped;
+  Status synced = SyncManifests();  // its free and reference records, outside mu_
+  return dropped.ok() ? synced : dropped;
+}
+
+Status StoreImpl::DropSessionLocked(SessionId session) {
   MutexLock lock(&mu_);
   if (options_.read_only) return Status::FailedPrecondition("drop session: store is opened read-only");
   auto it = sessions_.find(session);
@@ -668,6 +696,7 @@ StoreStats StoreImpl::Stats() const {
       st.ssd.used_bytes += d->slots().used() * d->geometry().extent_bytes;
       st.ssd_direct_io = st.ssd_direct_io && d->all_direct();
       st.manifest_bytes += d->manifest().bytes();
+      st.manifest_checkpoints += d->manifest().checkpoints();
     }
     st.dram_only_blocks = dram_only_ + dram_home_blocks_;
     for (const auto& [id, e] : extents_)
@@ -693,6 +722,7 @@ StoreStats StoreImpl::Stats() const {
   st.checksum_failures = counters_.checksum_failures;
   st.decode_failures = counters_.decode_failures;
   st.io_errors = counters_.io_errors;
+  st.dropped_blocks = counters_.dropped_blocks;
   st.recovered_blocks = counters_.recovered_blocks;
   st.lost_blocks = counters_.lost_blocks;
   st.dram_only_lost_blocks = counters_.dram_only_lost_blocks;
@@ -787,6 +817,7 @@ void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vecto
       auto it = extents_.find(ref.extent);
       if (it == extents_.end() || !it->second->present[ref.slot]) continue;
       Unindex(it->second.get(), ref.slot);
+      counters_.dropped_blocks++;
     }
     for (uint64_t id : pinned) {
       auto it = extents_.find(id);

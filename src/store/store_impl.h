@@ -120,7 +120,7 @@ struct MediumCounters {
 struct Counters {
   MediumCounters dram, ssd;
   std::atomic<uint64_t> restores{0}, lookup_blocks{0}, miss_blocks{0}, put_blocks{0}, dedup_blocks{0},
-      checksum_failures{0}, decode_failures{0}, io_errors{0}, recovered_blocks{0}, lost_blocks{0},
+      checksum_failures{0}, decode_failures{0}, io_errors{0}, dropped_blocks{0}, recovered_blocks{0}, lost_blocks{0},
       dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0};
   LatencyHistogram restore_latency;
   MediumCounters& of(Medium m) { return m == Medium::kDram ? dram : ssd; }
@@ -152,7 +152,8 @@ class StoreImpl final : public Store {
   DramQueue* decode_queue() { return decode_queue_.get(); }
   Counters& counters() { return counters_; }
   // Drops pins taken by StartRestore, removes blocks that failed their
-  // checksum (`corrupt`: key and extent id) from the index, and marks the
+  // read, checksum or decode (`corrupt`: extent id and slot) from the index
+  // (counted in dropped_blocks), and marks the
   // re-admitted blocks (`readmitted`) as held by their extents' DRAM copies.
   void EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt,
                   const std::vector<BlockRef>& readmitted = {});
@@ -227,7 +228,16 @@ class StoreImpl final : public Store {
   // not `idle_only`, the requester's own least recently accessed extent
   // (a long session's dead history, such as a compacted context).
   bool ReclaimFrom(Medium m, SessionId requester, bool idle_only) FLATKV_REQUIRES(mu_);
-  bool Evict(Extent* x) FLATKV_REQUIRES(mu_);
+  // Frees victim `x` for `requester`; a holder of x left with no extents and
+  // no references is forgotten (never the requester, whose put is running).
+  bool Evict(Extent* x, SessionId requester) FLATKV_REQUIRES(mu_);
+  // Removes session `id` from the session map and the LRU order when it
+  // holds no extent and references none.
+  // Syncs every SSD directory's manifest (Manifest::Sync); called without
+  // mu_, so no fdatasync runs under the store lock.
+  Status SyncManifests() FLATKV_EXCLUDES(mu_);
+  Status DropSessionLocked(SessionId session) FLATKV_EXCLUDES(mu_);
+  void ForgetIfEmpty(SessionId id) FLATKV_REQUIRES(mu_);
   Status FreeExtent(Extent* e) FLATKV_REQUIRES(mu_);
   PlacementContext MakeContext(SessionId session, PutHint hint) FLATKV_REQUIRES(mu_);
   void Unpin(Extent* e) FLATKV_REQUIRES(mu_);

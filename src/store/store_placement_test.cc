@@ -296,5 +296,49 @@ TEST(StoreDurabilityTest, AFailedSsdWriteLeavesTheBlocksMissesEvenWithADramCopy)
   EXPECT_EQ(store->Stats().dram_only_blocks, 0u);
 }
 
+// Sessions whose every extent was evicted leave the session map and the
+// LRU order (they would otherwise grow without bound), owners and
+// sharers alike; a forgotten session can put again.
+TEST(StoreEvictionTest, ASessionWhoseExtentsWereAllEvictedIsForgotten) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 4);  // 4 SSD extents of 4 blocks
+  auto store = OpenStore(o);
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(store->Put(2, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());  // shares session 1's extent
+  EXPECT_EQ(store->Stats().sessions, 2u);
+  for (uint64_t s = 10; s < 30; ++s) ASSERT_TRUE(store->Put(s, ChainKeys(s, 4), Payload(*store, 4, s)).ok());
+  StoreStats st = store->Stats();
+  EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
+  EXPECT_GT(st.ssd.evicted_extents, 0u);
+  EXPECT_EQ(st.sessions, 4u) << "one per extent the SSD holds";
+  for (uint64_t s = 26; s < 30; ++s) EXPECT_EQ(store->Match(ChainKeys(s, 4)), 4u);
+  EXPECT_EQ(store->DropSession(1).code(), Code::kNotFound);
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 4u);
+  EXPECT_TRUE(got == Payload(*store, 4, 1));
+  EXPECT_EQ(store->Stats().sessions, 4u);
+}
+
+// A session dropped while a restore reads its extent is forgotten when the
+// restore lets go of the extent.
+TEST(StoreEvictionTest, ADroppedSessionIsForgottenWhenItsLastPinnedExtentIsFreed) {
+  TempDir dir;
+  auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 2, 8));
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  auto restore = store->StartRestore(ChainKeys(1, 4));
+  ASSERT_TRUE(restore.ok()) << restore.status().ToString();
+  ASSERT_TRUE(store->DropSession(1).ok());
+  EXPECT_EQ(store->Stats().sessions, 1u);  // its extent is pinned by the restore
+  for (uint32_t l = 0; l < store->options().shape.layers; ++l) {
+    ASSERT_TRUE((*restore)->WaitLayer(l).ok());
+    (*restore)->ReleaseLayer(l);
+  }
+  (void)(*restore)->Finish();
+  restore->reset();
+  EXPECT_EQ(store->Stats().sessions, 0u);
+  EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
+}
+
 }  // namespace
 }  // namespace flatkv

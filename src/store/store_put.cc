@@ -69,8 +69,11 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
   for (size_t k = 0; k < inputs.size(); ++k)
     for (uint32_t l = 0; l < layers; ++l)
       sums[k * layers + l] = BlockChecksum(data.data() + inputs[k] * block_bytes + l * block_layer_bytes_, block_layer_bytes_);
-  Status status;
-  if (!inputs.empty()) {
+  // With sync_writes, the records the allocation appended under mu_ (new
+  // extents, frees of evicted ones, references) become durable here, outside
+  // the lock, before any data reaches a reused slot.
+  Status status = options_.sync_writes ? SyncManifests() : Status::Ok();
+  if (status.ok() && !inputs.empty()) {
     std::vector<Pending> blocks(inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k) blocks[k] = {slots[k].first, slots[k].second, keys[inputs[k]]};
     const uint64_t budget = admit ? SsdBlocks(blocks) * block_bytes : 0;

@@ -4,9 +4,10 @@
 //   - a served block is always right (wrong == 0) whatever the fault;
 //   - a failed put names its cause: an injected ENOSPC is NoSpace, an
 //     injected EIO an IoError;
-//   - read faults (EIO, short reads) and write faults on other puts lose
-//     nothing already stored; a corrupted read is caught by a checksum (the
-//     store counts it) and drops only the blocks it hit;
+//   - write faults on other puts lose nothing already stored;
+//   - a failed read (EIO, short read) is a miss the store counts, and drops
+//     the blocks it read from the index (counted); a corrupted read is
+//     caught by a checksum (counted) and drops only the blocks it hit;
 //   - after the faults stop, puts succeed and a reopened store serves every
 //     block that was intact before it closed.
 #include <filesystem>
@@ -32,7 +33,9 @@ constexpr uint32_t kBaseSessions = 8, kBaseBlocks = 8, kFaultOps = 200, kCorrupt
 struct Counts {
   uint64_t faults_fired = 0, puts_failed = 0, puts_acked = 0, restores = 0;
   uint64_t wrong = 0, lost = 0, misleading_errors = 0, checksum_failures = 0, post_fault_put_errors = 0;
+  uint64_t io_errors = 0, dropped_blocks = 0;
   bool undetected_corruption = false;  // the corrupted-read phase raised no checksum failure
+  bool undetected_read_faults = false;  // the failed-read phase raised no I/O error or dropped no block
   std::vector<std::string> notes;
   void Note(const std::string& s) {
     if (notes.size() < 8) notes.push_back(s);
@@ -97,7 +100,7 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
 
   // The store warns about every injected failure; they are expected here.
   SetLogLevel(LogLevel::kError);
-  // Faults, one rule per operation. Corrupted reads come later: they
+  // Write faults, one rule per put. Read faults come later: they
   // legitimately drop the blocks they hit.
   struct Kind {
     const char* name;
@@ -108,15 +111,13 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
   const Kind kinds[] = {{"write EIO", io::Fault::kError, io::Op::kWrite, EIO},
                         {"write ENOSPC", io::Fault::kError, io::Op::kWrite, ENOSPC},
                         {"torn write", io::Fault::kTornWrite, io::Op::kWrite, 0},
-                        {"lost write", io::Fault::kDropWrite, io::Op::kWrite, 0},
-                        {"read EIO", io::Fault::kError, io::Op::kRead, EIO},
-                        {"short read", io::Fault::kShortRead, io::Op::kRead, 0}};
+                        {"lost write", io::Fault::kDropWrite, io::Op::kWrite, 0}};
   std::vector<std::vector<BlockKey>> during;  // acknowledged under faults: may be torn, never wrong
   for (uint32_t i = 0; i < kFaultOps; ++i) {
     const Kind& k = kinds[rng() % std::size(kinds)];
     const uint64_t before = engine->faults_fired();
     engine->AddRule({k.fault, k.op, -1, k.err, rng() % 3, 1});
-    if (k.op == io::Op::kWrite) {
+    if (i % 2 == 0) {  // a put under a write fault
       const uint64_t session = 2000 + i;
       auto keys = SessionKeys(session, 1 + rng() % 6);
       Status st = target.Put(session, keys, Payloads(keys, bb), 0);
@@ -132,7 +133,7 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
           c.Note(std::string(k.name) + " ended in " + st.ToString());
         }
       }
-    } else {
+    } else {  // a restore beside it, which the write fault must not touch
       CheckedRestore(target, base[rng() % base.size()], &c);
     }
     engine->ClearRules();
@@ -147,6 +148,25 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
     }
   }
   for (const auto& keys : during) CheckedRestore(target, keys, &c);
+
+  // Failed reads: never served, counted, and the blocks they read leave the
+  // index (so later restores do not read them again).
+  const StoreStats before_reads = store->Stats();
+  for (size_t s = 0; s < base.size(); ++s) {
+    const uint64_t before = engine->faults_fired();
+    engine->AddRule({s % 2 ? io::Fault::kShortRead : io::Fault::kError, io::Op::kRead, -1, EIO, rng() % 3, 1});
+    CheckedRestore(target, base[s], &c);
+    engine->ClearRules();
+    c.faults_fired += engine->faults_fired() - before;
+  }
+  const StoreStats after_reads = store->Stats();
+  c.io_errors = after_reads.io_errors - before_reads.io_errors;
+  c.dropped_blocks = after_reads.dropped_blocks - before_reads.dropped_blocks;
+  if (c.io_errors == 0 || c.dropped_blocks == 0) {
+    c.undetected_read_faults = true;
+    c.Note("the failed reads raised " + std::to_string(c.io_errors) + " I/O errors and dropped " +
+           std::to_string(c.dropped_blocks) + " blocks");
+  }
 
   // Corrupted reads: detected by checksum, never served. Detected means
   // counted: a pass in which they raised no checksum failure has not
@@ -194,22 +214,26 @@ int RunFaultPass(const std::string& dir, uint64_t seed, bool json) {
   if (Status st = (*reopened)->Close(); !st.ok()) c.Note("final close: " + st.ToString());
 
   const bool passed = c.wrong == 0 && c.lost == 0 && c.misleading_errors == 0 && c.post_fault_put_errors == 0 &&
-                      !c.undetected_corruption;
+                      !c.undetected_corruption && !c.undetected_read_faults;
   if (json) {
     nlohmann::json j = {{"mode", "faults"}, {"fault_ops", kFaultOps}, {"faults_fired", c.faults_fired},
                         {"puts_acked", c.puts_acked}, {"puts_failed", c.puts_failed}, {"restores", c.restores},
                         {"wrong", c.wrong}, {"lost", c.lost}, {"misleading_errors", c.misleading_errors},
                         {"checksum_failures", c.checksum_failures}, {"undetected_corruption", c.undetected_corruption},
+                        {"read_io_errors", c.io_errors}, {"read_dropped_blocks", c.dropped_blocks},
+                        {"undetected_read_faults", c.undetected_read_faults},
                         {"post_fault_put_errors", c.post_fault_put_errors},
                         {"notes", c.notes}, {"passed", passed}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("fault pass: %u operations, %llu faults fired; puts %llu acknowledged, %llu failed; %llu restores; "
-                "wrong %llu, lost %llu, misleading errors %llu, checksum failures %llu, puts failing after the faults %llu: %s\n",
+                "wrong %llu, lost %llu, misleading errors %llu, checksum failures %llu, failed reads %llu (dropping %llu "
+                "blocks), puts failing after the faults %llu: %s\n",
                 kFaultOps, (unsigned long long)c.faults_fired, (unsigned long long)c.puts_acked,
                 (unsigned long long)c.puts_failed, (unsigned long long)c.restores, (unsigned long long)c.wrong,
                 (unsigned long long)c.lost, (unsigned long long)c.misleading_errors,
-                (unsigned long long)c.checksum_failures, (unsigned long long)c.post_fault_put_errors,
+                (unsigned long long)c.checksum_failures, (unsigned long long)c.io_errors,
+                (unsigned long long)c.dropped_blocks, (unsigned long long)c.post_fault_put_errors,
                 passed ? "PASSED" : "FAILED");
     for (const auto& n : c.notes) std::printf("    %s\n", n.c_str());
   }

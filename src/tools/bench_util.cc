@@ -104,6 +104,12 @@ SampleSummary Summarize(std::vector<double> samples) {
   return s;
 }
 
+double Percentile(std::vector<double> samples, double q) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  return samples[std::min(samples.size() - 1, static_cast<size_t>(q * double(samples.size())))];
+}
+
 void FillRandom(std::span<std::byte> out, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   auto next = [&x] {

@@ -1,5 +1,5 @@
 // Helpers for `flatkv bench`: pre-faulted buffers, a stopwatch, sample
-// medians, deterministic random bytes, filesystem checks, page-cache
+// medians and percentiles, deterministic random bytes, filesystem checks, page-cache
 // eviction and a self-removing scratch directory.
 //
 // Thread-safety: none of these objects is shared between threads.
@@ -50,6 +50,9 @@ struct SampleSummary {
 };
 // Median (mean of the middle two for an even count), min and max; zeros when empty.
 SampleSummary Summarize(std::vector<double> samples);
+
+// The sample at rank floor(q * n) of the sorted samples (q in [0, 1]); 0 when empty.
+double Percentile(std::vector<double> samples, double q);
 
 // Fills `out` with pseudo-random bytes from `seed` (splitmix64): incompressible,
 // so no codec on any path gets a free ride.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <ctime>
@@ -23,6 +25,10 @@ namespace flatkv::tools {
 namespace {
 
 constexpr uint64_t kHugePage = 2ull << 20;
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int) { g_interrupted.store(true); }
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -91,6 +97,11 @@ double ProcessCpuSeconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+double LoadAverage() {
+  double l[1] = {0};
+  return ::getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
 SampleSummary Summarize(std::vector<double> samples) {
@@ -216,6 +227,17 @@ Result<uint64_t> PageCacheEvictor::ResidentBytes(const std::vector<std::string>&
 std::string PageCacheEvictor::method() const {
   return drop_caches_ ? "fadvise_dontneed+drop_caches" : "fadvise_dontneed";
 }
+
+void InstallInterruptHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool Interrupted() { return g_interrupted.load(); }
 
 ScratchDir::~ScratchDir() {
   if (!path_.empty()) {

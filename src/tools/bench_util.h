@@ -1,6 +1,6 @@
 // Helpers for `flatkv bench`: pre-faulted buffers, a stopwatch, sample
 // medians and percentiles, deterministic random bytes, filesystem checks, page-cache
-// eviction and a self-removing scratch directory.
+// eviction, interrupt handling and a self-removing scratch directory.
 //
 // Thread-safety: none of these objects is shared between threads.
 #pragma once
@@ -44,6 +44,9 @@ class PrefaultedBuffer {
 double NowSeconds();
 // CPU seconds used by every thread of this process so far (user + system).
 double ProcessCpuSeconds();
+// The 1-minute load average (-1 when unknown): other work on a 2-core
+// machine moves every figure.
+double LoadAverage();
 
 struct SampleSummary {
   double median = 0, min = 0, max = 0;
@@ -85,6 +88,12 @@ class PageCacheEvictor {
  private:
   bool drop_caches_;
 };
+
+// SIGINT and SIGTERM set a flag that long runs check between steps, so a
+// scratch directory is removed on the way out; a second signal acts as
+// usual. Blocking calls return EINTR (no SA_RESTART).
+void InstallInterruptHandlers();
+bool Interrupted();
 
 // A fresh directory made by mkdtemp as `<parent>/flatkv-bench-XXXXXX`,
 // removed with everything in it at destruction.

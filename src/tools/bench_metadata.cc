@@ -104,6 +104,7 @@ Result<RunSpec> ParseRun(const std::string& s) {
   r.layers = static_cast<uint32_t>(l);
   r.blocks = b;
   r.codec = colon == std::string::npos ? "raw" : s.substr(colon + 1);
+  if (r.codec.empty()) return Status::InvalidArgument("'" + s + "': empty codec (a spec, or none)");
   if (r.codec == "none") r.codec.clear();
   return r;
 }
@@ -308,6 +309,8 @@ Result<json> FillInChild(const RunPlan& p, const std::string& dir) {
   const pid_t pid = ::fork();
   if (pid < 0) return Status::FromErrno(errno, "fork");
   if (pid == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
     ::close(fds[0]);
     std::unique_ptr<Store> store;  // kept open until the kill
     json j;
@@ -325,7 +328,7 @@ Result<json> FillInChild(const RunPlan& p, const std::string& dir) {
   char buf[4096];
   for (;;) {
     const ssize_t n = ::read(fds[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR && !Interrupted()) continue;
     if (n <= 0) break;
     line.append(buf, size_t(n));
     if (line.back() == '\n') break;
@@ -335,6 +338,7 @@ Result<json> FillInChild(const RunPlan& p, const std::string& dir) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (Interrupted()) return Status::Aborted("interrupted");
   const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return Status::Aborted("the filling child ended (wait status " + std::to_string(status) + ") without a report");
@@ -425,6 +429,7 @@ Result<json> MeasureSpace(const RunPlan& p, const SessionSizes& sizes, const std
   std::vector<double> efficiency;  // after each session once the capacity was written once
   StoreStats st;
   while (allocated < 3 * p.space_capacity) {
+    if (Interrupted()) return Status::Aborted("interrupted");
     const uint64_t size = sizes.blocks[rng() % sizes.blocks.size()];
     const SessionId session = ++sessions;
     for (uint64_t done = 0; done < size;) {
@@ -520,10 +525,12 @@ Result<json> RunOne(const RunPlan& p, const SessionSizes& sizes, const std::stri
 const char* Met(bool b) { return b ? "met" : "NOT met"; }
 
 void PrintTable(const json& j) {
-  std::printf("flatkv bench metadata: %s blocks of 16 tokens, %u per Put, sessions of %u; DRAM tier off; dir %s (%s)\n",
-              j["config"]["block_shape"].get<std::string>().c_str(), j["config"]["put_blocks"].get<uint32_t>(),
-              j["config"]["session_blocks"].get<uint32_t>(), j["config"]["dir"].get<std::string>().c_str(),
-              j["config"]["filesystem"].get<std::string>().c_str());
+  const json& c = j["config"];
+  std::printf("flatkv bench metadata: %s blocks of 16 tokens, %u per Put, sessions of %u; DRAM tier off; dir %s (%s); "
+              "load average %.1f -> %.1f on %ld cpus\n",
+              c["block_shape"].get<std::string>().c_str(), c["put_blocks"].get<uint32_t>(), c["session_blocks"].get<uint32_t>(),
+              c["dir"].get<std::string>().c_str(), c["filesystem"].get<std::string>().c_str(),
+              c["loadavg_1m_at_start"].get<double>(), c["loadavg_1m_at_end"].get<double>(), c["cpus_online"].get<long>());
   std::printf("%-20s %8s %8s %8s %8s %8s %8s %6s %9s %9s %8s %8s\n", "run", "B/block", "rss B/b", "put ns", "look p50",
               "look p99", "look max", "growth", "recover s", "per 10M s", "space", "100M GB");
   for (const json& r : j["runs"]) {
@@ -589,6 +596,7 @@ int RunChecked(const BenchMetadataArgs& a) {
   const std::string trace = a.trace.empty() ? DefaultTrace() : a.trace;
   const SessionSizes sizes = LoadSessionSizes(trace);
   if (!sizes.from_trace) std::fprintf(stderr, "flatkv bench metadata: %s\n", sizes.source.c_str());
+  InstallInterruptHandlers();
   auto scratch = ScratchDir::Create(parent);
   if (!scratch.ok()) return Report(kExitFailure, scratch.status().ToString());
 
@@ -598,7 +606,7 @@ int RunChecked(const BenchMetadataArgs& a) {
   j["config"] = {{"block_shape", "mha kv_heads=1 head_dim=" + std::to_string(kHeadDim) + " dtype=bf16"},
                  {"block_tokens", kBlockTokens}, {"put_blocks", a.put_blocks}, {"session_blocks", a.session_blocks},
                  {"dram_capacity_bytes", 0}, {"dir", scratch->path()}, {"filesystem", fs->type}, {"quick", a.quick},
-                 {"cpus_online", ::sysconf(_SC_NPROCESSORS_ONLN)},
+                 {"cpus_online", ::sysconf(_SC_NPROCESSORS_ONLN)}, {"loadavg_1m_at_start", LoadAverage()},
                  {"index_bytes", "heap growth since Open (mallinfo2 uordblks + hblkhd) / blocks"},
                  {"lookup", "one Store::Match of a single random stored key, steady_clock around it"},
                  {"put_ns", "each Put's time / its blocks"},
@@ -611,6 +619,7 @@ int RunChecked(const BenchMetadataArgs& a) {
     if (p.spec.layers == 1) largest_one = std::max(largest_one, p.spec.blocks);
     j["runs"].push_back(std::move(r).value());
   }
+  j["config"]["loadavg_1m_at_end"] = LoadAverage();
   j["goals"] = {{"blocks_min", kGoalBlocks}, {"largest_1_layer_blocks", largest_one}, {"blocks_met", largest_one >= kGoalBlocks}};
   if (a.json) std::printf("%s\n", j.dump(2).c_str());
   else PrintTable(j);
@@ -626,11 +635,15 @@ CLI::App* AddBenchMetadataCommand(CLI::App& bench, BenchMetadataArgs& a) {
   cmd->add_flag("--json", a.json, "Print one JSON object instead of the table");
   cmd->add_option("--dir", a.dir, "Existing directory to hold the scratch directory (default /var/tmp)")
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--blocks", a.blocks, "Blocks of the 1-layer runs (default 10000000; the uncoded run at most 1000000)")
-      ->check(CLI::Range(uint64_t{100}, uint64_t{1} << 32));
-  cmd->add_option("--layers-80-blocks", a.layers80_blocks, "Blocks of the 80-layer runs (default 250000; the uncoded run at most 10000)")
-      ->check(CLI::Range(uint64_t{100}, uint64_t{1} << 32));
-  cmd->add_option("--runs", a.runs, "Instead of the default runs: LAYERSxBLOCKS[:CODEC] ... (CODEC a codec spec or none; default raw)");
+  CLI::Option* blocks =
+      cmd->add_option("--blocks", a.blocks, "Blocks of the 1-layer runs (default 10000000; the uncoded run at most 1000000)")
+          ->check(CLI::Range(uint64_t{100}, uint64_t{1} << 32));
+  CLI::Option* eighty =
+      cmd->add_option("--layers-80-blocks", a.layers80_blocks, "Blocks of the 80-layer runs (default 250000; the uncoded run at most 10000)")
+          ->check(CLI::Range(uint64_t{100}, uint64_t{1} << 32));
+  cmd->add_option("--runs", a.runs, "Instead of the default runs: LAYERSxBLOCKS[:CODEC] ... (CODEC a codec spec or none; default raw)")
+      ->excludes(blocks)
+      ->excludes(eighty);
   cmd->add_option("--trace", a.trace, "Mooncake conversation trace for the space phase's session sizes (default: the shared data's)");
   cmd->add_option("--session-blocks", a.session_blocks, "Blocks per session while filling (a multiple of --put-blocks)")
       ->check(CLI::Range(1u, 1u << 24))

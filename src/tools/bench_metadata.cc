@@ -633,8 +633,7 @@ CLI::App* AddBenchMetadataCommand(CLI::App& bench, BenchMetadataArgs& a) {
                                                    "recovery after kill -9, SSD space efficiency");
   cmd->add_flag("--quick", a.quick, "Small runs for tests: 20K 1-layer and 2K 80-layer blocks, coded only (seconds)");
   cmd->add_flag("--json", a.json, "Print one JSON object instead of the table");
-  cmd->add_option("--dir", a.dir, "Existing directory to hold the scratch directory (default /var/tmp)")
-      ->check(CLI::ExistingDirectory);
+  AddScratchDirOption(*cmd, a.dir);
   CLI::Option* blocks =
       cmd->add_option("--blocks", a.blocks, "Blocks of the 1-layer runs (default 10000000; the uncoded run at most 1000000)")
           ->check(CLI::Range(uint64_t{100}, uint64_t{1} << 32));
@@ -654,12 +653,6 @@ CLI::App* AddBenchMetadataCommand(CLI::App& bench, BenchMetadataArgs& a) {
   return cmd;
 }
 
-int RunBenchMetadata(const BenchMetadataArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    return Report(kExitFailure, std::string("unexpected error: ") + e.what());
-  }
-}
+int RunBenchMetadata(const BenchMetadataArgs& args) { return RunCatching("bench metadata", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

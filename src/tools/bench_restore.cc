@@ -361,8 +361,7 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
                                                   "a raw O_DIRECT read, one-file-per-block and RocksDB");
   cmd->add_flag("--quick", a.quick, "Sizes 1,16,64,256 MiB and 3 reps (about a minute)");
   cmd->add_flag("--json", a.json, "Print one JSON object instead of the table");
-  cmd->add_option("--dir", a.dir, "Existing directory to hold the scratch directory (default /var/tmp)")
-      ->check(CLI::ExistingDirectory);
+  AddScratchDirOption(*cmd, a.dir);
   cmd->add_option("--shape", a.shape, "KV shape preset")
       ->check(CLI::Validator(
           [](std::string& v) {
@@ -401,12 +400,6 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   return cmd;
 }
 
-int RunBenchRestore(const BenchRestoreArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    return Fail(std::string("unexpected error: ") + e.what());
-  }
-}
+int RunBenchRestore(const BenchRestoreArgs& args) { return RunCatching("bench restore", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

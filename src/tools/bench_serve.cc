@@ -283,12 +283,6 @@ CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeArgs& a) {
   return cmd;
 }
 
-int RunBenchServe(const BenchServeArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    return Report(kExitFailure, std::string("unexpected error: ") + e.what());
-  }
-}
+int RunBenchServe(const BenchServeArgs& args) { return RunCatching("bench serve", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

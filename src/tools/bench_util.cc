@@ -254,6 +254,11 @@ Result<ScratchDir> ScratchDir::Create(const std::string& parent) {
   return d;
 }
 
+CLI::Option* AddScratchDirOption(CLI::App& cmd, std::string& dir) {
+  return cmd.add_option("--dir", dir, "Existing directory to hold the scratch directory (default /var/tmp)")
+      ->check(CLI::ExistingDirectory);
+}
+
 Status RemoveAll(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);

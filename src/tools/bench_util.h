@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "flatkv/status.h"
 
 namespace flatkv::tools {
@@ -112,6 +114,9 @@ class ScratchDir {
  private:
   std::string path_;
 };
+
+// --dir: an existing directory to hold the scratch directory (empty: /var/tmp).
+CLI::Option* AddScratchDirOption(CLI::App& cmd, std::string& dir);
 
 // Removes `path` and everything below it; Ok when it does not exist.
 Status RemoveAll(const std::string& path);

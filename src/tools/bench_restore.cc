@@ -32,11 +32,9 @@
 // order rotated per repetition; the report gives medians.
 #include "tools/bench_restore.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -112,21 +110,6 @@ std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, 
   return runs;
 }
 
-// Set by SIGINT/SIGTERM; checked between runs so the scratch directory is
-// removed on the way out. A second signal kills the process as usual.
-std::atomic<bool> g_interrupted{false};
-
-void OnSignal(int) { g_interrupted.store(true); }
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sa.sa_flags = SA_RESETHAND;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-}
-
 // Measures one size: set every run up, time `reps` interleaved repetitions, tear down.
 // Fills the session with synthetic KV: block b's layer l slice is tokens
 // b * block_tokens... of layer l of one continuous sequence.
@@ -199,7 +182,7 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
       // destination equally cache-warm.
       const bool verify = rep == 0 || rep + 1 == reps;
       if (verify || plan.bytes < kSmallSessionBytes) std::memset(dest.data(), 0xA5, dest.size());
-      if (g_interrupted.load()) return Status::Aborted("interrupted");
+      if (Interrupted()) return Status::Aborted("interrupted");
       FLATKV_RETURN_IF_ERROR(r.Prepare().WithContext(name + " prepare"));
       if (rep == 0 && !r.CachedFiles().empty()) {
         PageCacheEvictor probe(false);
@@ -233,12 +216,6 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
     out.runs[std::string(r->name())]["cpu_seconds_per_gb"] = Summarize(cpu_per_gb[std::string(r->name())]).median;
   }
   return Status::Ok();
-}
-
-// The 1-minute load average: other work on a 2-core machine moves every figure.
-double LoadAverage() {
-  double l[1] = {0};
-  return ::getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
 int Fail(const std::string& msg) {
@@ -298,7 +275,7 @@ int RunChecked(const BenchRestoreArgs& args) {
                  "filesystem.\n",
                  parent.c_str(), fs->type.c_str());
   }
-  InstallSignalHandlers();
+  InstallInterruptHandlers();
   auto scratch = ScratchDir::Create(parent);
   if (!scratch.ok()) return Fail(scratch.status().ToString());
   const PageCacheEvictor evictor(args.drop_caches);
@@ -384,8 +361,7 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
                                                   "a raw O_DIRECT read, one-file-per-block and RocksDB");
   cmd->add_flag("--quick", a.quick, "Sizes 1,16,64,256 MiB and 3 reps (about a minute)");
   cmd->add_flag("--json", a.json, "Print one JSON object instead of the table");
-  cmd->add_option("--dir", a.dir, "Existing directory to hold the scratch directory (default /var/tmp)")
-      ->check(CLI::ExistingDirectory);
+  AddScratchDirOption(*cmd, a.dir);
   cmd->add_option("--shape", a.shape, "KV shape preset")
       ->check(CLI::Validator(
           [](std::string& v) {
@@ -424,12 +400,6 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   return cmd;
 }
 
-int RunBenchRestore(const BenchRestoreArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    return Fail(std::string("unexpected error: ") + e.what());
-  }
-}
+int RunBenchRestore(const BenchRestoreArgs& args) { return RunCatching("bench restore", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

@@ -39,13 +39,6 @@ int Report(int code, const std::string& msg) {
   return code;
 }
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())));
-  return v[i];
-}
-
 struct PathResult {
   double gbps = 0, p50_us = 0, p99_us = 0;
 };
@@ -290,12 +283,6 @@ CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeArgs& a) {
   return cmd;
 }
 
-int RunBenchServe(const BenchServeArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    return Report(kExitFailure, std::string("unexpected error: ") + e.what());
-  }
-}
+int RunBenchServe(const BenchServeArgs& args) { return RunCatching("bench serve", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

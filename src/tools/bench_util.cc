@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <ctime>
@@ -23,6 +25,10 @@ namespace flatkv::tools {
 namespace {
 
 constexpr uint64_t kHugePage = 2ull << 20;
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int) { g_interrupted.store(true); }
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -93,6 +99,11 @@ double ProcessCpuSeconds() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+double LoadAverage() {
+  double l[1] = {0};
+  return ::getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
 SampleSummary Summarize(std::vector<double> samples) {
   SampleSummary s;
   if (samples.empty()) return s;
@@ -102,6 +113,12 @@ SampleSummary Summarize(std::vector<double> samples) {
   s.min = samples.front();
   s.max = samples.back();
   return s;
+}
+
+double Percentile(std::vector<double> samples, double q) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  return samples[std::min(samples.size() - 1, static_cast<size_t>(q * double(samples.size())))];
 }
 
 void FillRandom(std::span<std::byte> out, uint64_t seed) {
@@ -211,6 +228,17 @@ std::string PageCacheEvictor::method() const {
   return drop_caches_ ? "fadvise_dontneed+drop_caches" : "fadvise_dontneed";
 }
 
+void InstallInterruptHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool Interrupted() { return g_interrupted.load(); }
+
 ScratchDir::~ScratchDir() {
   if (!path_.empty()) {
     Status st = RemoveAll(path_);
@@ -224,6 +252,11 @@ Result<ScratchDir> ScratchDir::Create(const std::string& parent) {
   ScratchDir d;
   d.path_ = tmpl;
   return d;
+}
+
+CLI::Option* AddScratchDirOption(CLI::App& cmd, std::string& dir) {
+  return cmd.add_option("--dir", dir, "Existing directory to hold the scratch directory (default /var/tmp)")
+      ->check(CLI::ExistingDirectory);
 }
 
 Status RemoveAll(const std::string& path) {

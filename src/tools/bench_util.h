@@ -1,6 +1,6 @@
 // Helpers for `flatkv bench`: pre-faulted buffers, a stopwatch, sample
-// medians, deterministic random bytes, filesystem checks, page-cache
-// eviction and a self-removing scratch directory.
+// medians and percentiles, deterministic random bytes, filesystem checks, page-cache
+// eviction, interrupt handling and a self-removing scratch directory.
 //
 // Thread-safety: none of these objects is shared between threads.
 #pragma once
@@ -10,6 +10,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "flatkv/status.h"
 
@@ -44,12 +46,18 @@ class PrefaultedBuffer {
 double NowSeconds();
 // CPU seconds used by every thread of this process so far (user + system).
 double ProcessCpuSeconds();
+// The 1-minute load average (-1 when unknown): other work on a 2-core
+// machine moves every figure.
+double LoadAverage();
 
 struct SampleSummary {
   double median = 0, min = 0, max = 0;
 };
 // Median (mean of the middle two for an even count), min and max; zeros when empty.
 SampleSummary Summarize(std::vector<double> samples);
+
+// The sample at rank floor(q * n) of the sorted samples (q in [0, 1]); 0 when empty.
+double Percentile(std::vector<double> samples, double q);
 
 // Fills `out` with pseudo-random bytes from `seed` (splitmix64): incompressible,
 // so no codec on any path gets a free ride.
@@ -83,6 +91,12 @@ class PageCacheEvictor {
   bool drop_caches_;
 };
 
+// SIGINT and SIGTERM set a flag that long runs check between steps, so a
+// scratch directory is removed on the way out; a second signal acts as
+// usual. Blocking calls return EINTR (no SA_RESTART).
+void InstallInterruptHandlers();
+bool Interrupted();
+
 // A fresh directory made by mkdtemp as `<parent>/flatkv-bench-XXXXXX`,
 // removed with everything in it at destruction.
 class ScratchDir {
@@ -100,6 +114,9 @@ class ScratchDir {
  private:
   std::string path_;
 };
+
+// --dir: an existing directory to hold the scratch directory (empty: /var/tmp).
+CLI::Option* AddScratchDirOption(CLI::App& cmd, std::string& dir);
 
 // Removes `path` and everything below it; Ok when it does not exist.
 Status RemoveAll(const std::string& path);

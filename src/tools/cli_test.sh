@@ -93,6 +93,26 @@ row = j['sizes'][0]
 assert row['ssd_over_rocksdb'] > 0 and row['ssd_over_rocksdb_blobdb'] > 0 and j['rocksdb_blobdb_gbps'] > 0, row
 " || fail "bench restore json"
 
+# bench metadata: memory per block, lookups, recovery after kill -9, space efficiency (docs/benchmarks.md).
+"$FLATKV" bench metadata --quick --blocks 5000 --layers-80-blocks 500 --lookups 2000 --dir "$WORK" --json \
+  > "$WORK/metadata.json" || fail "bench metadata"
+python3 -c "
+import json; j = json.load(open('$WORK/metadata.json'))
+assert [(r['layers'], r['blocks'], r['codec']) for r in j['runs']] == [(1, 5000, 'raw'), (80, 500, 'raw')], j['runs']
+for r in j['runs']:
+    assert 0 < r['index_bytes_per_block'] < 100000 and r['index_rss_bytes_per_block'] > 0, r
+    assert r['put_ns_p50'] > 0 and 0 < r['lookup_ns_p50'] <= r['lookup_ns_p99'] <= r['lookup_ns_max'], r
+    assert r['lookup_at_1pct']['misses'] == 0 and r['fill']['memory_full']['lookup']['misses'] == 0, r
+    assert r['lookup_p99_growth'] > 0 and r['recovery_s'] > 0 and r['recovery_s_per_10m_blocks'] > 0, r
+    assert r['recovery']['recovered_blocks'] == r['blocks'] and r['recovery']['page_cache'], r['recovery']
+    assert 0 < r['space_efficiency'] <= 1, r['space']
+    assert r['space']['extents_allocated_bytes'] >= 3 * r['space']['capacity_bytes'], r['space']
+    assert r['projection_100m']['index_bytes'] == r['index_bytes_per_block'] * 1e8, r['projection_100m']
+    assert set(r['goals']) >= {'index_met', 'projection_met', 'lookup_growth_met', 'space_met', 'recovery_met'}, r
+assert j['goals']['largest_1_layer_blocks'] == 5000 and not j['goals']['blocks_met'], j['goals']
+assert j['config']['session_sizes'], j['config']
+" || fail "bench metadata json"
+
 # A generated multi-turn workload replays like a trace (docs/format_trace.md).
 out=$("$FLATKV" replay --workload multiturn:clients=3,rounds=3,turn_tokens=256,output_tokens=16,request_rate=2 \
   --policy infinite --load 1 --json) || fail "replay --workload"
@@ -147,6 +167,11 @@ case "$msg" in *"hbm_tbps: no citation"*) ;; *) fail "replay uncited figure: $ms
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"
 "$FLATKV" bench restore --sizes-mib 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench with size 0"
+msg=$("$FLATKV" bench metadata --runs 1y100 2>&1 >/dev/null); [ $? -eq 2 ] || fail "bench metadata --runs 1y100"
+case "$msg" in *"'1y100' is not LAYERSxBLOCKS[:CODEC]"*) ;; *) fail "bench metadata --runs 1y100: $msg" ;; esac
+msg=$("$FLATKV" bench metadata --runs 1x1000:nosuch 2>&1 >/dev/null); [ $? -eq 2 ] || fail "bench metadata unknown codec"
+case "$msg" in *"run 1x1000:nosuch"*) ;; *) fail "bench metadata unknown codec: $msg" ;; esac
+"$FLATKV" bench metadata --put-blocks 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench metadata --put-blocks 0"
 "$FLATKV" serve --tcp 0.0.0.0:7471 --print-config >/dev/null 2>&1; [ $? -eq 2 ] || fail "serve on a non-loopback address"
 "$FLATKV" stats --server bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats --server with a bad address"
 head -c 1000 /dev/urandom > "$WORK/junk.bin"

@@ -518,13 +518,6 @@ CLI::App* AddCrashtestCommand(CLI::App& app, CrashtestArgs& a) {
   return cmd;
 }
 
-int RunCrashtest(const CrashtestArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "flatkv crashtest: unexpected error: %s\n", e.what());
-    return kExitFailure;
-  }
-}
+int RunCrashtest(const CrashtestArgs& args) { return RunCatching("crashtest", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

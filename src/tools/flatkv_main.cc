@@ -1,5 +1,5 @@
 // The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench codecs`,
-// `bench attention`, `bench serve`, `serve`, `stats`,
+// `bench attention`, `bench serve`, `bench metadata`, `serve`, `stats`,
 // `generate`, `perplexity`, `dump-kv`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
@@ -7,6 +7,7 @@
 #include "tools/bench_attention.h"
 #include "tools/bench_codecs.h"
 #include "tools/bench_engine.h"
+#include "tools/bench_metadata.h"
 #include "tools/bench_restore.h"
 #include "tools/bench_serve.h"
 #include "tools/crashtest_cmd.h"
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_attention = AddBenchAttentionCommand(*bench, attention_args);
   BenchServeArgs serve_bench_args;
   CLI::App* bench_serve = AddBenchServeCommand(*bench, serve_bench_args);
+  BenchMetadataArgs metadata_args;
+  CLI::App* bench_metadata = AddBenchMetadataCommand(*bench, metadata_args);
   StatsArgs stats_args;
   CLI::App* stats = AddStatsCommand(app, stats_args);
   GenerateArgs generate_args;
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   if (replay->parsed()) return RunReplay(replay_args);
   if (serve->parsed()) return RunServe(serve_args);
   if (bench_serve->parsed()) return RunBenchServe(serve_bench_args);
+  if (bench_metadata->parsed()) return RunBenchMetadata(metadata_args);
   if (crashtest->parsed()) return RunCrashtest(crashtest_args);
   return kExitUsage;
 }

@@ -114,12 +114,6 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs& a) {
   return cmd;
 }
 
-int RunServe(const ServeArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    return Report(kExitFailure, std::string("unexpected error: ") + e.what());
-  }
-}
+int RunServe(const ServeArgs& args) { return RunCatching("serve", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

@@ -143,12 +143,6 @@ CLI::App* AddStatsCommand(CLI::App& app, StatsArgs& a) {
   return cmd;
 }
 
-int RunStats(const StatsArgs& args) {
-  try {
-    return RunChecked(args);
-  } catch (const std::exception& e) {
-    return Report(kExitFailure, std::string("unexpected error: ") + e.what());
-  }
-}
+int RunStats(const StatsArgs& args) { return RunCatching("stats", [&] { return RunChecked(args); }); }
 
 }  // namespace flatkv::tools

@@ -31,6 +31,13 @@ StoreOptions SsdOnly(const std::string& dir) {
   return o;
 }
 
+// Restores chain `chain` (`blocks` blocks) and expects all of it, byte for byte.
+void ExpectChain(Store& store, uint64_t chain, size_t blocks) {
+  std::vector<std::byte> got;
+  ASSERT_EQ(RestoreAll(store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
+  ASSERT_TRUE(got == Payload(store, blocks, chain)) << "chain " << chain;
+}
+
 TEST(RecoveryTest, EveryBlockSurvivesACleanRestartAndDramCopiesDoNot) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
@@ -93,10 +100,7 @@ TEST(RecoveryTest, KillDashNineDuringWritesLosesOnlyUnfinishedPuts) {
   auto store = OpenStore(o);
   ASSERT_TRUE(store);
   for (uint64_t chain : done) {
-    const size_t blocks = 1 + chain % 7;
-    std::vector<std::byte> got;
-    ASSERT_EQ(RestoreAll(*store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
-    ASSERT_TRUE(got == Payload(*store, blocks, chain)) << "chain " << chain;
+    ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, chain, 1 + chain % 7));
   }
   // The put in flight at the kill may be partly there: whatever hits is right.
   const uint64_t next = done.back() + 1;
@@ -118,14 +122,20 @@ Status PutWithGarbage(Store& store, uint64_t chain) {
   return store.Put(chain, ChainKeys(chain, blocks), Payload(store, blocks, chain));
 }
 
+// A roomy SSD-only store whose manifest is checkpointed past `checkpoint_bytes`.
+StoreOptions Checkpointing(const std::string& dir, uint64_t checkpoint_bytes) {
+  auto o = SsdOnly(dir);
+  o.ssd_capacity_bytes = 4096ull * 4 * 16384 * 5;
+  o.segment_bytes = 16ull * 4 * 16384 * 5;
+  o.manifest_checkpoint_bytes = checkpoint_bytes;
+  return o;
+}
+
 // Online checkpoints keep the log within about twice its live size while
 // the store runs; the store reopens to the same blocks.
 TEST(RecoveryTest, OnlineCheckpointsKeepTheLogBounded) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
-  o.ssd_capacity_bytes = 4096ull * 4 * 16384 * 5;
-  o.segment_bytes = 16ull * 4 * 16384 * 5;
-  o.manifest_checkpoint_bytes = 8 << 10;
+  const StoreOptions o = Checkpointing(dir.Sub("ssd"), 8 << 10);
   auto store = OpenStore(o);
   for (uint64_t chain = 1; chain <= 300; ++chain) ASSERT_TRUE(PutWithGarbage(*store, chain).ok()) << chain;
   // Let a checkpoint that is due (or running) finish: wait until one has
@@ -146,10 +156,7 @@ TEST(RecoveryTest, OnlineCheckpointsKeepTheLogBounded) {
   EXPECT_LE(running, 2 * live + (8 << 10)) << "live " << live;
   store = OpenStore(o);
   for (uint64_t chain = 1; chain <= 300; ++chain) {
-    const size_t blocks = 1 + chain % 4;
-    std::vector<std::byte> got;
-    ASSERT_EQ(RestoreAll(*store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
-    ASSERT_TRUE(got == Payload(*store, blocks, chain)) << "chain " << chain;
+    ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, chain, 1 + chain % 4));
   }
   EXPECT_EQ(store->Match(ChainKeys(1000001, 8)), 0u);  // dropped stays dropped
 }
@@ -157,20 +164,14 @@ TEST(RecoveryTest, OnlineCheckpointsKeepTheLogBounded) {
 // kill -9 while checkpoints run (one every few puts) loses no acknowledged block.
 TEST(RecoveryTest, KillDashNineDuringOnlineCheckpointsLosesNothingAcknowledged) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
-  o.ssd_capacity_bytes = 4096ull * 4 * 16384 * 5;
-  o.segment_bytes = 16ull * 4 * 16384 * 5;
-  o.manifest_checkpoint_bytes = 4 << 10;
+  const StoreOptions o = Checkpointing(dir.Sub("ssd"), 4 << 10);
   std::vector<uint64_t> done;
   ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 60, 20000, PutWithGarbage, &done));
   ASSERT_GT(done.size(), 5u);
   auto store = OpenStore(o);
   ASSERT_TRUE(store);
   for (uint64_t chain : done) {
-    const size_t blocks = 1 + chain % 4;
-    std::vector<std::byte> got;
-    ASSERT_EQ(RestoreAll(*store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
-    ASSERT_TRUE(got == Payload(*store, blocks, chain)) << "chain " << chain;
+    ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, chain, 1 + chain % 4));
     EXPECT_EQ(store->Match(ChainKeys(1000000 + chain, 8)), 0u) << "scratch of chain " << chain;
   }
   EXPECT_EQ(store->Stats().checksum_failures, 0u);

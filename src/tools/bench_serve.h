@@ -19,6 +19,8 @@ struct BenchServeArgs {
   double lookup_seconds = 0;   // per transport; 0: 2 (quick: 0.5)
   uint32_t lookup_keys = 16;   // keys per lookup
   double lookup_interval_us = 5000;  // paced phase: each client once per this long
+  uint32_t redis_rounds = 0;   // interleaved 1-key lookup / Redis GET rounds; 0: 3 (quick: 1)
+  bool no_redis = false;       // skip the Redis GET baseline
   std::string shape = "llama-3.1-8b";
   std::string dir;             // parent of the scratch directory; empty: /var/tmp
 };

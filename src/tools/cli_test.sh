@@ -78,7 +78,17 @@ done
 python3 -c "
 import json; j = json.load(open('$WORK/serve.json'))
 assert j['inproc_restore_gbps'] > 0 and j['shm_restore_gbps'] > 0 and j['lookup_p99_us'] > 0, j
+assert j['chain_lookup_p99_us'] > 0, j
 " || fail "bench serve json"
+# The Redis GET baseline runs whenever redis-server is installed (install-deps.sh installs it).
+if command -v redis-server >/dev/null; then
+  python3 -c "
+import json; j = json.load(open('$WORK/serve.json'))
+assert j['redis_get_p99_us'] > 0 and j['redis']['gets_per_second'] > 0, j['redis']
+assert 'get_p99_us' in j['redis']['redis_benchmark'] or not '$(command -v redis-benchmark)', j['redis']
+assert j['goals']['lookup_vs_redis_met'] in (True, False), j['goals']
+" || fail "bench serve: the Redis baseline"
+fi
 
 # bench restore: every run delivers the session and is verified (a failed verification exits 1).
 "$FLATKV" bench restore --sizes-mib 4 --reps 1 --dir "$WORK" --json > "$WORK/restore.json" || fail "bench restore"

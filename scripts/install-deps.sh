@@ -12,7 +12,8 @@ PACKAGES=(
   librocksdb-dev                        # the RocksDB peer in `flatkv bench restore`
   libtomlplusplus-dev openssl           # `flatkv serve` config files; openssl makes the TLS test's certificate
   pybind11-dev python3-dev python3-numpy python3-pytest  # the Python module and its tests
-  redis-server redis-tools              # the Redis GET baseline of `flatkv bench serve` (redis-benchmark checks its harness)
+  libhiredis-dev                        # the remote tier's RESP parser
+  redis-server redis-tools              # the remote tier's local cluster; the Redis GET baseline of `flatkv bench serve` (redis-benchmark checks its harness)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

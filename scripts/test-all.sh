@@ -15,6 +15,16 @@ FUZZ_SECONDS=${FLATKV_FUZZ_SECONDS:-30}
 
 step() { echo; echo "=== $* ==="; }
 
+# ctest's RedisCluster fixture starts a local Redis Cluster per build (build/*/redis-cluster,
+# scripts/redis-cluster.sh) and stops it after the remote tier's tests, failed or not; this
+# also stops any left running when this script ends early (a failed build, a signal).
+stop_clusters() {
+  for d in build/*/redis-cluster; do
+    [ -d "$d" ] && scripts/redis-cluster.sh stop "$d" || true
+  done
+}
+trap stop_clusters EXIT
+
 # Tests that skipped (GTEST_SKIP, or exit 77 from a script), by build: ctest marks them
 # "***Skipped" / "(Skipped)"; the reasons (e.g. "shared data not found: PATH") are in the
 # test's output in LastTest.log. Printed again at the end so a skip is never silent.
@@ -43,7 +53,7 @@ step "AddressSanitizer + UndefinedBehaviorSanitizer build and tests (clang)"
 CC=clang CXX=clang++ cmake -S . -B build/asan -G Ninja "${SANITIZER_FLAGS[@]}" \
   -DFLATKV_SANITIZE=address,undefined -DFLATKV_BUILD_FUZZ=ON >/dev/null
 FUZZ_TARGETS=$(cd fuzz && ls *_fuzz.cc | sed 's/\.cc$//')
-cmake --build build/asan -j "$JOBS" --target flatkv_tests flatkv_capi_test flatkv_example_connector $FUZZ_TARGETS
+cmake --build build/asan -j "$JOBS" --target flatkv_tests flatkv_remote_tests flatkv_capi_test flatkv_example_connector $FUZZ_TARGETS
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure 2>&1 | tee build/asan/ctest.log
 note_skipped build/asan build/asan/ctest.log

@@ -383,6 +383,12 @@ Status Conn::ReadFull(void* buf, size_t n, Clock::time_point deadline, bool idle
   return Status::Ok();
 }
 
+Result<size_t> Conn::ReadAvailable(void* buf, size_t n, Clock::time_point deadline) {
+  if (n == 0) return size_t{0};
+  if (const size_t k = FromBuffer(buf, n)) return k;
+  return ReadSome(buf, n, deadline, false);
+}
+
 Status Conn::ReadV(std::span<iovec> iov_in, Clock::time_point deadline) {
   std::vector<iovec> iov(iov_in.begin(), iov_in.end());
   size_t i = 0;

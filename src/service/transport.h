@@ -67,6 +67,9 @@ class Conn {
   // not bounded by the deadline (a connection idle between requests).
   // Returns Aborted("closed") on a clean EOF before the first byte.
   Status ReadFull(void* buf, size_t n, Clock::time_point deadline, bool idle_ok = false);
+  // Reads what is there, at least one byte and at most `n` (buffered bytes
+  // first): for stream protocols without frames (RESP). 0 on a clean EOF.
+  Result<size_t> ReadAvailable(void* buf, size_t n, Clock::time_point deadline);
   // Reads a frame's payload into scattered buffers (exactly their sum).
   Status ReadV(std::span<iovec> iov, Clock::time_point deadline);
   Status WriteV(std::span<const iovec> iov, Clock::time_point deadline);

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# A local Redis Cluster on loopback for flatkv's remote-tier tests and benchmarks.
+#
+#   scripts/redis-cluster.sh start DIR [MASTERS [REPLICAS_PER_MASTER]]   (default 3 1)
+#       starts MASTERS * (1 + REPLICAS) redis-server nodes on free loopback ports, their files
+#       under DIR/<port>/, joins them with `redis-cli --cluster create --cluster-yes`, waits
+#       until every node reports cluster_state:ok and every replica's link is up, and prints
+#       the seed list (host:port,host:port,...), also written to DIR/seeds
+#   scripts/redis-cluster.sh restart DIR PORT
+#       restarts a node that was killed (its nodes.conf makes it rejoin, as a replica
+#       once its replica was promoted)
+#   scripts/redis-cluster.sh stop DIR
+#       stops every node started under DIR (SIGTERM, then SIGKILL) and removes DIR
+#
+# Settings: persistence off (a cache), cluster-node-timeout 1000 ms so failover takes
+# seconds in tests (the default 15 s is for production; docs/service.md), everything else
+# Redis's defaults (cluster-require-full-coverage yes, maxmemory unset).
+set -euo pipefail
+
+die() { echo "redis-cluster.sh: $*" >&2; exit 1; }
+need_redis() {
+  command -v redis-server >/dev/null || die "redis-server is not installed (apt-get install redis-server redis-tools)"
+  command -v redis-cli >/dev/null || die "redis-cli is not installed (apt-get install redis-tools)"
+}
+
+# N free loopback ports whose cluster-bus port (port + 10000) is free too.
+free_ports() {
+  python3 - "$1" <<'EOF'
+import random, socket, sys
+n, found = int(sys.argv[1]), []
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+while len(found) < n:
+    p = random.randint(20000, 45000)
+    if p not in found and free(p) and free(p + 10000):
+        found.append(p)
+print(" ".join(map(str, found)))
+EOF
+}
+
+start_node() {  # start_node DIR PORT
+  local d="$1/$2"
+  mkdir -p "$d"
+  [ -f "$d/redis.conf" ] || cat > "$d/redis.conf" <<EOF
+port $2
+bind 127.0.0.1
+cluster-enabled yes
+cluster-config-file nodes.conf
+cluster-node-timeout 1000
+appendonly no
+save ""
+dir $d
+daemonize yes
+pidfile $d/redis.pid
+logfile $d/redis.log
+EOF
+  redis-server "$d/redis.conf"
+  for _ in $(seq 1 100); do
+    redis-cli -p "$2" ping 2>/dev/null | grep -q PONG && return 0
+    sleep 0.05
+  done
+  die "node $2 did not answer PING; see $d/redis.log"
+}
+
+wait_ok() {  # wait_ok DIR: every node in state ok, every replica linked
+  local port deadline=$((SECONDS + 30)) ok
+  while [ $SECONDS -lt $deadline ]; do
+    ok=1
+    for port in $(cat "$1/ports"); do
+      [ -f "$1/$port/redis.pid" ] && kill -0 "$(cat "$1/$port/redis.pid")" 2>/dev/null || continue
+      redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+      if redis-cli -p "$port" info replication 2>/dev/null | grep -q 'role:slave'; then
+        redis-cli -p "$port" info replication | grep -q 'master_link_status:up' || ok=0
+      fi
+    done
+    [ $ok = 1 ] && return 0
+    sleep 0.1
+  done
+  die "the cluster under $1 did not reach cluster_state:ok in 30 s"
+}
+
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: $0 start DIR [MASTERS [REPLICAS]] | restart DIR PORT | stop DIR"
+case "$cmd" in
+  start)
+    need_redis
+    masters=${3:-3}
+    replicas=${4:-1}
+    [ "$masters" -ge 3 ] || die "Redis Cluster needs at least 3 masters (got $masters)"
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    [ ! -f "$dir/ports" ] || die "$dir already holds a cluster; stop it first"
+    free_ports $((masters * (1 + replicas))) > "$dir/ports"
+    nodes=()
+    for port in $(cat "$dir/ports"); do
+      start_node "$dir" "$port"
+      nodes+=("127.0.0.1:$port")
+    done
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas "$replicas" --cluster-yes > "$dir/create.log" 2>&1 \
+      || die "redis-cli --cluster create failed; see $dir/create.log"
+    wait_ok "$dir"
+    (IFS=,; echo "${nodes[*]}") | tee "$dir/seeds"
+    ;;
+  restart)
+    need_redis
+    port=${3:?port}
+    [ -f "$dir/$port/redis.conf" ] || die "no node $port under $dir"
+    start_node "$dir" "$port"
+    wait_ok "$dir"
+    ;;
+  stop)
+    [ -d "$dir" ] || exit 0
+    for pidfile in "$dir"/*/redis.pid; do
+      [ -f "$pidfile" ] || continue
+      pid=$(cat "$pidfile")
+      kill "$pid" 2>/dev/null || true
+    done
+    for pidfile in "$dir"/*/redis.pid; do
+      [ -f "$pidfile" ] || continue
+      pid=$(cat "$pidfile")
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$dir"
+    ;;
+  *) die "unknown command '$cmd'" ;;
+esac

@@ -1,0 +1,126 @@
+#include "remote/resp.h"
+
+#include <hiredis/hiredis.h>
+
+#include <cstring>
+
+#include "service/transport.h"
+
+namespace flatkv::remote {
+namespace {
+
+redisReader* R(void* p) { return static_cast<redisReader*>(p); }
+
+RespValue Convert(const redisReply* r) {
+  RespValue v;
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      v.type = RespValue::kString;
+      v.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      v.type = RespValue::kStatus;
+      v.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      v.type = RespValue::kError;
+      v.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      v.type = RespValue::kInteger;
+      v.integer = r->integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      v.type = RespValue::kArray;
+      v.elements.reserve(r->elements);
+      for (size_t i = 0; i < r->elements; ++i) v.elements.push_back(Convert(r->element[i]));
+      break;
+    default:
+      v.type = RespValue::kNil;
+  }
+  return v;
+}
+
+}  // namespace
+
+void AppendCommand(std::span<const std::string_view> args, std::string* out) {
+  out->append("*").append(std::to_string(args.size())).append("\r\n");
+  for (std::string_view a : args) out->append("$").append(std::to_string(a.size())).append("\r\n").append(a).append("\r\n");
+}
+
+std::string EncodeCommand(std::initializer_list<std::string_view> args) {
+  std::string out;
+  AppendCommand(std::span<const std::string_view>(args.begin(), args.size()), &out);
+  return out;
+}
+
+bool IsPermissionError(const std::string& message) {
+  return message.rfind("NOAUTH", 0) == 0 || message.rfind("NOPERM", 0) == 0 || message.rfind("WRONGPASS", 0) == 0;
+}
+
+RespConnection::~RespConnection() {
+  if (reader_) redisReaderFree(R(reader_));
+}
+
+Result<std::unique_ptr<RespConnection>> RespConnection::Connect(const std::string& host, uint16_t port,
+                                                                const RespConnectOptions& options) {
+  service::IgnoreSigpipe();
+  std::unique_ptr<RespConnection> c(new RespConnection());
+  c->peer_ = host + ":" + std::to_string(port);
+  service::Endpoint ep;
+  ep.kind = service::Endpoint::kTcp;
+  ep.host = host;
+  ep.port = port;
+  auto fd = service::ConnectSocket(ep, options.timeout);
+  if (!fd.ok()) return Status::IoError("redis at " + c->peer_ + ": " + fd.status().message());
+  c->conn_ = std::make_unique<service::Conn>(*fd, false);
+  const auto deadline = Clock::now() + options.timeout;
+  if (options.tls) {
+    const std::string name = options.tls_server_name.empty() ? host : options.tls_server_name;
+    if (Status st = c->conn_->TlsConnect(options.tls, name, deadline); !st.ok())
+      return Status::IoError("redis at " + c->peer_ + ": TLS: " + st.message());
+  }
+  c->reader_ = redisReaderCreate();
+  if (!c->reader_) return Status::IoError("redisReaderCreate failed");
+  R(c->reader_)->maxbuf = 0;  // keep the buffer between replies: values are large and frequent
+  if (!options.password.empty()) {
+    auto reply = options.user.empty() ? c->Call({"AUTH", options.password}, deadline)
+                                      : c->Call({"AUTH", options.user, options.password}, deadline);
+    if (!reply.ok()) return reply.status();
+    if (reply->is_error()) {
+      const std::string who = options.user.empty() ? "the default user" : "user '" + options.user + "'";
+      return Status::PermissionDenied("redis at " + c->peer_ + " refused AUTH as " + who + ": " + reply->str);
+    }
+  }
+  return c;
+}
+
+Status RespConnection::Send(std::string_view bytes, Clock::time_point deadline) {
+  return conn_->Write(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())), deadline);
+}
+
+Result<RespValue> RespConnection::Read(Clock::time_point deadline) {
+  for (;;) {
+    void* reply = nullptr;
+    if (redisReaderGetReply(R(reader_), &reply) != REDIS_OK)
+      return Status::Corruption("malformed reply from redis at " + peer_ + ": " + R(reader_)->errstr);
+    if (reply) {
+      RespValue v = Convert(static_cast<redisReply*>(reply));
+      freeReplyObject(reply);
+      return v;
+    }
+    char chunk[64 << 10];
+    auto n = conn_->ReadAvailable(chunk, sizeof(chunk), deadline);
+    if (!n.ok()) return Status::IoError("redis at " + peer_ + ": " + n.status().message());
+    if (*n == 0) return Status::IoError("redis at " + peer_ + " closed the connection");
+    if (redisReaderFeed(R(reader_), chunk, *n) != REDIS_OK)
+      return Status::Corruption("malformed reply from redis at " + peer_ + ": " + R(reader_)->errstr);
+  }
+}
+
+Result<RespValue> RespConnection::Call(std::initializer_list<std::string_view> args, Clock::time_point deadline) {
+  if (Status st = Send(EncodeCommand(args), deadline); !st.ok()) return Status::IoError("redis at " + peer_ + ": " + st.message());
+  return Read(deadline);
+}
+
+}  // namespace flatkv::remote

@@ -1,6 +1,7 @@
 #include "remote/cluster_client.h"
 
 #include <algorithm>
+#include <functional>
 #include <thread>
 
 #include "service/transport.h"
@@ -97,8 +98,9 @@ int ClusterClient::NodeIndex(const std::string& node) {
   return int(nodes_.size() - 1);
 }
 
-Result<RespConnection*> ClusterClient::ConnectionTo(const std::string& node) {
-  if (auto it = conns_.find(node); it != conns_.end()) return it->second.get();
+Result<RespConnection*> ClusterClient::ConnectionTo(const std::string& node, Pool* pool) {
+  if (!pool) pool = &conns_;
+  if (auto it = pool->find(node); it != pool->end()) return it->second.get();
   auto split = SplitNode(node);
   if (!split.ok()) return split.status();
   RespConnectOptions o;
@@ -110,11 +112,11 @@ Result<RespConnection*> ClusterClient::ConnectionTo(const std::string& node) {
   if (!conn.ok()) return conn.status();
   ++stats_.reconnects;
   RespConnection* raw = conn->get();
-  conns_[node] = std::move(conn).value();
+  (*pool)[node] = std::move(conn).value();
   return raw;
 }
 
-void ClusterClient::DropConnection(const std::string& node) { conns_.erase(node); }
+void ClusterClient::DropConnection(const std::string& node, Pool* pool) { (pool ? pool : &conns_)->erase(node); }
 
 Status ClusterClient::RefreshFrom(const std::string& node) {
   auto conn = ConnectionTo(node);
@@ -324,6 +326,74 @@ std::vector<Result<RespValue>> ClusterClient::Pipeline(const std::vector<std::ve
   std::sort(redo.begin(), redo.end());
   for (size_t i : redo) out[i] = Command(commands[i]);
   return out;
+}
+
+void ClusterClient::Stream(const std::vector<std::vector<std::string_view>>& commands, size_t window,
+                           const std::function<bool(size_t, Result<RespValue>)>& each) {
+  const size_t n = commands.size();
+  window = std::max<size_t>(window, 1);
+  std::vector<std::string> node_of(n);
+  std::vector<uint8_t> sent(n, 0);
+  std::map<std::string, RespConnection*> live;  // this stream's working connections
+  size_t next_send = 0;
+  const auto deadline_for = [&] { return Clock::now() + options_.timeout; };
+  auto send_upto = [&](size_t limit) {
+    std::map<std::string, std::pair<std::string, std::vector<size_t>>> batch;
+    for (size_t i = next_send; i < limit; ++i) {
+      if (commands[i].size() < 2) continue;
+      node_of[i] = NodeForSlot(KeySlot(commands[i][1]));
+      if (node_of[i].empty()) continue;
+      auto& b = batch[node_of[i]];
+      AppendCommand(commands[i], &b.first);
+      b.second.push_back(i);
+    }
+    next_send = limit;
+    for (auto& [node, b] : batch) {
+      RespConnection* conn = nullptr;
+      if (auto it = live.find(node); it != live.end()) {
+        conn = it->second;
+      } else if (auto c = ConnectionTo(node, &stream_conns_); c.ok()) {
+        conn = live[node] = *c;
+      }
+      if (!conn || !conn->Send(b.first, deadline_for()).ok()) {
+        live.erase(node);
+        DropConnection(node, &stream_conns_);
+        continue;  // these are redone through Command
+      }
+      for (size_t i : b.second) sent[i] = 1;
+    }
+  };
+  send_upto(std::min(n, window));
+  bool stopped = false;
+  for (size_t i = 0; i < n; ++i) {
+    Result<RespValue> r = Status::IoError("remote: not sent");
+    bool redo = !sent[i];
+    if (sent[i]) {
+      auto it = live.find(node_of[i]);
+      if (it == live.end()) {
+        redo = true;  // its connection failed earlier: the reply is lost
+      } else if (r = it->second->Read(deadline_for()); !r.ok()) {
+        live.erase(it);
+        DropConnection(node_of[i], &stream_conns_);
+        redo = true;
+      } else if (Redirect rd; r->is_error() && (ParseRedirect(r->str, &rd) || IsTransient(r->str))) {
+        redo = true;
+      } else if (r->is_error()) {
+        r = ReplyError(node_of[i], r->str);
+      }
+    }
+    if (stopped) continue;  // draining
+    if (redo) {
+      if (commands[i].size() < 2) r = Status::InvalidArgument("remote: a routed command needs a key (args[1])");
+      else r = Command(commands[i]);
+    }
+    if (!each(i, std::move(r))) {
+      stopped = true;
+      next_send = n;
+      continue;
+    }
+    if (next_send < n) send_upto(next_send + 1);
+  }
 }
 
 }  // namespace flatkv::remote

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -72,6 +73,14 @@ class ClusterClient {
   }
   // Key commands, pipelined; results in the commands' order.
   std::vector<Result<RespValue>> Pipeline(const std::vector<std::vector<std::string_view>>& commands);
+  // Key commands streamed with at most `window` outstanding (a sliding
+  // window over all nodes, on connections of their own): each(i, reply) is
+  // called in the commands' order as replies arrive, so a caller can use
+  // the first replies while later ones are in flight. Redirected, transient
+  // or lost replies are redone through Command before they are delivered.
+  // each() returning false stops the stream (replies in flight are drained).
+  void Stream(const std::vector<std::vector<std::string_view>>& commands, size_t window,
+              const std::function<bool(size_t, Result<RespValue>)>& each);
   // A command sent to one node ("host:port"), not routed, not retried.
   Result<RespValue> CommandAt(const std::string& node, std::span<const std::string_view> args);
 
@@ -87,8 +96,9 @@ class ClusterClient {
 
  private:
   explicit ClusterClient(const ClusterOptions& options);
-  Result<RespConnection*> ConnectionTo(const std::string& node);
-  void DropConnection(const std::string& node);
+  using Pool = std::map<std::string, std::unique_ptr<RespConnection>>;
+  Result<RespConnection*> ConnectionTo(const std::string& node, Pool* pool = nullptr);
+  void DropConnection(const std::string& node, Pool* pool = nullptr);
   int NodeIndex(const std::string& node);
   Status RefreshFrom(const std::string& node);
   // Error reply -> Status for the caller.
@@ -98,7 +108,9 @@ class ClusterClient {
   std::shared_ptr<SSL_CTX> tls_;
   std::vector<std::string> nodes_;                  // every address seen
   std::array<int16_t, kClusterSlots> slot_node_{};  // index into nodes_; -1 unknown
-  std::map<std::string, std::unique_ptr<RespConnection>> conns_;
+  Pool conns_;         // Command, Pipeline, CommandAt
+  Pool stream_conns_;  // Stream: replies outstanding there never meet Command's
+
   ClusterStats stats_;
 };
 

@@ -256,52 +256,46 @@ Result<uint32_t> RemoteTier::Restore(const BlockKey& ns, std::span<const BlockKe
   for (uint32_t l = 0; l < layers_; ++l)
     for (size_t i = 0; i < runs.size(); ++i)
       requests.push_back({l, i, ObjectName(runs[i].ref.object_first, runs[i].ref.object_blocks, l)});
-  uint32_t next_done = 0;  // the next layer to report complete
-  for (size_t at = 0; at < requests.size();) {
-    const size_t end = std::min(requests.size(), at + options_.max_inflight);
-    std::vector<std::vector<std::string_view>> gets;
-    std::vector<size_t> asked;
-    for (size_t i = at; i < end; ++i) {
-      if (runs[requests[i].run].start >= valid) continue;  // past a cut: not needed
-      gets.push_back({"GET", requests[i].name});
-      asked.push_back(i);
-    }
-    auto res = cluster_->Pipeline(gets);
-    for (size_t k = 0; k < asked.size(); ++k) {
-      const Request& q = requests[asked[k]];
-      const Run& run = runs[q.run];
-      if (run.start >= valid) continue;
-      bool ok = res[k].ok() && res[k]->type == RespValue::kString;
+  std::vector<std::vector<std::string_view>> gets;
+  for (const Request& q : requests) gets.push_back({"GET", q.name});
+  // A sliding window of max_inflight objects over all shards: layer l's
+  // replies are used while later layers' are still on the way.
+  cluster_->Stream(gets, options_.max_inflight, [&](size_t i, Result<RespValue> res) {
+    const Request& q = requests[i];
+    const Run& run = runs[q.run];
+    if (run.start < valid) {
+      bool ok = res.ok() && res->type == RespValue::kString;
       if (!ok) {
-        if (res[k].ok()) ++stats_.missing_objects;  // nil: evicted or expired
+        if (res.ok()) {
+          ++stats_.missing_objects;  // nil: evicted or expired
+          dead.push_back(q.name);
+        }
         valid = run.start;
-        if (res[k].ok()) dead.push_back(q.name);
-        continue;
+      } else {
+        const std::string& v = res->str;
+        auto h = DecodeObjectHeader(v);
+        const uint32_t first_block = run.start - run.ref.position;  // the object's first block in this chain
+        ok = h.ok() && h->layer == q.layer && h->blocks == run.ref.object_blocks &&
+             h->block_layer_bytes == block_layer_bytes_ && h->ns == ns && h->first_key == chain[first_block] &&
+             h->first_key == run.ref.object_first;
+        if (ok && first_block + h->blocks <= chain.size()) ok = h->last_key == chain[first_block + h->blocks - 1];
+        if (!ok) {
+          ++stats_.stale_objects;
+          valid = run.start;
+          dead.push_back(q.name);
+        } else {
+          ++stats_.objects_read;
+          stats_.bytes_read += v.size();
+          const char* payload = v.data() + kObjectHeaderBytes;
+          for (uint32_t j = 0; j < run.blocks && run.start + j < valid; ++j)
+            std::memcpy(destination(q.layer, run.start + j),
+                        payload + uint64_t{run.ref.position + j} * block_layer_bytes_, block_layer_bytes_);
+        }
       }
-      const std::string& v = res[k]->str;
-      auto h = DecodeObjectHeader(v);
-      const uint32_t first_block = run.start - run.ref.position;  // the object's first block in this chain
-      ok = h.ok() && h->layer == q.layer && h->blocks == run.ref.object_blocks && h->block_layer_bytes == block_layer_bytes_ &&
-           h->ns == ns && h->first_key == chain[first_block] && h->first_key == run.ref.object_first;
-      if (ok && first_block + h->blocks <= chain.size()) ok = h->last_key == chain[first_block + h->blocks - 1];
-      if (!ok) {
-        ++stats_.stale_objects;
-        valid = run.start;
-        dead.push_back(q.name);
-        continue;
-      }
-      ++stats_.objects_read;
-      stats_.bytes_read += v.size();
-      const char* payload = v.data() + kObjectHeaderBytes;
-      for (uint32_t j = 0; j < run.blocks && run.start + j < valid; ++j)
-        std::memcpy(destination(q.layer, run.start + j), payload + uint64_t{run.ref.position + j} * block_layer_bytes_,
-                    block_layer_bytes_);
     }
-    // Requests go in layer order: every layer before requests[end]'s is complete.
-    const uint32_t done_upto = end == requests.size() ? layers_ : requests[end].layer;
-    for (; layer_done && next_done < done_upto; ++next_done) layer_done(next_done);
-    at = end;
-  }
+    if (layer_done && valid > 0 && (i + 1 == requests.size() || requests[i + 1].layer != q.layer)) layer_done(q.layer);
+    return valid > 0;
+  });
   // Index entries pointing at objects that are gone: removed, so the next match misses cleanly.
   if (!dead.empty() && valid < match.blocks) {
     std::vector<std::string> names;

@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "service/transport.h"
@@ -11,35 +12,47 @@ namespace {
 
 redisReader* R(void* p) { return static_cast<redisReader*>(p); }
 
-RespValue Convert(const redisReply* r) {
-  RespValue v;
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-      v.type = RespValue::kString;
-      v.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_STATUS:
-      v.type = RespValue::kStatus;
-      v.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ERROR:
-      v.type = RespValue::kError;
-      v.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      v.type = RespValue::kInteger;
-      v.integer = r->integer;
-      break;
-    case REDIS_REPLY_ARRAY:
-      v.type = RespValue::kArray;
-      v.elements.reserve(r->elements);
-      for (size_t i = 0; i < r->elements; ++i) v.elements.push_back(Convert(r->element[i]));
-      break;
-    default:
-      v.type = RespValue::kNil;
-  }
+// Replies are built as RespValues straight from the reader's buffer (one
+// copy of a bulk string, not hiredis's reply and then ours): a child lives
+// in its parent's `elements`, only the root is allocated.
+RespValue* Slot(const redisReadTask* task) {
+  if (!task->parent) return new RespValue();
+  auto* parent = static_cast<RespValue*>(task->parent->obj);
+  return &parent->elements[size_t(task->idx)];
+}
+
+void* CreateString(const redisReadTask* task, char* str, size_t len) {
+  RespValue* v = Slot(task);
+  v->type = task->type == REDIS_REPLY_ERROR ? RespValue::kError
+            : task->type == REDIS_REPLY_STATUS ? RespValue::kStatus
+                                               : RespValue::kString;
+  v->str.assign(str, len);
   return v;
 }
+
+void* CreateArray(const redisReadTask* task, int elements) {
+  RespValue* v = Slot(task);
+  v->type = RespValue::kArray;
+  v->elements.resize(size_t(std::max(elements, 0)));
+  return v;
+}
+
+void* CreateInteger(const redisReadTask* task, long long value) {
+  RespValue* v = Slot(task);
+  v->type = RespValue::kInteger;
+  v->integer = value;
+  return v;
+}
+
+void* CreateNil(const redisReadTask* task) {
+  RespValue* v = Slot(task);
+  v->type = RespValue::kNil;
+  return v;
+}
+
+void FreeObject(void* root) { delete static_cast<RespValue*>(root); }
+
+redisReplyObjectFunctions kFunctions = {CreateString, CreateArray, CreateInteger, CreateNil, FreeObject};
 
 }  // namespace
 
@@ -80,7 +93,7 @@ Result<std::unique_ptr<RespConnection>> RespConnection::Connect(const std::strin
     if (Status st = c->conn_->TlsConnect(options.tls, name, deadline); !st.ok())
       return Status::IoError("redis at " + c->peer_ + ": TLS: " + st.message());
   }
-  c->reader_ = redisReaderCreate();
+  c->reader_ = redisReaderCreateWithFunctions(&kFunctions);
   if (!c->reader_) return Status::IoError("redisReaderCreate failed");
   R(c->reader_)->maxbuf = 0;  // keep the buffer between replies: values are large and frequent
   if (!options.password.empty()) {
@@ -105,9 +118,8 @@ Result<RespValue> RespConnection::Read(Clock::time_point deadline) {
     if (redisReaderGetReply(R(reader_), &reply) != REDIS_OK)
       return Status::Corruption("malformed reply from redis at " + peer_ + ": " + R(reader_)->errstr);
     if (reply) {
-      RespValue v = Convert(static_cast<redisReply*>(reply));
-      freeReplyObject(reply);
-      return v;
+      std::unique_ptr<RespValue> v(static_cast<RespValue*>(reply));
+      return std::move(*v);
     }
     char chunk[64 << 10];
     auto n = conn_->ReadAvailable(chunk, sizeof(chunk), deadline);

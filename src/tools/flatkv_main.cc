@@ -1,5 +1,5 @@
 // The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench codecs`,
-// `bench attention`, `bench serve`, `bench metadata`, `serve`, `stats`,
+// `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `serve`, `stats`,
 // `generate`, `perplexity`, `dump-kv`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 #include "tools/bench_codecs.h"
 #include "tools/bench_engine.h"
 #include "tools/bench_metadata.h"
+#include "tools/bench_remote.h"
 #include "tools/bench_restore.h"
 #include "tools/bench_serve.h"
 #include "tools/crashtest_cmd.h"
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_serve = AddBenchServeCommand(*bench, serve_bench_args);
   BenchMetadataArgs metadata_args;
   CLI::App* bench_metadata = AddBenchMetadataCommand(*bench, metadata_args);
+  BenchRemoteArgs remote_args;
+  CLI::App* bench_remote = AddBenchRemoteCommand(*bench, remote_args);
   StatsArgs stats_args;
   CLI::App* stats = AddStatsCommand(app, stats_args);
   GenerateArgs generate_args;
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
   if (serve->parsed()) return RunServe(serve_args);
   if (bench_serve->parsed()) return RunBenchServe(serve_bench_args);
   if (bench_metadata->parsed()) return RunBenchMetadata(metadata_args);
+  if (bench_remote->parsed()) return RunBenchRemote(remote_args);
   if (crashtest->parsed()) return RunCrashtest(crashtest_args);
   return kExitUsage;
 }

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -14,7 +16,19 @@
 namespace flatkv::service {
 namespace {
 
+// A sample value: the shortest text that reads back as exactly `v`, so byte
+// counters past 1e9 stay exact; NaN and infinities as Prometheus spells them.
 std::string Num(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// A histogram bound for its `le` label ("1e-05", "0.0001", "2.5"): a fixed
+// spelling, since queries match the label's text.
+std::string Le(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
@@ -93,7 +107,7 @@ void PromHistogram::Render(const std::string& name, const std::string& labels, s
   const std::string sep = labels.empty() ? "" : ",";
   for (size_t i = 0; i < kBoundsUs.size(); ++i) {
     cum += Get(buckets_[i]);
-    Line(out, name + "_bucket", labels + sep + "le=\"" + Num(kBoundsUs[i] / 1e6) + "\"", double(cum));
+    Line(out, name + "_bucket", labels + sep + "le=\"" + Le(kBoundsUs[i] / 1e6) + "\"", double(cum));
   }
   cum += Get(buckets_[kBoundsUs.size()]);
   Line(out, name + "_bucket", labels + sep + "le=\"+Inf\"", double(cum));

@@ -12,6 +12,7 @@ PACKAGES=(
   librocksdb-dev                        # the RocksDB peer in `flatkv bench restore`
   libtomlplusplus-dev openssl           # `flatkv serve` config files; openssl makes the TLS test's certificate
   pybind11-dev python3-dev python3-numpy python3-pytest  # the Python module and its tests
+  prometheus curl                       # promtool and a real Prometheus for the metrics tests
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

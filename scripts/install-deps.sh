@@ -12,6 +12,7 @@ PACKAGES=(
   librocksdb-dev                        # the RocksDB peer in `flatkv bench restore`
   libtomlplusplus-dev openssl           # `flatkv serve` config files; openssl makes the TLS test's certificate
   pybind11-dev python3-dev python3-numpy python3-pytest  # the Python module and its tests
+  python3-setuptools python3-wheel python3-venv           # pip install ./python into a venv (test-all.sh)
   prometheus curl                       # promtool and a real Prometheus for the metrics tests
 )
 missing=()

@@ -67,11 +67,14 @@ TEST(ServerConfigTest, MetricsSectionIsOptInAndChecksTheStatsToken) {
   ServerConfig c = DefaultServerConfig();
   EXPECT_FALSE(c.metrics_tenant_labels);
   EXPECT_EQ(c.stats_token, "");
-  ASSERT_TRUE(ApplyConfigToml("[metrics]\ntenant_labels = true\nstats_token = \"stats-token-0123456789\"\n", "f.toml", &c).ok());
+  ASSERT_TRUE(
+      ApplyConfigToml("[metrics]\ntenant_labels = true\nstats_token = \"stats-token-0123456789\"\n", "f.toml", &c)
+          .ok());
   EXPECT_TRUE(c.metrics_tenant_labels);
   EXPECT_EQ(c.stats_token, "stats-token-0123456789");
-  EXPECT_NE(ApplyConfigToml("[metrics]\nstats_token = \"short\"\n", "f.toml", &c).message().find(
-                "f.toml: metrics.stats_token: a token of 5 characters is too short"),
+  EXPECT_NE(ApplyConfigToml("[metrics]\nstats_token = \"short\"\n", "f.toml", &c)
+                .message()
+                .find("f.toml: metrics.stats_token: a token of 5 characters is too short"),
             std::string::npos);
   EXPECT_NE(ApplyConfigToml("[metrics]\nnames = true\n", "f.toml", &c).message().find("unknown key 'names'"),
             std::string::npos);

@@ -62,10 +62,19 @@ bool IEquals(std::string_view a, std::string_view b) {
 std::string PromLabelValue(std::string_view v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
   }
   return out;
 }
@@ -202,7 +211,8 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
     Line(&out, "flatkv_tenant_hit_blocks_total", l + ",medium=\"ssd\"", double(Get(t.metrics->restore_hit_ssd)));
   }
   Help(&out, "flatkv_tenant_miss_blocks_total", "counter", "Keys asked for by restores that did not hit, per tenant.");
-  for (const auto& t : tenants) Line(&out, "flatkv_tenant_miss_blocks_total", L(t), double(Get(t.metrics->restore_miss_blocks)));
+  for (const auto& t : tenants)
+    Line(&out, "flatkv_tenant_miss_blocks_total", L(t), double(Get(t.metrics->restore_miss_blocks)));
   Help(&out, "flatkv_tenant_lookup_blocks_total", "counter", "Keys looked up and keys found, per tenant.");
   for (const auto& t : tenants) {
     const std::string& l = L(t);

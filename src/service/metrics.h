@@ -61,8 +61,8 @@ struct TenantView {  // what rendering needs to know of a tenant
 // `tenant_names`: label per-tenant series tenant="<name>" (escaped); false:
 // tenant="<position in `tenants`>", which is the [[tenants]] order, so a
 // scrape reveals no tenant names (config key metrics.tenant_labels).
-std::string RenderPrometheus(const StoreStats& store, const ServerMetrics& server, const std::vector<TenantView>& tenants,
-                             bool tenant_names);
+std::string RenderPrometheus(const StoreStats& store, const ServerMetrics& server,
+                             const std::vector<TenantView>& tenants, bool tenant_names);
 // A Prometheus label value: backslash, double quote and newline escaped.
 std::string PromLabelValue(std::string_view v);
 // `options`: the store's, reported under "options" with ssd_dirs as their

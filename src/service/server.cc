@@ -205,9 +205,10 @@ void Server::ServeHttp(int fd) {
   } else if (path == "/stats" && !HttpBearerMatches(req, config_.stats_token)) {
     status = "401 Unauthorized";
     extra = "WWW-Authenticate: Bearer realm=\"flatkv\"\r\n";
-    body = config_.stats_token.empty()
-               ? "/stats is disabled: set metrics.stats_token in the config and send it as 'Authorization: Bearer TOKEN'\n"
-               : "/stats needs 'Authorization: Bearer TOKEN' with the configured metrics.stats_token\n";
+    body =
+        config_.stats_token.empty()
+            ? "/stats is disabled: set metrics.stats_token in the config and send it as 'Authorization: Bearer TOKEN'\n"
+            : "/stats needs 'Authorization: Bearer TOKEN' with the configured metrics.stats_token\n";
   } else if (path == "/stats") {
     type = "application/json";
     body = StatsJson() + "\n";
@@ -229,7 +230,9 @@ std::vector<TenantView> Server::Views() const {
   return v;
 }
 
-std::string Server::PrometheusText() const { return RenderPrometheus(store_->Stats(), metrics_, Views(), config_.metrics_tenant_labels); }
+std::string Server::PrometheusText() const {
+  return RenderPrometheus(store_->Stats(), metrics_, Views(), config_.metrics_tenant_labels);
+}
 std::string Server::StatsJson() const { return RenderStatsJson(store_->Stats(), store_->options(), metrics_, Views()); }
 
 }  // namespace flatkv::service

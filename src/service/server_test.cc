@@ -282,7 +282,8 @@ TEST(ServerTest, StatsRequireTheStatsToken) {
     EXPECT_EQ(r.find("\"tenants\""), std::string::npos) << r;
   }
   EXPECT_NE(HttpGet(http, "/stats", kStatsAuth).find("HTTP/1.0 200 OK"), std::string::npos);
-  const std::string lower = HttpGet(http, "/stats", std::string("User-Agent: t\r\nauthorization: bearer ") + kStatsToken + "\r\n");
+  const std::string lower =
+      HttpGet(http, "/stats", std::string("User-Agent: t\r\nauthorization: bearer ") + kStatsToken + "\r\n");
   EXPECT_NE(lower.find("\"tenants\""), std::string::npos) << lower;
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The daemon's /metrics against Prometheus's own tools, run by ctest:
-#   metrics_test.sh promtool   /path/to/flatkv   # promtool check metrics + check rules; /stats wants its token
+#   metrics_test.sh promtool   /path/to/flatkv   # promtool check metrics, check/test rules; /stats wants its token
 #   metrics_test.sh prometheus /path/to/flatkv   # a real Prometheus scrapes the daemon; its HTTP API answers
 # Both start `flatkv serve` on loopback (ephemeral ports, a temp dir) with two tenants and
 # metrics.stats_token. Without promtool / prometheus (Debian's `prometheus` package) a test
@@ -69,6 +69,7 @@ if [ "$MODE" = promtool ]; then
   grep -q 'flatkv_tenant_quota_bytes{tenant="1"} 1073741824' "$WORK/metrics.txt" || fail "no per-tenant series by index"
   ! grep -q secret "$WORK/metrics.txt" || fail "/metrics names a tenant: $(grep secret "$WORK/metrics.txt" | head -3)"
   promtool check rules "$RULES" || fail "promtool check rules $RULES"
+  promtool test rules "${RULES%.yml}_test.yml" || fail "promtool test rules ${RULES%.yml}_test.yml"
   code=$(curl -s -o "$WORK/401.txt" -w '%{http_code}' "http://$HTTP/stats")
   [ "$code" = 401 ] || fail "/stats without a token answered $code"
   grep -q "metrics.stats_token" "$WORK/401.txt" || fail "/stats 401 without its message: $(cat "$WORK/401.txt")"

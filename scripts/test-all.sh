@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, then builds and runs every test:
-#   1. the whole suite in Release (gcc; warnings are errors),
+#   1. the whole suite in Release (gcc; warnings are errors); the Python tests run against the
+#      module pip-installed into a virtual environment (build/venv) from that build,
 #   2. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang),
 #   3. each libFuzzer target, from that same build, for FLATKV_FUZZ_SECONDS (default 30) seconds,
 #   4. the concurrency tests under ThreadSanitizer (clang).
@@ -41,8 +42,31 @@ note_skipped() {  # note_skipped BUILD_DIR LOG
 step "Release build and tests"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON >/dev/null
 cmake --build build/release -j "$JOBS"
-ctest --test-dir build/release --output-on-failure 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
+# python_tests (the module from PYTHONPATH=build/release/python) runs below against the installed package instead.
+ctest --test-dir build/release --output-on-failure -E '^python_tests$' 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
 note_skipped build/release build/release/ctest.log
+
+# The Python package as users install it: pip builds it through CMake (python/setup.py; here
+# from the Release tree just built, so nothing is compiled again) into a venv that sees
+# Debian's numpy and pytest; then python/tests run against that installed flatkv.
+step "Python package: pip install into a venv, then python/tests against it"
+rm -rf build/venv
+/usr/bin/python3 -m venv --system-site-packages build/venv
+FLATKV_CMAKE_BUILD_DIR="$PWD/build/release" build/venv/bin/pip install -q --no-build-isolation --no-index ./python
+env -u PYTHONPATH build/venv/bin/python -c \
+  "import flatkv, sys; f = flatkv.__file__; assert f.startswith(sys.prefix + '/'), f; print('flatkv', f)"
+set +e
+env -u PYTHONPATH FLATKV_BINARY="$PWD/build/release/flatkv" build/venv/bin/python -m pytest -q -rs \
+  -p no:cacheprovider python/tests 2>&1 | tee build/venv/pytest.log
+rc=${PIPESTATUS[0]}
+set -e
+case $rc in  # pytest: 0 passed, 5 collected nothing (the tests went missing: a failure here)
+  0) ;;
+  5) echo "FAIL: pytest collected no tests from python/tests"; exit 1 ;;
+  *) echo "FAIL: python/tests against the installed package (pytest exit $rc)"; exit 1 ;;
+esac
+py_skips=$(grep -E '^SKIPPED \[' build/venv/pytest.log || true)
+[ -z "$py_skips" ] || SKIPPED_REPORT+="build/venv (python/tests):"$'\n'"$(sed 's/^/  /' <<<"$py_skips")"$'\n'
 
 SANITIZER_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DFLATKV_WERROR=ON -DFLATKV_BUILD_BENCH=OFF -DFLATKV_BUILD_TOOLS=OFF)

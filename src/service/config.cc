@@ -243,7 +243,7 @@ Status ApplyShape(const toml::node& n, const std::string& where, KvShape* shape)
 }
 
 Status ApplyTable(const toml::table& root, const std::string& origin, ServerConfig* c) {
-  FLATKV_RETURN_IF_ERROR(CheckKeys(root, origin, {"store", "listen", "tls", "limits", "tenants"}));
+  FLATKV_RETURN_IF_ERROR(CheckKeys(root, origin, {"store", "listen", "tls", "limits", "tenants", "metrics"}));
   if (const toml::table* s = root["store"].as_table()) {
     const std::string w = origin + ": store";
     std::set<std::string_view> known = {"shape", "dram_bytes", "dram_fraction", "ssd_dir", "ssd_dirs", "ssd_bytes"};
@@ -323,6 +323,16 @@ Status ApplyTable(const toml::table& root, const std::string& origin, ServerConf
       FLATKV_RETURN_IF_ERROR(ReadBytes(*t, "quota_bytes", w, &quota));
       tc.quota_bytes = quota.value_or(0);
       c->tenants.push_back(std::move(tc));
+    }
+  }
+  if (const toml::table* m = root["metrics"].as_table()) {
+    const std::string w = origin + ": metrics";
+    FLATKV_RETURN_IF_ERROR(CheckKeys(*m, w, {"tenant_labels", "stats_token"}));
+    FLATKV_RETURN_IF_ERROR(Read(*m, "tenant_labels", w, &c->metrics_tenant_labels));
+    FLATKV_RETURN_IF_ERROR(Read(*m, "stats_token", w, &c->stats_token));
+    if (!c->stats_token.empty() && c->stats_token.size() < 16) {
+      return Status::InvalidArgument(w + ".stats_token: a token of " + std::to_string(c->stats_token.size()) +
+                                     " characters is too short (at least 16)");
     }
   }
   return Status::Ok();

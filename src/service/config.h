@@ -62,6 +62,14 @@ struct ServerConfig {
   uint64_t max_shm_bytes = 64ull << 30;
 
   std::vector<TenantConfig> tenants;
+
+  // [metrics]: what the HTTP endpoint reveals (docs/service.md, Observability).
+  // Label per-tenant /metrics series with the tenant's name; off (default):
+  // with its position in [[tenants]] ("0", "1", ...), so a scrape carries no names.
+  bool metrics_tenant_labels = false;
+  // The bearer token /stats requires (16+ characters); empty: /stats refuses
+  // every request with 401. Not a tenant token: /stats shows every tenant.
+  std::string stats_token;
 };
 
 // Built-in defaults (reads /proc/meminfo-equivalent sysconf and the environment).

@@ -62,6 +62,26 @@ salt = "fixed-salt"
   EXPECT_EQ(c.tenants[1].salt, "fixed-salt");
 }
 
+// [metrics]: tenant names in /metrics are opt-in; /stats wants its own token.
+TEST(ServerConfigTest, MetricsSectionIsOptInAndChecksTheStatsToken) {
+  ServerConfig c = DefaultServerConfig();
+  EXPECT_FALSE(c.metrics_tenant_labels);
+  EXPECT_EQ(c.stats_token, "");
+  ASSERT_TRUE(
+      ApplyConfigToml("[metrics]\ntenant_labels = true\nstats_token = \"stats-token-0123456789\"\n", "f.toml", &c)
+          .ok());
+  EXPECT_TRUE(c.metrics_tenant_labels);
+  EXPECT_EQ(c.stats_token, "stats-token-0123456789");
+  EXPECT_NE(ApplyConfigToml("[metrics]\nstats_token = \"short\"\n", "f.toml", &c)
+                .message()
+                .find("f.toml: metrics.stats_token: a token of 5 characters is too short"),
+            std::string::npos);
+  EXPECT_NE(ApplyConfigToml("[metrics]\nnames = true\n", "f.toml", &c).message().find("unknown key 'names'"),
+            std::string::npos);
+  EXPECT_NE(ApplyConfigToml("[metrics]\ntenant_labels = \"yes\"\n", "f.toml", &c).message().find("tenant_labels"),
+            std::string::npos);
+}
+
 TEST(ServerConfigTest, ErrorsNameTheProblem) {
   ServerConfig c = DefaultServerConfig();
   auto msg = [&](const char* toml) { return ApplyConfigToml(toml, "f.toml", &c).message(); };

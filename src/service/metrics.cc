@@ -1,5 +1,12 @@
 #include "service/metrics.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -9,7 +16,19 @@
 namespace flatkv::service {
 namespace {
 
+// A sample value: the shortest text that reads back as exactly `v`, so byte
+// counters past 1e9 stay exact; NaN and infinities as Prometheus spells them.
 std::string Num(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// A histogram bound for its `le` label ("1e-05", "0.0001", "2.5"): a fixed
+// spelling, since queries match the label's text.
+std::string Le(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
@@ -24,7 +43,65 @@ void Line(std::string* out, const std::string& name, const std::string& labels, 
   *out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + Num(v) + "\n";
 }
 
+std::array<unsigned char, 32> Digest(std::string_view v) {
+  std::array<unsigned char, 32> d{};
+  unsigned int n = 0;
+  EVP_Digest(v.data(), v.size(), d.data(), &n, EVP_sha256(), nullptr);
+  return d;
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
 }  // namespace
+
+std::string PromLabelValue(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+bool HttpBearerMatches(std::string_view head, std::string_view token) {
+  if (token.empty()) return false;
+  size_t pos = head.find('\n');  // skip the request line
+  while (pos != std::string_view::npos && pos + 1 < head.size()) {
+    const size_t start = pos + 1;
+    size_t end = head.find('\n', start);
+    std::string_view line = head.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    pos = end;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) break;  // end of the headers
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos || !IEquals(line.substr(0, colon), "authorization")) continue;
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    if (value.size() < 7 || !IEquals(value.substr(0, 7), "bearer ")) return false;
+    value.remove_prefix(7);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    const auto got = Digest(value), want = Digest(token);
+    return CRYPTO_memcmp(got.data(), want.data(), got.size()) == 0;
+  }
+  return false;
+}
 
 void PromHistogram::Record(double us) {
   size_t i = 0;
@@ -39,7 +116,7 @@ void PromHistogram::Render(const std::string& name, const std::string& labels, s
   const std::string sep = labels.empty() ? "" : ",";
   for (size_t i = 0; i < kBoundsUs.size(); ++i) {
     cum += Get(buckets_[i]);
-    Line(out, name + "_bucket", labels + sep + "le=\"" + Num(kBoundsUs[i] / 1e6) + "\"", double(cum));
+    Line(out, name + "_bucket", labels + sep + "le=\"" + Le(kBoundsUs[i] / 1e6) + "\"", double(cum));
   }
   cum += Get(buckets_[kBoundsUs.size()]);
   Line(out, name + "_bucket", labels + sep + "le=\"+Inf\"", double(cum));
@@ -59,7 +136,13 @@ double PromHistogram::Percentile(double q) const {
   return kBoundsUs.back();
 }
 
-std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const std::vector<TenantView>& tenants) {
+std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const std::vector<TenantView>& tenants,
+                             bool tenant_names) {
+  // One label per tenant: its name when the operator opted in, else its position.
+  std::vector<std::string> label(tenants.size());
+  for (size_t i = 0; i < tenants.size(); ++i)
+    label[i] = "tenant=\"" + (tenant_names ? PromLabelValue(tenants[i].name) : std::to_string(i)) + "\"";
+  auto L = [&](const TenantView& t) -> const std::string& { return label[size_t(&t - tenants.data())]; };
   std::string out;
   out.reserve(16 << 10);
   struct Med {
@@ -115,7 +198,7 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
 
   Help(&out, "flatkv_tenant_requests_total", "counter", "Requests per tenant and kind.");
   for (const auto& t : tenants) {
-    const std::string l = "tenant=\"" + t.name + "\"";
+    const std::string& l = L(t);
     Line(&out, "flatkv_tenant_requests_total", l + ",kind=\"lookup\"", double(Get(t.metrics->lookups)));
     Line(&out, "flatkv_tenant_requests_total", l + ",kind=\"put\"", double(Get(t.metrics->puts)));
     Line(&out, "flatkv_tenant_requests_total", l + ",kind=\"restore\"", double(Get(t.metrics->restores)));
@@ -123,36 +206,37 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
   }
   Help(&out, "flatkv_tenant_hit_blocks_total", "counter", "Restored blocks per tenant and medium.");
   for (const auto& t : tenants) {
-    const std::string l = "tenant=\"" + t.name + "\"";
+    const std::string& l = L(t);
     Line(&out, "flatkv_tenant_hit_blocks_total", l + ",medium=\"dram\"", double(Get(t.metrics->restore_hit_dram)));
     Line(&out, "flatkv_tenant_hit_blocks_total", l + ",medium=\"ssd\"", double(Get(t.metrics->restore_hit_ssd)));
   }
   Help(&out, "flatkv_tenant_miss_blocks_total", "counter", "Keys asked for by restores that did not hit, per tenant.");
-  for (const auto& t : tenants) Line(&out, "flatkv_tenant_miss_blocks_total", "tenant=\"" + t.name + "\"", double(Get(t.metrics->restore_miss_blocks)));
+  for (const auto& t : tenants)
+    Line(&out, "flatkv_tenant_miss_blocks_total", L(t), double(Get(t.metrics->restore_miss_blocks)));
   Help(&out, "flatkv_tenant_lookup_blocks_total", "counter", "Keys looked up and keys found, per tenant.");
   for (const auto& t : tenants) {
-    const std::string l = "tenant=\"" + t.name + "\"";
+    const std::string& l = L(t);
     Line(&out, "flatkv_tenant_lookup_blocks_total", l + ",result=\"asked\"", double(Get(t.metrics->lookup_keys)));
     Line(&out, "flatkv_tenant_lookup_blocks_total", l + ",result=\"hit\"", double(Get(t.metrics->lookup_hit_blocks)));
   }
   Help(&out, "flatkv_tenant_bytes_total", "counter", "Payload bytes per tenant and direction.");
   for (const auto& t : tenants) {
-    const std::string l = "tenant=\"" + t.name + "\"";
+    const std::string& l = L(t);
     Line(&out, "flatkv_tenant_bytes_total", l + ",direction=\"put\"", double(Get(t.metrics->put_bytes)));
     Line(&out, "flatkv_tenant_bytes_total", l + ",direction=\"restore_stream\"", double(Get(t.metrics->restore_bytes_stream)));
     Line(&out, "flatkv_tenant_bytes_total", l + ",direction=\"restore_shm\"", double(Get(t.metrics->restore_bytes_shm)));
   }
   Help(&out, "flatkv_tenant_quota_bytes", "gauge", "Quota per tenant (0: none).");
-  for (const auto& t : tenants) Line(&out, "flatkv_tenant_quota_bytes", "tenant=\"" + t.name + "\"", double(t.quota_bytes));
+  for (const auto& t : tenants) Line(&out, "flatkv_tenant_quota_bytes", L(t), double(t.quota_bytes));
   Help(&out, "flatkv_tenant_used_bytes", "gauge", "Bytes charged to each tenant's quota.");
-  for (const auto& t : tenants) Line(&out, "flatkv_tenant_used_bytes", "tenant=\"" + t.name + "\"", double(t.used_bytes));
+  for (const auto& t : tenants) Line(&out, "flatkv_tenant_used_bytes", L(t), double(t.used_bytes));
   const char* hists[] = {"lookup", "put", "restore"};
   for (const char* h : hists) {
     const std::string name = std::string("flatkv_") + h + "_latency_seconds";
     Help(&out, name, "histogram", "Request latency from its frame's arrival to its last reply byte.");
     for (const auto& t : tenants) {
       const PromHistogram& ph = h[0] == 'l' ? t.metrics->lookup_us : h[0] == 'p' ? t.metrics->put_us : t.metrics->restore_us;
-      ph.Render(name, "tenant=\"" + t.name + "\"", &out);
+      ph.Render(name, L(t), &out);
     }
   }
   return out;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flatkv/options.h"
@@ -57,11 +58,22 @@ struct TenantView {  // what rendering needs to know of a tenant
   uint64_t quota_bytes = 0, used_bytes = 0, dropped_sessions = 0;
 };
 
-std::string RenderPrometheus(const StoreStats& store, const ServerMetrics& server, const std::vector<TenantView>& tenants);
+// `tenant_names`: label per-tenant series tenant="<name>" (escaped); false:
+// tenant="<position in `tenants`>", which is the [[tenants]] order, so a
+// scrape reveals no tenant names (config key metrics.tenant_labels).
+std::string RenderPrometheus(const StoreStats& store, const ServerMetrics& server,
+                             const std::vector<TenantView>& tenants, bool tenant_names);
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string PromLabelValue(std::string_view v);
 // `options`: the store's, reported under "options" with ssd_dirs as their
 // number, not their paths (a tenant has no business knowing the daemon's
 // filesystem).
 std::string RenderStatsJson(const StoreStats& store, const StoreOptions& options, const ServerMetrics& server,
                             const std::vector<TenantView>& tenants);
+
+// Whether an HTTP request head (request line and headers) carries
+// `Authorization: Bearer <token>` with exactly `token`, compared in constant
+// time (as SHA-256 digests). Always false for an empty `token`.
+bool HttpBearerMatches(std::string_view request_head, std::string_view token);
 
 }  // namespace flatkv::service

@@ -188,7 +188,7 @@ void Server::ServeHttp(int fd) {
     if (n <= 0) return;
     req.append(buf, static_cast<size_t>(n));
   }
-  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body, extra;
   const size_t sp1 = req.find(' '), sp2 = sp1 == std::string::npos ? sp1 : req.find(' ', sp1 + 1);
   const std::string method = req.substr(0, sp1);
   std::string path = sp2 == std::string::npos ? "" : req.substr(sp1 + 1, sp2 - sp1 - 1);
@@ -202,6 +202,13 @@ void Server::ServeHttp(int fd) {
     const bool ok = healthy();
     status = ok ? "200 OK" : "503 Service Unavailable";
     body = ok ? "ok\n" : "stopping\n";
+  } else if (path == "/stats" && !HttpBearerMatches(req, config_.stats_token)) {
+    status = "401 Unauthorized";
+    extra = "WWW-Authenticate: Bearer realm=\"flatkv\"\r\n";
+    body =
+        config_.stats_token.empty()
+            ? "/stats is disabled: set metrics.stats_token in the config and send it as 'Authorization: Bearer TOKEN'\n"
+            : "/stats needs 'Authorization: Bearer TOKEN' with the configured metrics.stats_token\n";
   } else if (path == "/stats") {
     type = "application/json";
     body = StatsJson() + "\n";
@@ -210,7 +217,7 @@ void Server::ServeHttp(int fd) {
     body = "not found: try /metrics, /healthz or /stats\n";
   }
   std::string head = "HTTP/1.0 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
-                     "\r\nConnection: close\r\n\r\n";
+                     "\r\n" + extra + "Connection: close\r\n\r\n";
   if (method == "HEAD") body.clear();
   (void)conn.Write(std::as_bytes(std::span(head)), std::as_bytes(std::span(body)), deadline);
 }
@@ -223,7 +230,9 @@ std::vector<TenantView> Server::Views() const {
   return v;
 }
 
-std::string Server::PrometheusText() const { return RenderPrometheus(store_->Stats(), metrics_, Views()); }
+std::string Server::PrometheusText() const {
+  return RenderPrometheus(store_->Stats(), metrics_, Views(), config_.metrics_tenant_labels);
+}
 std::string Server::StatsJson() const { return RenderStatsJson(store_->Stats(), store_->options(), metrics_, Views()); }
 
 }  // namespace flatkv::service

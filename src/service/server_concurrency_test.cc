@@ -54,7 +54,8 @@ TEST(ServerConcurrencyTest, ClientsInParallelThenStopWithClientsConnected) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_NE(server->PrometheusText().find("flatkv_tenant_requests_total{tenant=\"b\",kind=\"restore\"}"), std::string::npos);
+  EXPECT_NE(server->PrometheusText().find("flatkv_tenant_requests_total{tenant=\"1\",kind=\"restore\"}"),
+            std::string::npos);
   // Stop with every connection still open and idle: they are closed, the store is closed.
   EXPECT_TRUE(server->Stop().ok());
   for (auto& c : clients) EXPECT_FALSE(c->Health().ok());

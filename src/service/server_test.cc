@@ -27,10 +27,11 @@ std::vector<std::byte> LayerMajor(const std::vector<std::byte>& block_major, uin
   return out;
 }
 
-std::string HttpGet(const std::string& hostport, const std::string& path) {
+// `headers`: extra header lines, each ending in "\r\n".
+std::string HttpGet(const std::string& hostport, const std::string& path, const std::string& headers = "") {
   const int fd = RawConnect("tcp:" + hostport);
   if (fd < 0) return "";
-  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  const std::string req = "GET " + path + " HTTP/1.0\r\n" + headers + "\r\n";
   if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) return "";
   std::string out;
   char buf[4096];
@@ -194,9 +195,15 @@ TEST(ServerTest, QuotaDropsTheTenantsOldestSessionOrRefuses) {
   EXPECT_EQ(*b->Lookup(big), 9u);
 }
 
+constexpr const char* kStatsToken = "stats-token-0123456789";
+const std::string kStatsAuth = std::string("Authorization: Bearer ") + kStatsToken + "\r\n";
+
 TEST(ServerTest, HttpServesMetricsHealthAndStats) {
   TempDir dir;
-  auto server = StartServer(SmallServerConfig(dir.path()));
+  ServerConfig config = SmallServerConfig(dir.path());
+  config.metrics_tenant_labels = true;
+  config.stats_token = kStatsToken;
+  auto server = StartServer(config);
   ASSERT_NE(server, nullptr);
   auto a = ConnectOrNull(server->tcp_address(), kTokenA);
   ASSERT_NE(a, nullptr);
@@ -211,12 +218,73 @@ TEST(ServerTest, HttpServesMetricsHealthAndStats) {
   EXPECT_NE(metrics.find("flatkv_restore_latency_seconds_bucket{tenant=\"a\",le=\"+Inf\"} 1"), std::string::npos);
   EXPECT_NE(metrics.find("flatkv_capacity_bytes{medium=\"ssd\"}"), std::string::npos);
   EXPECT_NE(HttpGet(server->http_address(), "/healthz").find("200 OK"), std::string::npos);
-  const std::string stats = HttpGet(server->http_address(), "/stats");
+  const std::string stats = HttpGet(server->http_address(), "/stats", kStatsAuth);
   EXPECT_NE(stats.find("\"restore_hit_dram\": 2"), std::string::npos) << stats;
   EXPECT_NE(HttpGet(server->http_address(), "/nope").find("404"), std::string::npos);
   auto json = a->StatsJson();
   ASSERT_TRUE(json.ok());
   EXPECT_NE(json->find("\"tenants\""), std::string::npos);
+}
+
+// metrics.tenant_labels off (the default): per-tenant series are labelled by
+// the tenant's position in [[tenants]], and no tenant name appears anywhere.
+TEST(ServerTest, MetricsCarryNoTenantNamesUnlessConfigured) {
+  TempDir dir;
+  ServerConfig config = SmallServerConfig(dir.path());
+  config.tenants = {{"secret-team-alpha", kTokenA, "", 0}, {"secret-team-beta", kTokenB, "", 1 << 20}};
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  auto b = ConnectOrNull(server->tcp_address(), kTokenB);
+  ASSERT_NE(b, nullptr);
+  auto keys = ChainKeys(5, 1);
+  ASSERT_TRUE(b->Put(0, keys, Blocks(b->info().block_bytes, 1, 5)).ok());
+  const std::string metrics =
+      HttpGetUntil(server->http_address(), "/metrics", "flatkv_put_latency_seconds_count{tenant=\"1\"} 1");
+  EXPECT_NE(metrics.find("flatkv_put_latency_seconds_count{tenant=\"1\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("flatkv_tenant_requests_total{tenant=\"1\",kind=\"put\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("flatkv_tenant_quota_bytes{tenant=\"1\"} 1048576"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("flatkv_tenant_requests_total{tenant=\"0\",kind=\"put\"} 0"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("secret-team"), std::string::npos) << metrics;
+  ASSERT_TRUE(server->Stop().ok());
+
+  config.metrics_tenant_labels = true;
+  server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  EXPECT_NE(server->PrometheusText().find("flatkv_tenant_quota_bytes{tenant=\"secret-team-beta\"} 1048576"),
+            std::string::npos);
+}
+
+// /stats shows every tenant, so it wants the dedicated metrics.stats_token
+// (not a tenant's token) as a bearer token, and says so with a 401.
+TEST(ServerTest, StatsRequireTheStatsToken) {
+  TempDir dir;
+  ServerConfig config = SmallServerConfig(dir.path());
+  {
+    auto server = StartServer(config);  // no stats_token: /stats is off
+    ASSERT_NE(server, nullptr);
+    const std::string r = HttpGet(server->http_address(), "/stats", kStatsAuth);
+    EXPECT_NE(r.find("HTTP/1.0 401 Unauthorized\r\n"), std::string::npos) << r;
+    EXPECT_NE(r.find("WWW-Authenticate: Bearer"), std::string::npos) << r;
+    EXPECT_NE(r.find("/stats is disabled: set metrics.stats_token"), std::string::npos) << r;
+    EXPECT_NE(HttpGet(server->http_address(), "/metrics").find("HTTP/1.0 200"), std::string::npos);
+  }
+  config.stats_token = kStatsToken;
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  const std::string& http = server->http_address();
+  for (const std::string& bad : {std::string(), std::string("Authorization: Bearer wrong-token-0123456789\r\n"),
+                                 std::string("Authorization: Bearer ") + kTokenA + "\r\n",  // a tenant's token
+                                 std::string("Authorization: Basic ") + kStatsToken + "\r\n",
+                                 std::string("X-Authorization: Bearer ") + kStatsToken + "\r\n"}) {
+    const std::string r = HttpGet(http, "/stats", bad);
+    EXPECT_NE(r.find("HTTP/1.0 401 Unauthorized\r\n"), std::string::npos) << bad << r;
+    EXPECT_NE(r.find("/stats needs 'Authorization: Bearer TOKEN'"), std::string::npos) << r;
+    EXPECT_EQ(r.find("\"tenants\""), std::string::npos) << r;
+  }
+  EXPECT_NE(HttpGet(http, "/stats", kStatsAuth).find("HTTP/1.0 200 OK"), std::string::npos);
+  const std::string lower =
+      HttpGet(http, "/stats", std::string("User-Agent: t\r\nauthorization: bearer ") + kStatsToken + "\r\n");
+  EXPECT_NE(lower.find("\"tenants\""), std::string::npos) << lower;
 }
 
 // /stats carries the options the daemon's store was configured with, and
@@ -225,12 +293,12 @@ TEST(ServerTest, StatsReportTheStoresOptionsWithoutPaths) {
   TempDir dir;
   ServerConfig config = SmallServerConfig(dir.path());
   ASSERT_TRUE(ApplyConfigToml("[store]\nsession_dram_share_bytes = \"3MiB\"\ndram_idle_after_ms = 777\n"
-                              "ssd_admission = \"on-reuse\"\n",
+                              "ssd_admission = \"on-reuse\"\n[metrics]\nstats_token = \"stats-token-0123456789\"\n",
                               "test.toml", &config)
                   .ok());
   auto server = StartServer(config);
   ASSERT_NE(server, nullptr);
-  const std::string stats = HttpGet(server->http_address(), "/stats");
+  const std::string stats = HttpGet(server->http_address(), "/stats", kStatsAuth);
   EXPECT_NE(stats.find("\"session_dram_share_bytes\": 3145728"), std::string::npos) << stats;
   EXPECT_NE(stats.find("\"dram_idle_after_ms\": 777"), std::string::npos) << stats;
   EXPECT_NE(stats.find("\"ssd_admission\": \"on-reuse\""), std::string::npos) << stats;

@@ -121,11 +121,11 @@ Result<RespValue> RespConnection::Read(Clock::time_point deadline) {
       std::unique_ptr<RespValue> v(static_cast<RespValue*>(reply));
       return std::move(*v);
     }
-    char chunk[64 << 10];
-    auto n = conn_->ReadAvailable(chunk, sizeof(chunk), deadline);
+    if (chunk_.empty()) chunk_.resize(kReadChunk);
+    auto n = conn_->ReadAvailable(chunk_.data(), chunk_.size(), deadline);
     if (!n.ok()) return Status::IoError("redis at " + peer_ + ": " + n.status().message());
     if (*n == 0) return Status::IoError("redis at " + peer_ + " closed the connection");
-    if (redisReaderFeed(R(reader_), chunk, *n) != REDIS_OK)
+    if (redisReaderFeed(R(reader_), chunk_.data(), *n) != REDIS_OK)
       return Status::Corruption("malformed reply from redis at " + peer_ + ": " + R(reader_)->errstr);
   }
 }

@@ -73,6 +73,9 @@ class RespConnection {
   std::unique_ptr<service::Conn> conn_;
   void* reader_ = nullptr;  // redisReader*
   std::string peer_;        // "host:port", for messages
+  // Reads of up to 512 KiB: objects are megabytes, so few syscalls and feeds each.
+  static constexpr size_t kReadChunk = 512 << 10;
+  std::vector<char> chunk_;
 };
 
 // Error replies that mean "not allowed": NOAUTH, NOPERM, WRONGPASS.

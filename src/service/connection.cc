@@ -29,8 +29,8 @@ struct InFlight {
 
 }  // namespace
 
-Connection::Connection(Server* server, std::unique_ptr<Conn> conn, bool tls)
-    : server_(server), conn_(std::move(conn)), tls_(tls) {}
+Connection::Connection(Server* server, std::unique_ptr<Conn> conn, bool tls, std::string peer)
+    : server_(server), conn_(std::move(conn)), tls_(tls), peer_(std::move(peer)) {}
 
 Connection::~Connection() {
   for (const Window& w : windows_) ::munmap(w.base, w.bytes);
@@ -55,8 +55,10 @@ void Connection::Run() {
   ServerMetrics& m = server_->metrics_;
   m.connections_total.fetch_add(1, std::memory_order_relaxed);
   m.connections_active.fetch_add(1, std::memory_order_relaxed);
-  if (Status st = Handshake(); !st.ok()) {
-    if (st.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + st.ToString());
+  Status hello = Handshake();
+  server_->LoggedInOrGone(peer_);
+  if (!hello.ok()) {
+    if (hello.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + hello.ToString());
   } else {
     std::vector<std::byte> payload;
     while (WaitForRequest()) {
@@ -82,7 +84,8 @@ void Connection::Run() {
 }
 
 Status Connection::Handshake() {
-  const auto deadline = WriteDeadline();
+  // The TLS handshake and the hello together, and the hello_ok reply.
+  const auto deadline = Clock::now() + server_->config_.login_timeout;
   if (tls_) FLATKV_RETURN_IF_ERROR(conn_->TlsAccept(server_->tls_.get(), deadline));
   std::vector<std::byte> payload;
   auto read = conn_->ReadFrame(&payload, wire::kMaxStringBytes * 2 + 64, deadline);
@@ -127,7 +130,7 @@ Status Connection::Handshake() {
   ok.block_layer_bytes = store.BlockLayerBytes();
   ok.max_frame_bytes = server_->config_.max_frame_bytes;
   ok.tenant = tenant_->name;
-  return Reply(wire::EncodeHelloOk(h.request_id, ok));
+  return conn_->Write(wire::EncodeHelloOk(h.request_id, ok), deadline);
 }
 
 bool Connection::WaitForRequest() {

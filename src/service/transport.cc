@@ -112,12 +112,19 @@ Result<int> Listen(const Endpoint& ep, uint16_t* bound_port) {
       }
       ::unlink(ep.path.c_str());
     }
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 256) != 0) {
-      Status st = Status::FromErrno(errno, "binding unix socket " + ep.path);
+    // Owner-only from the moment it exists: the umask applies at bind, so
+    // no other user can connect in a window before a chmod. The umask is
+    // process-wide; a file another thread creates meanwhile only comes out
+    // more private (0600), never less.
+    const mode_t old_mask = ::umask(0177);
+    const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    const int bind_errno = errno;
+    ::umask(old_mask);
+    if (rc != 0 || ::listen(fd, 256) != 0) {
+      Status st = Status::FromErrno(rc != 0 ? bind_errno : errno, "binding unix socket " + ep.path);
       ::close(fd);
       return st;
     }
-    ::chmod(ep.path.c_str(), 0600);
     return fd;
   }
   FLATKV_ASSIGN_OR_RETURN(addrinfo * res, Resolve(ep, true));

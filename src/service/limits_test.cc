@@ -1,0 +1,145 @@
+// The daemon's secure defaults and resource limits (docs/service.md,
+// "Limits"): every limit is tried by a test that passes it.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "service/test_server.h"
+#include "service/wire.h"
+
+namespace flatkv::service {
+namespace {
+
+using flatkv::testing::ChainKeys;
+using flatkv::testing::TempDir;
+using namespace flatkv::service::testing;
+
+int RawUnixConnect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(LimitsTest, UnixSocketIsOwnerOnlyInAPrivateDirectory) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.unix_path = dir.Sub("run/flatkv.sock");  // a directory that does not exist yet
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.Sub("run").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat(c.unix_path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << std::oct << (st.st_mode & 0777);
+  server.reset();
+
+  // A directory others can write to is refused, saying what to do.
+  ASSERT_EQ(::mkdir(dir.Sub("shared").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.Sub("shared").c_str(), 0777), 0);
+  c.unix_path = dir.Sub("shared/flatkv.sock");
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  auto refused = Server::Start(c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("has mode 0777: group or others can write there; chmod 0700"), std::string::npos)
+      << refused.status().ToString();
+}
+
+TEST(LimitsTest, StartRefusesTcpWithoutTenantsEvenUnfinalized) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.tenants.clear();
+  ASSERT_FALSE(FinalizeConfig(&c).ok());
+  auto s = Server::Start(c);  // a caller that skipped FinalizeConfig
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("needs at least one [[tenants]] entry"), std::string::npos) << s.status().ToString();
+  // Without TCP, the implicit tenant serves the Unix socket.
+  c.tcp_address.clear();
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(server->tcp_address(), "");
+  EXPECT_NE(ConnectOrNull(server->unix_address(), ""), nullptr);
+}
+
+TEST(LimitsTest, UnauthenticatedConnectionsAreCappedPerPeer) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.max_unauthenticated_per_peer = 2;
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  // Two silent connections from 127.0.0.1 use its allowance...
+  int idle1 = RawConnect(server->tcp_address()), idle2 = RawConnect(server->tcp_address());
+  ASSERT_GE(idle1, 0);
+  ASSERT_GE(idle2, 0);
+  ASSERT_TRUE(WaitFor([&] { return server->metrics().connections_active.load() == 2; }));
+  // ...so a third is refused at accept, with a message naming the limit.
+  int third = RawConnect(server->tcp_address());
+  wire::Header h;
+  std::vector<std::byte> p;
+  ASSERT_TRUE(ReadRaw(third, &h, &p));
+  EXPECT_EQ(h.type, wire::Type::kError);
+  EXPECT_NE(wire::ErrorStatus(p).message().find("limits.max_unauthenticated_per_peer = 2"), std::string::npos)
+      << wire::ErrorStatus(p).ToString();
+  EXPECT_TRUE(ClosedByPeer(third));
+  ::close(third);
+  // The Unix socket counts its peer (this uid) separately.
+  auto unix_client = ConnectOrNull(server->unix_address(), kTokenA);
+  EXPECT_NE(unix_client, nullptr);
+  // Once one of them logs in, there is room again.
+  wire::Hello hello;
+  hello.token = kTokenA;
+  ASSERT_TRUE(SendAll(idle1, wire::EncodeHello(1, hello)));
+  ASSERT_TRUE(ReadRaw(idle1, &h, &p));
+  EXPECT_EQ(h.type, wire::Type::kHelloOk);
+  EXPECT_NE(ConnectOrNull(server->tcp_address(), kTokenB), nullptr);
+  ::close(idle1);
+  ::close(idle2);
+}
+
+TEST(LimitsTest, ConnectionsThatDoNotLogInTimeOutQuickly) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.login_timeout = std::chrono::milliseconds(200);
+  c.io_timeout = std::chrono::milliseconds(10000);  // the login timeout, not this, must close it
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  for (const bool unix_socket : {false, true}) {
+    const auto start = std::chrono::steady_clock::now();
+    int fd = unix_socket ? RawUnixConnect(c.unix_path) : RawConnect(server->tcp_address());
+    ASSERT_GE(fd, 0);
+    // Half a hello, then nothing.
+    wire::Hello hello;
+    hello.token = kTokenA;
+    auto frame = wire::EncodeHello(1, hello);
+    frame.resize(frame.size() / 2);
+    ASSERT_TRUE(SendAll(fd, frame));
+    EXPECT_TRUE(ClosedByPeer(fd));
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_GE(took, std::chrono::milliseconds(150));
+    EXPECT_LT(took, std::chrono::milliseconds(3000));
+    ::close(fd);
+  }
+  // A client that logs in is not bound by it between requests.
+  auto a = ConnectOrNull(server->unix_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_TRUE(a->Health().ok());
+}
+
+}  // namespace
+}  // namespace flatkv::service

@@ -1,6 +1,7 @@
 // The daemon's secure defaults and resource limits (docs/service.md,
 // "Limits"): every limit is tried by a test that passes it.
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -139,6 +140,37 @@ TEST(LimitsTest, ConnectionsThatDoNotLogInTimeOutQuickly) {
   ASSERT_NE(a, nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_TRUE(a->Health().ok());
+}
+
+// Bytes malloc has handed out (heap and mmapped chunks) in this process.
+uint64_t AllocatedBytes() {
+  const struct mallinfo2 mi = ::mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+TEST(LimitsTest, OversizedFrameHeaderFloodKeepsMemoryBounded) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.io_timeout = std::chrono::milliseconds(20000);  // the connections stay while we measure
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  constexpr int kConnections = 32;
+  std::vector<int> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    fds.push_back(RawHello(server->tcp_address(), i % 2 ? kTokenA : kTokenB));
+    ASSERT_GE(fds.back(), 0);
+  }
+  const uint64_t before = AllocatedBytes();
+  // Each claims a put of max_frame_bytes (64 MiB) and sends 100 bytes of it:
+  // 2 GiB if the daemon believed the headers.
+  std::vector<std::byte> frame(wire::kHeaderBytes + 100);
+  wire::EncodeHeader({wire::Type::kPut, 2, static_cast<uint32_t>(c.max_frame_bytes)}, frame.data());
+  for (int fd : fds) ASSERT_TRUE(SendAll(fd, frame));
+  ASSERT_TRUE(WaitFor([&] { return server->metrics().requests_in_flight.load() == 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // every connection is waiting for its payload
+  const uint64_t grown = AllocatedBytes() - std::min(before, AllocatedBytes());
+  EXPECT_LT(grown, 16ull << 20) << "32 headers of 64 MiB took " << grown << " bytes";
+  for (int fd : fds) ::close(fd);
 }
 
 }  // namespace

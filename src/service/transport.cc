@@ -509,8 +509,17 @@ Result<wire::Header> Conn::ReadFrame(std::vector<std::byte>* payload, uint64_t m
   std::byte head[wire::kHeaderBytes];
   FLATKV_RETURN_IF_ERROR(ReadFull(head, sizeof head, deadline, idle_ok));
   FLATKV_ASSIGN_OR_RETURN(wire::Header h, wire::ParseHeader(head, max_payload));
-  payload->resize(h.payload_bytes);
-  if (h.payload_bytes) FLATKV_RETURN_IF_ERROR(ReadFull(payload->data(), h.payload_bytes, deadline));
+  // The buffer grows with the bytes that arrive (doubling, from 64 KiB), not
+  // from the header's claim: a header announcing 64 MiB and no payload costs
+  // 64 KiB, so 1,024 such connections cannot take 64 GiB.
+  payload->clear();
+  size_t got = 0;
+  while (got < h.payload_bytes) {
+    const size_t step = std::min<size_t>(h.payload_bytes - got, std::max<size_t>(got, kFirstPayloadChunk));
+    payload->resize(got + step);
+    FLATKV_RETURN_IF_ERROR(ReadFull(payload->data() + got, step, deadline));
+    got += step;
+  }
   return h;
 }
 

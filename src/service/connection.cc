@@ -302,7 +302,8 @@ Status Connection::RegisterShm(uint32_t id, const wire::RegisterShm& m) {
   const ServerConfig& c = server_->config_;
   if (windows_.size() >= c.max_shm_windows || m.bytes > c.max_shm_bytes - std::min(c.max_shm_bytes, window_bytes_)) {
     return Error(id, Status::NoSpace("register_shm: " + std::to_string(m.bytes) + " more bytes exceed this connection's limits (" +
-                                     std::to_string(c.max_shm_windows) + " windows, " + std::to_string(c.max_shm_bytes) + " bytes)"));
+                                     std::to_string(c.max_shm_windows) + " windows, " + std::to_string(c.max_shm_bytes) +
+                                     " bytes: limits.max_shm_windows, limits.max_shm_bytes)"));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Error(id, Status::FromErrno(errno, "register_shm: fstat"));
@@ -315,12 +316,36 @@ Status Connection::RegisterShm(uint32_t id, const wire::RegisterShm& m) {
   if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
     return Error(id, Status::FailedPrecondition("register_shm: the memfd must carry F_SEAL_SHRINK"));
   }
-  void* base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (base == MAP_FAILED) return Error(id, Status::FromErrno(errno, "register_shm: mmap of " + std::to_string(m.bytes) + " bytes"));
+  // The client allocates the window's memory (fallocate), so it is charged
+  // to the client; a sparse memfd would have the daemon fault in (and be
+  // charged for) every page it writes. st_blocks counts 512-byte units.
+  const uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
+  if (allocated < m.bytes) {
+    return Error(id, Status::FailedPrecondition("register_shm: the memfd has " + std::to_string(allocated) + " of its " +
+                                                std::to_string(m.bytes) +
+                                                " bytes allocated; allocate them (fallocate) before registering it"));
+  }
+  // The daemon-wide cap (limits.max_shm_total_bytes), reserved before mapping.
+  std::atomic<uint64_t>& total = server_->metrics_.shm_bytes;
+  for (uint64_t now = total.load();;) {
+    if (m.bytes > c.max_shm_total_bytes || now > c.max_shm_total_bytes - m.bytes) {
+      return Error(id, Status::NoSpace("register_shm: " + std::to_string(m.bytes) + " more bytes exceed the daemon's " +
+                                       std::to_string(c.max_shm_total_bytes) + " bytes of windows for all connections (" +
+                                       std::to_string(now) + " mapped; limits.max_shm_total_bytes)"));
+    }
+    if (total.compare_exchange_weak(now, now + m.bytes)) break;
+  }
+  // No MAP_POPULATE: the pages are the client's, already allocated; the
+  // daemon maps them lazily.
+  void* base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    total.fetch_sub(m.bytes);
+    return Error(id, Status::FromErrno(err, "register_shm: mmap of " + std::to_string(m.bytes) + " bytes"));
+  }
   windows_.push_back({next_window_id_++, static_cast<std::byte*>(base), m.bytes});
   window_bytes_ += m.bytes;
   server_->metrics_.shm_windows.fetch_add(1, std::memory_order_relaxed);
-  server_->metrics_.shm_bytes.fetch_add(m.bytes, std::memory_order_relaxed);
   return Reply(wire::EncodeU64(wire::Type::kShmOk, id, windows_.back().id));
 }
 

@@ -2,6 +2,7 @@
 // "Limits"): every limit is tried by a test that passes it.
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -171,6 +172,80 @@ TEST(LimitsTest, OversizedFrameHeaderFloodKeepsMemoryBounded) {
   const uint64_t grown = AllocatedBytes() - std::min(before, AllocatedBytes());
   EXPECT_LT(grown, 16ull << 20) << "32 headers of 64 MiB took " << grown << " bytes";
   for (int fd : fds) ::close(fd);
+}
+
+// A raw Unix connection that has logged in; nullptr on failure.
+std::unique_ptr<Conn> UnixHello(const std::string& path, const std::string& token) {
+  const int fd = RawUnixConnect(path);
+  if (fd < 0) return nullptr;
+  auto conn = std::make_unique<Conn>(fd, true);
+  wire::Hello h;
+  h.token = token;
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  std::vector<std::byte> p;
+  if (!conn->Write(wire::EncodeHello(1, h), deadline).ok()) return nullptr;
+  auto reply = conn->ReadFrame(&p, 1 << 20, deadline);
+  if (!reply.ok() || reply->type != wire::Type::kHelloOk) return nullptr;
+  return conn;
+}
+
+// Registers `memfd` as a window of `bytes`; the reply's status.
+Status RegisterRaw(Conn& conn, int memfd, uint64_t bytes) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  FLATKV_RETURN_IF_ERROR(conn.WriteWithFd(wire::EncodeRegisterShm(7, {bytes}), memfd, deadline));
+  std::vector<std::byte> p;
+  FLATKV_ASSIGN_OR_RETURN(wire::Header h, conn.ReadFrame(&p, 1 << 20, deadline));
+  if (h.type == wire::Type::kError) return wire::ErrorStatus(p);
+  return h.type == wire::Type::kShmOk ? Status::Ok() : Status::IoError("unexpected reply");
+}
+
+int SealedMemfd(uint64_t bytes, bool allocate) {
+  const int fd = ::memfd_create("limits-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (allocate ? ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0 : ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
+  return fd;
+}
+
+TEST(LimitsTest, SparseMemfdIsRefusedAndWindowsAreCappedForTheDaemon) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.max_shm_bytes = 4 << 20;
+  c.max_shm_total_bytes = 6 << 20;
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  auto a = UnixHello(c.unix_path, kTokenA);
+  ASSERT_NE(a, nullptr);
+  // Sparse: the daemon would fault in (and be charged for) every page it wrote.
+  const int sparse = SealedMemfd(4 << 20, false);
+  ASSERT_GE(sparse, 0);
+  Status st = RegisterRaw(*a, sparse, 4 << 20);
+  EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("has 0 of its 4194304 bytes allocated; allocate them (fallocate)"), std::string::npos) << st.ToString();
+  // Allocated, the same memfd is accepted.
+  ASSERT_EQ(::posix_fallocate(sparse, 0, 4 << 20), 0);
+  EXPECT_TRUE(RegisterRaw(*a, sparse, 4 << 20).ok());
+  ::close(sparse);
+  // Per connection: 4 MiB are all a's.
+  const int more = SealedMemfd(1 << 20, true);
+  st = RegisterRaw(*a, more, 1 << 20);
+  EXPECT_EQ(st.code(), Code::kNoSpace);
+  EXPECT_NE(st.message().find("limits.max_shm_bytes"), std::string::npos) << st.ToString();
+  // For the daemon: 6 MiB, 4 of them a's, so b gets 2 and no more.
+  auto b = ConnectOrNull(server->unix_address(), kTokenB);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(b->RegisterShmWindow(2 << 20).ok());  // the client allocates its memfd
+  auto refused = b->RegisterShmWindow(1 << 20);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kNoSpace);
+  EXPECT_NE(refused.status().message().find("limits.max_shm_total_bytes"), std::string::npos) << refused.status().ToString();
+  // When a leaves, its 4 MiB are free again.
+  a.reset();
+  EXPECT_TRUE(WaitFor([&] { return server->metrics().shm_bytes.load() == (2u << 20); }));
+  EXPECT_TRUE(b->RegisterShmWindow(1 << 20).ok());
+  ::close(more);
 }
 
 }  // namespace

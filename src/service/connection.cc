@@ -41,7 +41,9 @@ Connection::~Connection() {
 Clock::time_point Connection::WriteDeadline() const { return Clock::now() + server_->config_.io_timeout; }
 
 Clock::time_point Connection::DeadlineOf(uint32_t deadline_ms, Clock::time_point arrival) const {
-  return arrival + (deadline_ms ? std::chrono::milliseconds(deadline_ms) : server_->config_.default_deadline);
+  const ServerConfig& c = server_->config_;
+  return arrival + (deadline_ms ? std::min<std::chrono::milliseconds>(std::chrono::milliseconds(deadline_ms), c.max_deadline)
+                                : c.default_deadline);
 }
 
 Status Connection::Reply(const std::vector<std::byte>& frame) { return conn_->Write(frame, WriteDeadline()); }

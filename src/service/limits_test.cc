@@ -248,5 +248,30 @@ TEST(LimitsTest, SparseMemfdIsRefusedAndWindowsAreCappedForTheDaemon) {
   ::close(more);
 }
 
+TEST(LimitsTest, ClientDeadlinesAreCappedByMaxDeadline) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.max_deadline = std::chrono::milliseconds(100);
+  c.default_deadline = std::chrono::milliseconds(100);
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  ClientOptions o;
+  o.token = kTokenA;
+  o.deadline = std::chrono::milliseconds(60000);  // asks for a minute
+  auto client = Client::Connect(server->unix_address(), o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto keys = ChainKeys(3, 48);  // 768 KiB a layer: more than the socket holds
+  ASSERT_TRUE((*client)->Put(0, keys, Blocks((*client)->info().block_bytes, keys.size(), 3), PutHint::kOneShot).ok());
+  // A reader that takes 150 ms a layer passes the capped deadline within two layers.
+  auto r = (*client)->RestoreLayers(keys, [](uint32_t, uint32_t, std::span<const std::byte>) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    return Status::Ok();
+  });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kAborted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("deadline exceeded at layer"), std::string::npos) << r.status().ToString();
+  EXPECT_GE(server->metrics().deadline_exceeded.load(), 1u);
+}
+
 }  // namespace
 }  // namespace flatkv::service

@@ -254,7 +254,20 @@ Status Connection::Restore(uint32_t id, const wire::Restore& m, Clock::time_poin
   if (!started.ok()) return Error(id, started.status());
   flatkv::Restore& r = **started;
   const uint32_t hit = r.hit_blocks();
-  FLATKV_RETURN_IF_ERROR(Reply(wire::EncodeU32(wire::Type::kRestoreBegin, id, hit)));
+  // The restore pins its hit blocks' extents until it ends: bounded per
+  // tenant in bytes, and in time (a slow reader is cut off).
+  const ServerConfig& c = server_->config_;
+  const uint64_t pinned = uint64_t{hit} * store.BlockBytes();
+  if (Status st = server_->tenants_->Pin(*tenant_, pinned, c.tenant_pinned_bytes); !st.ok()) return Error(id, st.WithContext("restore"));
+  struct Unpin {
+    TenantRegistry* reg;
+    const Tenant* t;
+    uint64_t bytes;
+    ~Unpin() { reg->Unpin(*t, bytes); }
+  } unpin{server_->tenants_.get(), tenant_, pinned};
+  const auto pin_deadline = arrival + c.max_restore_time;
+  auto write_deadline = [&] { return std::min(WriteDeadline(), pin_deadline); };
+  FLATKV_RETURN_IF_ERROR(conn_->Write(wire::EncodeU32(wire::Type::kRestoreBegin, id, hit), write_deadline()));
   const uint64_t per_frame = std::max<uint64_t>(1, (server_->config_.max_frame_bytes - 64) / lb);
   uint64_t bytes = 0;
   for (uint32_t l = 0; l < layers; ++l) {
@@ -262,16 +275,23 @@ Status Connection::Restore(uint32_t id, const wire::Restore& m, Clock::time_poin
       server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
       return Error(id, Status::Aborted("restore: deadline exceeded at layer " + std::to_string(l) + " of " + std::to_string(layers)));
     }
+    if (Clock::now() > pin_deadline) {
+      server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
+      return Error(id, Status::Aborted("restore: held its blocks for limits.max_restore_ms = " +
+                                       std::to_string(c.max_restore_time.count()) + " ms at layer " + std::to_string(l) +
+                                       " of " + std::to_string(layers) + "; cut off"));
+    }
     auto view = r.WaitLayer(l);
     if (!view.ok()) return Error(id, view.status());
     const uint32_t valid = view->blocks;
     if (shm || valid == 0) {
-      FLATKV_RETURN_IF_ERROR(Reply(wire::EncodeRestoreLayerHead(id, {l, 0, shm ? valid : 0, valid, {}}, 0)));
+      FLATKV_RETURN_IF_ERROR(conn_->Write(wire::EncodeRestoreLayerHead(id, {l, 0, shm ? valid : 0, valid, {}}, 0), write_deadline()));
     } else {
       for (uint32_t first = 0; first < valid; first += static_cast<uint32_t>(per_frame)) {
         const uint32_t cnt = static_cast<uint32_t>(std::min<uint64_t>(per_frame, valid - first));
         auto head = wire::EncodeRestoreLayerHead(id, {l, first, cnt, valid, {}}, uint64_t{cnt} * lb);
-        FLATKV_RETURN_IF_ERROR(conn_->Write(head, view->data.subspan(uint64_t{first} * lb, uint64_t{cnt} * lb), WriteDeadline()));
+        // A reader slower than max_restore_ms fails this write: the connection closes and the pins go.
+        FLATKV_RETURN_IF_ERROR(conn_->Write(head, view->data.subspan(uint64_t{first} * lb, uint64_t{cnt} * lb), write_deadline()));
       }
     }
     bytes += uint64_t{valid} * lb;

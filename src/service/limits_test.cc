@@ -273,5 +273,59 @@ TEST(LimitsTest, ClientDeadlinesAreCappedByMaxDeadline) {
   EXPECT_GE(server->metrics().deadline_exceeded.load(), 1u);
 }
 
+TEST(LimitsTest, SlowReaderIsCutOffAndPinsAreBoundedPerTenant) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  const uint64_t bb = c.store.shape.BytesPerToken() * c.store.block_tokens;
+  c.max_restore_time = std::chrono::milliseconds(400);
+  c.io_timeout = std::chrono::milliseconds(20000);  // the restore limit, not this, cuts the reader off
+  c.tenant_pinned_bytes = 48 * bb;                  // one restore of the chain below
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->unix_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->info().block_bytes, bb);
+  auto keys = ChainKeys(4, 48);  // 3.75 MiB
+  auto data = Blocks(bb, keys.size(), 4);
+  ASSERT_TRUE(a->Put(0, keys, data, PutHint::kOneShot).ok());
+  const Tenant& ta = server->tenants().tenants()[0];
+  ASSERT_EQ(ta.name, "a");
+
+  // A reader that asks for the chain and never reads it.
+  auto slow = UnixHello(c.unix_path, kTokenA);
+  ASSERT_NE(slow, nullptr);
+  int small = 4096;
+  ::setsockopt(slow->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  wire::Restore req;
+  req.keys = keys;
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_TRUE(slow->Write(wire::EncodeRestore(3, req), Clock::now() + std::chrono::seconds(1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return server->tenants().PinnedBytes(ta) == 48 * bb; }));
+
+  // Meanwhile a's other restores would pass tenant_pinned_bytes...
+  std::vector<std::byte> out(data.size());
+  auto refused = a->Restore(keys, out);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kNoSpace);
+  EXPECT_NE(refused.status().message().find("exceed limits.tenant_pinned_bytes"), std::string::npos) << refused.status().ToString();
+  // ...while tenant b restores its own blocks.
+  auto b = ConnectOrNull(server->unix_address(), kTokenB);
+  ASSERT_NE(b, nullptr);
+  auto bkeys = ChainKeys(5, 8);
+  auto bdata = Blocks(bb, bkeys.size(), 5);
+  ASSERT_TRUE(b->Put(0, bkeys, bdata, PutHint::kOneShot).ok());
+  std::vector<std::byte> bout(bdata.size());
+  ASSERT_TRUE(b->Restore(bkeys, bout).ok());
+  EXPECT_EQ(bout, bdata);
+
+  // The slow reader is cut off after max_restore_ms, and its pins go with it.
+  ASSERT_TRUE(WaitFor([&] { return server->tenants().PinnedBytes(ta) == 0; }));
+  const auto held = std::chrono::steady_clock::now() - sent;
+  EXPECT_GE(held, std::chrono::milliseconds(350));
+  EXPECT_LT(held, std::chrono::milliseconds(4000));
+  ASSERT_TRUE(a->Restore(keys, out).ok());
+  EXPECT_EQ(out, data);
+}
+
 }  // namespace
 }  // namespace flatkv::service

@@ -62,6 +62,7 @@ class Server {
   Store& store() { return *store_; }
   const ServerConfig& config() const { return config_; }
   const ServerMetrics& metrics() const { return metrics_; }
+  const TenantRegistry& tenants() const { return *tenants_; }
   std::string PrometheusText() const;
   std::string StatsJson() const;
   bool healthy() const { return !stopping_.load(); }

@@ -211,13 +211,20 @@ Status Connection::Put(uint32_t id, const wire::Put& m, Clock::time_point arriva
   if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
   auto session = salter_->SaltSession(m.session);
   if (!session.ok()) return Error(id, session.status());
-  const uint64_t fresh = (m.keys.size() - store.Match(salted_)) * bb;
+  // Charged: the blocks after the stored prefix. A put that fails partway
+  // keeps the blocks it stored; only the charge for the others is refunded.
+  const size_t prefix = store.Match(salted_);
+  const uint64_t fresh = (m.keys.size() - prefix) * bb;
   Status st = server_->tenants_->Charge(*tenant_, *session, fresh, [&](uint64_t victim) { return store.DropSession(victim); });
   if (st.ok()) {
     PutOptions po;
     po.hint = static_cast<PutHint>(m.hint);
     st = store.Put(*session, salted_, m.data, po);
-    if (!st.ok()) server_->tenants_->Refund(*tenant_, *session, fresh);
+    if (!st.ok()) {
+      uint64_t stored = 0;
+      for (size_t i = prefix; i < salted_.size(); ++i) stored += store.Match({&salted_[i], 1});
+      server_->tenants_->Refund(*tenant_, *session, fresh - std::min<uint64_t>(fresh, stored * bb));
+    }
   }
   if (!st.ok()) return Error(id, st);
   metrics_->puts.fetch_add(1, std::memory_order_relaxed);

@@ -327,5 +327,35 @@ TEST(LimitsTest, SlowReaderIsCutOffAndPinsAreBoundedPerTenant) {
   EXPECT_EQ(out, data);
 }
 
+TEST(LimitsTest, PartialPutRefundsOnlyWhatItDidNotStore) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.store = flatkv::testing::SmallOptions("", 4, 0);  // DRAM only: 4 extents of 4 blocks
+  c.store.session_dram_share_bytes = c.store.dram_capacity_bytes;
+  c.dram_bytes = c.store.dram_capacity_bytes;
+  c.ssd_bytes = 0;
+  c.tenants = {{"a", kTokenA, "", 100ull << 20}};  // a quota, so usage is accounted
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  Store& store = server->store();
+  const uint64_t bb = store.BlockBytes();
+  // Three extents held by a restore in flight: nothing can be evicted from them.
+  auto held = ChainKeys(77, 12);
+  ASSERT_TRUE(store.Put(77, held, Blocks(bb, 12, 77)).ok());
+  auto restore = store.StartRestore(held);
+  ASSERT_TRUE(restore.ok());
+
+  auto a = ConnectOrNull(server->unix_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  auto keys = ChainKeys(8, 8);
+  Status st = a->Put(1, keys, Blocks(bb, keys.size(), 8), PutHint::kAuto);
+  ASSERT_EQ(st.code(), Code::kNoSpace) << st.ToString();  // one extent's 4 blocks fit, the rest do not
+  const uint32_t stored = *a->Lookup(keys);
+  EXPECT_EQ(stored, 4u);
+  const Tenant& ta = server->tenants().tenants()[0];
+  EXPECT_EQ(server->tenants().UsedBytes(ta), stored * bb) << "the stored blocks stay charged; only the rest is refunded";
+  (void)(*restore)->Finish();
+}
+
 }  // namespace
 }  // namespace flatkv::service

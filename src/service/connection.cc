@@ -274,22 +274,28 @@ Status Connection::Restore(uint32_t id, const wire::Restore& m, Clock::time_poin
   } unpin{server_->tenants_.get(), tenant_, pinned};
   const auto pin_deadline = arrival + c.max_restore_time;
   auto write_deadline = [&] { return std::min(WriteDeadline(), pin_deadline); };
+  // An error frame that ends the restore is bounded the same way: a reader
+  // that has not drained the layers is not waited for, with the pins held.
+  auto fail = [&](const Status& st) {
+    metrics_->errors.fetch_add(1, std::memory_order_relaxed);
+    return conn_->Write(wire::EncodeError(id, st), write_deadline());
+  };
   FLATKV_RETURN_IF_ERROR(conn_->Write(wire::EncodeU32(wire::Type::kRestoreBegin, id, hit), write_deadline()));
   const uint64_t per_frame = std::max<uint64_t>(1, (server_->config_.max_frame_bytes - 64) / lb);
   uint64_t bytes = 0;
   for (uint32_t l = 0; l < layers; ++l) {
     if (Clock::now() > deadline) {
       server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
-      return Error(id, Status::Aborted("restore: deadline exceeded at layer " + std::to_string(l) + " of " + std::to_string(layers)));
+      return fail(Status::Aborted("restore: deadline exceeded at layer " + std::to_string(l) + " of " + std::to_string(layers)));
     }
     if (Clock::now() > pin_deadline) {
       server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
-      return Error(id, Status::Aborted("restore: held its blocks for limits.max_restore_ms = " +
-                                       std::to_string(c.max_restore_time.count()) + " ms at layer " + std::to_string(l) +
-                                       " of " + std::to_string(layers) + "; cut off"));
+      return fail(Status::Aborted("restore: held its blocks for limits.max_restore_ms = " +
+                                  std::to_string(c.max_restore_time.count()) + " ms at layer " + std::to_string(l) + " of " +
+                                  std::to_string(layers) + "; cut off"));
     }
     auto view = r.WaitLayer(l);
-    if (!view.ok()) return Error(id, view.status());
+    if (!view.ok()) return fail(view.status());
     const uint32_t valid = view->blocks;
     if (shm || valid == 0) {
       FLATKV_RETURN_IF_ERROR(conn_->Write(wire::EncodeRestoreLayerHead(id, {l, 0, shm ? valid : 0, valid, {}}, 0), write_deadline()));

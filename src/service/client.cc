@@ -117,7 +117,11 @@ class ClientImpl final : public Client {
       int fd;
       ~Closer() { ::close(fd); }
     } closer{fd};
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return Status::FromErrno(errno, "ftruncate(memfd, " + std::to_string(bytes) + ")");
+    // Allocated here, not sparse: the pages are charged to this process, and
+    // the daemon refuses a window whose blocks do not cover its size.
+    if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+      return Status::FromErrno(rc, "fallocate(memfd, " + std::to_string(bytes) + ")");
+    }
     // The daemon refuses a window that could shrink under it (SIGBUS).
     if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return Status::FromErrno(errno, "sealing the memfd");
     void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);

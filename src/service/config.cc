@@ -285,26 +285,52 @@ Status ApplyTable(const toml::table& root, const std::string& origin, ServerConf
   }
   if (const toml::table* t = root["limits"].as_table()) {
     const std::string w = origin + ": limits";
-    FLATKV_RETURN_IF_ERROR(CheckKeys(*t, w, {"max_frame_bytes", "deadline_ms", "io_timeout_ms", "max_connections",
-                                             "max_shm_windows", "max_shm_bytes"}));
-    std::optional<uint64_t> frame, shm;
-    FLATKV_RETURN_IF_ERROR(ReadBytes(*t, "max_frame_bytes", w, &frame));
-    if (frame) c->max_frame_bytes = *frame;
-    FLATKV_RETURN_IF_ERROR(ReadBytes(*t, "max_shm_bytes", w, &shm));
-    if (shm) c->max_shm_bytes = *shm;
-    int64_t deadline = c->default_deadline.count(), io = c->io_timeout.count(), conns = c->max_connections,
-            windows = c->max_shm_windows;
-    FLATKV_RETURN_IF_ERROR(Read(*t, "deadline_ms", w, &deadline));
-    FLATKV_RETURN_IF_ERROR(Read(*t, "io_timeout_ms", w, &io));
-    FLATKV_RETURN_IF_ERROR(Read(*t, "max_connections", w, &conns));
-    FLATKV_RETURN_IF_ERROR(Read(*t, "max_shm_windows", w, &windows));
-    if (deadline <= 0 || io <= 0 || conns <= 0 || windows < 0) {
-      return Status::InvalidArgument(w + ": deadline_ms, io_timeout_ms and max_connections must be positive");
-    }
-    c->default_deadline = std::chrono::milliseconds(deadline);
-    c->io_timeout = std::chrono::milliseconds(io);
-    c->max_connections = static_cast<uint32_t>(std::min<int64_t>(conns, 1 << 20));
-    c->max_shm_windows = static_cast<uint32_t>(std::min<int64_t>(windows, 1 << 16));
+    FLATKV_RETURN_IF_ERROR(CheckKeys(*t, w, {"max_frame_bytes", "deadline_ms", "max_deadline_ms", "io_timeout_ms",
+                                             "login_timeout_ms", "max_connections", "max_unauthenticated_per_peer",
+                                             "max_shm_windows", "max_shm_bytes", "max_shm_total_bytes", "max_restore_ms",
+                                             "tenant_pinned_bytes"}));
+    auto bytes = [&](std::string_view key, uint64_t* out) -> Status {
+      std::optional<uint64_t> v;
+      FLATKV_RETURN_IF_ERROR(ReadBytes(*t, key, w, &v));
+      if (v) *out = *v;
+      return Status::Ok();
+    };
+    FLATKV_RETURN_IF_ERROR(bytes("max_frame_bytes", &c->max_frame_bytes));
+    FLATKV_RETURN_IF_ERROR(bytes("max_shm_bytes", &c->max_shm_bytes));
+    FLATKV_RETURN_IF_ERROR(bytes("max_shm_total_bytes", &c->max_shm_total_bytes));
+    FLATKV_RETURN_IF_ERROR(bytes("tenant_pinned_bytes", &c->tenant_pinned_bytes));
+    // Durations: positive milliseconds.
+    auto ms = [&](std::string_view key, std::chrono::milliseconds* out) -> Status {
+      const toml::node* n = t->get(key);
+      if (!n) return Status::Ok();
+      const std::string k = w + "." + std::string(key);
+      if (!n->is_integer()) return Status::InvalidArgument(k + ": expected an integer of milliseconds, got " + Show(*n));
+      const int64_t v = *n->value<int64_t>();
+      if (v <= 0) return Status::InvalidArgument(k + ": " + std::to_string(v) + " ms is not positive");
+      *out = std::chrono::milliseconds(v);
+      return Status::Ok();
+    };
+    FLATKV_RETURN_IF_ERROR(ms("deadline_ms", &c->default_deadline));
+    FLATKV_RETURN_IF_ERROR(ms("max_deadline_ms", &c->max_deadline));
+    FLATKV_RETURN_IF_ERROR(ms("io_timeout_ms", &c->io_timeout));
+    FLATKV_RETURN_IF_ERROR(ms("login_timeout_ms", &c->login_timeout));
+    FLATKV_RETURN_IF_ERROR(ms("max_restore_ms", &c->max_restore_time));
+    // Counts: max_connections and max_unauthenticated_per_peer at least 1.
+    auto count = [&](std::string_view key, int64_t least, uint32_t* out) -> Status {
+      const toml::node* n = t->get(key);
+      if (!n) return Status::Ok();
+      const std::string k = w + "." + std::string(key);
+      if (!n->is_integer()) return Status::InvalidArgument(k + ": expected an integer, got " + Show(*n));
+      const int64_t v = *n->value<int64_t>();
+      if (v < least || v > (int64_t{1} << 20)) {
+        return Status::InvalidArgument(k + ": " + std::to_string(v) + " is outside " + std::to_string(least) + "..1048576");
+      }
+      *out = static_cast<uint32_t>(v);
+      return Status::Ok();
+    };
+    FLATKV_RETURN_IF_ERROR(count("max_connections", 1, &c->max_connections));
+    FLATKV_RETURN_IF_ERROR(count("max_unauthenticated_per_peer", 1, &c->max_unauthenticated_per_peer));
+    FLATKV_RETURN_IF_ERROR(count("max_shm_windows", 0, &c->max_shm_windows));
   }
   if (const toml::node* tn = root.get("tenants")) {
     const toml::array* a = tn->as_array();
@@ -355,8 +381,9 @@ ServerConfig DefaultServerConfig() {
   c.store.shape = FindShapePreset("Llama-3.1-8B").value();
   const std::string cache = CacheDir();
   c.store.ssd_dirs = {cache + "/store"};
+  // The socket's own directory, which the daemon creates with mode 0700.
   const char* run = std::getenv("XDG_RUNTIME_DIR");
-  c.unix_path = (run && *run ? std::string(run) : cache) + "/flatkv.sock";
+  c.unix_path = run && *run ? std::string(run) + "/flatkv/flatkv.sock" : cache + "/run/flatkv.sock";
   return c;
 }
 
@@ -498,16 +525,41 @@ Status FinalizeConfig(ServerConfig* c) {
     cap = std::max(cap, c->store.segment_bytes);
     c->store.ssd_capacity_bytes = cap / c->store.segment_bytes * c->store.segment_bytes;
   }
+  if (c->tcp_address == kTcpAuto) c->tcp_address = c->tenants.empty() ? "" : std::string(kDefaultTcpAddress);
   if (c->unix_path.empty() && c->tcp_address.empty()) {
-    return Status::InvalidArgument("listen: neither a unix socket nor a tcp address is configured");
+    return Status::InvalidArgument(c->tenants.empty()
+                                       ? "listen: no unix socket, and TCP needs tenants; set listen.unix to a socket path"
+                                       : "listen: neither a unix socket nor a tcp address is configured; set listen.unix or listen.tcp");
+  }
+  if (c->allow_remote && (c->tls_cert_file.empty() || c->tenants.empty())) {
+    return Status::InvalidArgument(std::string("listen.allow_remote = true needs ") +
+                                   (c->tls_cert_file.empty() ? "[tls] cert and key" : "") +
+                                   (c->tls_cert_file.empty() && c->tenants.empty() ? " and " : "") +
+                                   (c->tenants.empty() ? "at least one [[tenants]] entry with a token" : "") +
+                                   ": a daemon reachable from the network must encrypt and authenticate");
+  }
+  if (!c->tcp_address.empty() && c->tenants.empty()) {
+    return Status::InvalidArgument("listen.tcp '" + c->tcp_address +
+                                   "' needs at least one [[tenants]] entry with a token (any local user can reach a TCP "
+                                   "port); add [[tenants]] or set listen.tcp = \"\" (--tcp none)");
   }
   FLATKV_RETURN_IF_ERROR(CheckLocal(c->tcp_address, "listen.tcp", c->allow_remote));
   FLATKV_RETURN_IF_ERROR(CheckLocal(c->http_address, "listen.http", c->allow_remote));
   if (c->tls_cert_file.empty() != c->tls_key_file.empty()) {
-    return Status::InvalidArgument("tls: cert and key must be given together");
+    return Status::InvalidArgument("tls: cert and key must be given together; set both tls.cert and tls.key");
   }
   if (c->max_frame_bytes < 4096 || c->max_frame_bytes > (1ull << 31)) {
     return Status::InvalidArgument("limits.max_frame_bytes " + std::to_string(c->max_frame_bytes) + " is outside [4096, 2 GiB]");
+  }
+  if (c->default_deadline > c->max_deadline) {
+    return Status::InvalidArgument("limits.deadline_ms " + std::to_string(c->default_deadline.count()) +
+                                   " exceeds limits.max_deadline_ms " + std::to_string(c->max_deadline.count()) +
+                                   "; raise max_deadline_ms or lower deadline_ms");
+  }
+  if (c->max_shm_bytes > c->max_shm_total_bytes) {
+    return Status::InvalidArgument("limits.max_shm_bytes " + std::to_string(c->max_shm_bytes) +
+                                   " (per connection) exceeds limits.max_shm_total_bytes " +
+                                   std::to_string(c->max_shm_total_bytes) + "; raise max_shm_total_bytes or lower max_shm_bytes");
   }
   return Status::Ok();
 }

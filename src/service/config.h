@@ -4,9 +4,11 @@
 // Defaults: DRAM tier = 1/8 of the machine's memory; one SSD directory
 // $XDG_CACHE_HOME/flatkv/store (else ~/.cache/flatkv/store) of at most
 // 16 GiB or half the filesystem's free space, whichever is smaller; a Unix
-// socket $XDG_RUNTIME_DIR/flatkv.sock (else in the cache directory), TCP on
-// 127.0.0.1:7471 and HTTP metrics on 127.0.0.1:7472 — loopback only unless
-// listen.allow_remote is set; the Llama-3.1-8B KV shape.
+// socket $XDG_RUNTIME_DIR/flatkv/flatkv.sock (else the cache directory's
+// run/flatkv.sock), owner-only in a directory of mode 0700; TCP on
+// 127.0.0.1:7471 only when tenants are configured; HTTP metrics on
+// 127.0.0.1:7472 — loopback only unless listen.allow_remote is set (which
+// needs TLS and tenants); the Llama-3.1-8B KV shape.
 //
 // Thread-safety: plain values.
 #pragma once
@@ -24,6 +26,9 @@
 
 namespace flatkv::service {
 
+inline constexpr std::string_view kTcpAuto = "auto";
+inline constexpr std::string_view kDefaultTcpAddress = "127.0.0.1:7471";
+
 struct ServerConfig {
   // The store: shape, ssd_dirs and every knob of StoreKnobs(), at the
   // store's own defaults unless set (0 = derived stays 0, for the store to
@@ -37,11 +42,14 @@ struct ServerConfig {
 
   // Listening addresses; empty disables one. unix_path is a socket path;
   // tcp_address and http_address are "host:port" (port 0: any free port).
+  // tcp_address kTcpAuto: kDefaultTcpAddress when tenants are configured,
+  // off otherwise (FinalizeConfig resolves it). An explicit TCP address
+  // needs at least one tenant: a TCP port is open to every local user.
   std::string unix_path;
-  std::string tcp_address = "127.0.0.1:7471";
+  std::string tcp_address = std::string(kTcpAuto);
   std::string http_address = "127.0.0.1:7472";
-  // Permit non-loopback TCP/HTTP addresses. Off by default: a daemon
-  // reachable from the network should run with tenants and TLS.
+  // Permit non-loopback TCP/HTTP addresses. Off by default; refused unless
+  // TLS and tenants are configured too.
   bool allow_remote = false;
 
   // TLS for the TCP listener (both or neither).
@@ -52,14 +60,30 @@ struct ServerConfig {
   uint64_t max_frame_bytes = 64ull << 20;
   // Deadline of a request that names none.
   std::chrono::milliseconds default_deadline{10000};
+  // The longest deadline a client may ask for (deadline_ms is capped to it).
+  std::chrono::milliseconds max_deadline{60000};
   // How long a started frame may take to arrive, or a reply to drain, before
   // the connection is dropped (a stalled or slow client).
   std::chrono::milliseconds io_timeout{30000};
   // Connections beyond this are refused with an error frame.
   uint32_t max_connections = 1024;
-  // Shared-memory windows per connection, and their total bytes.
+  // A connection must complete its hello (and TLS handshake) within this;
+  // short, so unauthenticated peers cannot hold threads for long.
+  std::chrono::milliseconds login_timeout{2000};
+  // Connections from one peer (TCP: its IP address; Unix: its uid) that
+  // have not logged in yet; more are refused at accept.
+  uint32_t max_unauthenticated_per_peer = 32;
+  // Shared-memory windows per connection, and their total bytes; and the
+  // bytes mapped for all connections together.
   uint32_t max_shm_windows = 16;
   uint64_t max_shm_bytes = 64ull << 30;
+  uint64_t max_shm_total_bytes = 256ull << 30;
+  // A restore pins its blocks' extents until it finishes: at most this long
+  // (a slow reader is cut off: error frame if possible, then the connection
+  // closes), and per tenant at most this many bytes of blocks in restores
+  // at once (more: NoSpace). 0 bytes: no byte limit.
+  std::chrono::milliseconds max_restore_time{30000};
+  uint64_t tenant_pinned_bytes = 64ull << 30;
 
   std::vector<TenantConfig> tenants;
 
@@ -78,8 +102,10 @@ ServerConfig DefaultServerConfig();
 Status ApplyConfigToml(std::string_view text, const std::string& origin, ServerConfig* config);
 Status LoadConfigFile(const std::string& path, ServerConfig* config);
 // Fills derived values (DRAM from dram_fraction when dram_bytes was not set,
-// SSD capacity bounded by free space) and checks the result: loopback-only
-// addresses unless allow_remote, TLS files both or neither.
+// SSD capacity bounded by free space, tcp_address from kTcpAuto) and checks
+// the result: TCP only with tenants; loopback-only addresses unless
+// allow_remote, which needs TLS and tenants; TLS files both or neither;
+// limits in range. Each refusal says which setting to change.
 Status FinalizeConfig(ServerConfig* config);
 
 // "64MiB", "8GiB", "1.5G", "4096" -> bytes.

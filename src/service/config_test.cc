@@ -19,7 +19,92 @@ TEST(ServerConfigTest, DefaultsAreLocalAndSized) {
   EXPECT_GT(c.store.dram_capacity_bytes, 0u);
   EXPECT_LE(c.store.ssd_capacity_bytes, 16ull << 30);
   EXPECT_GT(c.store.ssd_capacity_bytes, 0u);
-  EXPECT_EQ(c.tcp_address, "127.0.0.1:7471");
+  EXPECT_EQ(c.tcp_address, "") << "no tenants: only the Unix socket listens";
+  ServerConfig with_tenants = DefaultServerConfig();
+  with_tenants.tenants = {{"a", "a-token-0123456789abc", "", 0}};
+  ASSERT_TRUE(FinalizeConfig(&with_tenants).ok());
+  EXPECT_EQ(with_tenants.tcp_address, "127.0.0.1:7471");
+}
+
+TEST(ServerConfigTest, DefaultSocketIsInItsOwnDirectory) {
+  setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1);
+  EXPECT_EQ(DefaultServerConfig().unix_path, "/run/user/4242/flatkv/flatkv.sock");
+  unsetenv("XDG_RUNTIME_DIR");
+  setenv("XDG_CACHE_HOME", "/tmp/flatkv-config-test-cache", 1);
+  EXPECT_EQ(DefaultServerConfig().unix_path, "/tmp/flatkv-config-test-cache/flatkv/run/flatkv.sock");
+  unsetenv("XDG_CACHE_HOME");
+}
+
+// Every configuration the secure defaults refuse, with a message that says what to set.
+TEST(ServerConfigTest, InsecureConfigurationsAreRefusedSayingWhatToSet) {
+  auto refusal = [](ServerConfig c) { return FinalizeConfig(&c).message(); };
+  auto has = [](const std::string& msg, const char* a, const char* b) {
+    return msg.find(a) != std::string::npos && msg.find(b) != std::string::npos;
+  };
+  const ServerConfig base = DefaultServerConfig();
+  const std::vector<TenantConfig> tenants = {{"a", "a-token-0123456789abc", "", 0}};
+
+  ServerConfig tcp = base;  // TCP without tenants
+  tcp.tcp_address = "127.0.0.1:7471";
+  EXPECT_PRED3(has, refusal(tcp), "listen.tcp '127.0.0.1:7471' needs at least one [[tenants]]", "listen.tcp = \"\"");
+  tcp.tenants = tenants;
+  EXPECT_EQ(refusal(tcp), "");
+
+  ServerConfig remote = base;  // allow_remote without TLS or tenants
+  remote.allow_remote = true;
+  remote.tcp_address = "0.0.0.0:7471";
+  EXPECT_PRED3(has, refusal(remote), "listen.allow_remote = true needs [tls] cert and key and at least one [[tenants]]",
+               "encrypt and authenticate");
+  remote.tenants = tenants;
+  EXPECT_PRED3(has, refusal(remote), "listen.allow_remote = true needs [tls] cert and key:", "encrypt");
+  remote.tenants.clear();
+  remote.tls_cert_file = "/c.pem";
+  remote.tls_key_file = "/k.pem";
+  EXPECT_PRED3(has, refusal(remote), "listen.allow_remote = true needs at least one [[tenants]]", "authenticate");
+  remote.tenants = tenants;
+  EXPECT_EQ(refusal(remote), "");
+  remote.allow_remote = false;
+  EXPECT_PRED3(has, refusal(remote), "not loopback", "set listen.allow_remote = true");
+
+  ServerConfig none = base;  // no listener at all
+  none.unix_path.clear();
+  EXPECT_PRED3(has, refusal(none), "TCP needs tenants", "set listen.unix");
+  none.tcp_address.clear();
+  none.tenants = tenants;
+  EXPECT_PRED3(has, refusal(none), "neither a unix socket nor a tcp address", "set listen.unix or listen.tcp");
+
+  ServerConfig tls = base;
+  tls.tls_cert_file = "/c.pem";
+  EXPECT_PRED3(has, refusal(tls), "cert and key must be given together", "set both tls.cert and tls.key");
+
+  ServerConfig deadline = base;
+  deadline.default_deadline = std::chrono::milliseconds(90000);
+  EXPECT_PRED3(has, refusal(deadline), "limits.deadline_ms 90000 exceeds limits.max_deadline_ms 60000",
+               "raise max_deadline_ms");
+  ServerConfig shm = base;
+  shm.max_shm_total_bytes = 1 << 30;
+  EXPECT_PRED3(has, refusal(shm), "limits.max_shm_bytes 68719476736 (per connection) exceeds limits.max_shm_total_bytes",
+               "raise max_shm_total_bytes");
+
+  // The new [limits] keys, and their range errors.
+  ServerConfig c = base;
+  ASSERT_TRUE(ApplyConfigToml("[limits]\nlogin_timeout_ms = 250\nmax_unauthenticated_per_peer = 3\nmax_deadline_ms = 5000\n"
+                              "max_shm_total_bytes = \"1GiB\"\nmax_shm_bytes = \"512MiB\"\nmax_restore_ms = 700\n"
+                              "tenant_pinned_bytes = \"2GiB\"\ndeadline_ms = 1000\n",
+                              "f.toml", &c)
+                  .ok());
+  EXPECT_EQ(c.login_timeout.count(), 250);
+  EXPECT_EQ(c.max_unauthenticated_per_peer, 3u);
+  EXPECT_EQ(c.max_deadline.count(), 5000);
+  EXPECT_EQ(c.max_shm_total_bytes, 1ull << 30);
+  EXPECT_EQ(c.max_restore_time.count(), 700);
+  EXPECT_EQ(c.tenant_pinned_bytes, 2ull << 30);
+  EXPECT_TRUE(FinalizeConfig(&c).ok());
+  auto msg = [&](const char* toml) { return ApplyConfigToml(toml, "f.toml", &c).message(); };
+  EXPECT_PRED3(has, msg("[limits]\nlogin_timeout_ms = 0\n"), "limits.login_timeout_ms", "0 ms is not positive");
+  EXPECT_PRED3(has, msg("[limits]\nmax_unauthenticated_per_peer = 0\n"), "limits.max_unauthenticated_per_peer",
+               "0 is outside 1..1048576");
+  EXPECT_PRED3(has, msg("[limits]\nmax_restore_ms = \"3s\"\n"), "limits.max_restore_ms", "expected an integer of milliseconds");
 }
 
 TEST(ServerConfigTest, TomlOverlaysEverySection) {
@@ -91,8 +176,11 @@ TEST(ServerConfigTest, ErrorsNameTheProblem) {
   EXPECT_NE(msg("[store\n").find("f.toml:1"), std::string::npos);
   ServerConfig remote = DefaultServerConfig();
   remote.tcp_address = "0.0.0.0:7471";
+  remote.tenants = {{"a", "a-token-0123456789abc", "", 0}};
   EXPECT_NE(FinalizeConfig(&remote).message().find("not loopback"), std::string::npos);
   remote.allow_remote = true;
+  remote.tls_cert_file = "/c.pem";
+  remote.tls_key_file = "/k.pem";
   EXPECT_TRUE(FinalizeConfig(&remote).ok());
   EXPECT_EQ(*ParseByteSize("1.5GiB"), 3ull << 29);
   EXPECT_EQ(*ParseByteSize("10MB"), 10000000u);

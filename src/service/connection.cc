@@ -29,8 +29,8 @@ struct InFlight {
 
 }  // namespace
 
-Connection::Connection(Server* server, std::unique_ptr<Conn> conn, bool tls)
-    : server_(server), conn_(std::move(conn)), tls_(tls) {}
+Connection::Connection(Server* server, std::unique_ptr<Conn> conn, bool tls, std::string peer)
+    : server_(server), conn_(std::move(conn)), tls_(tls), peer_(std::move(peer)) {}
 
 Connection::~Connection() {
   for (const Window& w : windows_) ::munmap(w.base, w.bytes);
@@ -41,7 +41,9 @@ Connection::~Connection() {
 Clock::time_point Connection::WriteDeadline() const { return Clock::now() + server_->config_.io_timeout; }
 
 Clock::time_point Connection::DeadlineOf(uint32_t deadline_ms, Clock::time_point arrival) const {
-  return arrival + (deadline_ms ? std::chrono::milliseconds(deadline_ms) : server_->config_.default_deadline);
+  const ServerConfig& c = server_->config_;
+  return arrival + (deadline_ms ? std::min<std::chrono::milliseconds>(std::chrono::milliseconds(deadline_ms), c.max_deadline)
+                                : c.default_deadline);
 }
 
 Status Connection::Reply(const std::vector<std::byte>& frame) { return conn_->Write(frame, WriteDeadline()); }
@@ -55,8 +57,10 @@ void Connection::Run() {
   ServerMetrics& m = server_->metrics_;
   m.connections_total.fetch_add(1, std::memory_order_relaxed);
   m.connections_active.fetch_add(1, std::memory_order_relaxed);
-  if (Status st = Handshake(); !st.ok()) {
-    if (st.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + st.ToString());
+  Status hello = Handshake();
+  server_->LoggedInOrGone(peer_);
+  if (!hello.ok()) {
+    if (hello.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + hello.ToString());
   } else {
     std::vector<std::byte> payload;
     while (WaitForRequest()) {
@@ -82,7 +86,8 @@ void Connection::Run() {
 }
 
 Status Connection::Handshake() {
-  const auto deadline = WriteDeadline();
+  // The TLS handshake and the hello together, and the hello_ok reply.
+  const auto deadline = Clock::now() + server_->config_.login_timeout;
   if (tls_) FLATKV_RETURN_IF_ERROR(conn_->TlsAccept(server_->tls_.get(), deadline));
   std::vector<std::byte> payload;
   auto read = conn_->ReadFrame(&payload, wire::kMaxStringBytes * 2 + 64, deadline);
@@ -127,7 +132,7 @@ Status Connection::Handshake() {
   ok.block_layer_bytes = store.BlockLayerBytes();
   ok.max_frame_bytes = server_->config_.max_frame_bytes;
   ok.tenant = tenant_->name;
-  return Reply(wire::EncodeHelloOk(h.request_id, ok));
+  return conn_->Write(wire::EncodeHelloOk(h.request_id, ok), deadline);
 }
 
 bool Connection::WaitForRequest() {
@@ -206,13 +211,20 @@ Status Connection::Put(uint32_t id, const wire::Put& m, Clock::time_point arriva
   if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
   auto session = salter_->SaltSession(m.session);
   if (!session.ok()) return Error(id, session.status());
-  const uint64_t fresh = (m.keys.size() - store.Match(salted_)) * bb;
+  // Charged: the blocks after the stored prefix. A put that fails partway
+  // keeps the blocks it stored; only the charge for the others is refunded.
+  const size_t prefix = store.Match(salted_);
+  const uint64_t fresh = (m.keys.size() - prefix) * bb;
   Status st = server_->tenants_->Charge(*tenant_, *session, fresh, [&](uint64_t victim) { return store.DropSession(victim); });
   if (st.ok()) {
     PutOptions po;
     po.hint = static_cast<PutHint>(m.hint);
     st = store.Put(*session, salted_, m.data, po);
-    if (!st.ok()) server_->tenants_->Refund(*tenant_, *session, fresh);
+    if (!st.ok()) {
+      uint64_t stored = 0;
+      for (size_t i = prefix; i < salted_.size(); ++i) stored += store.Match({&salted_[i], 1});
+      server_->tenants_->Refund(*tenant_, *session, fresh - std::min<uint64_t>(fresh, stored * bb));
+    }
   }
   if (!st.ok()) return Error(id, st);
   metrics_->puts.fetch_add(1, std::memory_order_relaxed);
@@ -249,24 +261,50 @@ Status Connection::Restore(uint32_t id, const wire::Restore& m, Clock::time_poin
   if (!started.ok()) return Error(id, started.status());
   flatkv::Restore& r = **started;
   const uint32_t hit = r.hit_blocks();
-  FLATKV_RETURN_IF_ERROR(Reply(wire::EncodeU32(wire::Type::kRestoreBegin, id, hit)));
+  // The restore pins its hit blocks' extents until it ends: bounded per
+  // tenant in bytes, and in time (a slow reader is cut off).
+  const ServerConfig& c = server_->config_;
+  const uint64_t pinned = uint64_t{hit} * store.BlockBytes();
+  if (Status st = server_->tenants_->Pin(*tenant_, pinned, c.tenant_pinned_bytes); !st.ok()) return Error(id, st.WithContext("restore"));
+  struct Unpin {
+    TenantRegistry* reg;
+    const Tenant* t;
+    uint64_t bytes;
+    ~Unpin() { reg->Unpin(*t, bytes); }
+  } unpin{server_->tenants_.get(), tenant_, pinned};
+  const auto pin_deadline = arrival + c.max_restore_time;
+  auto write_deadline = [&] { return std::min(WriteDeadline(), pin_deadline); };
+  // An error frame that ends the restore is bounded the same way: a reader
+  // that has not drained the layers is not waited for, with the pins held.
+  auto fail = [&](const Status& st) {
+    metrics_->errors.fetch_add(1, std::memory_order_relaxed);
+    return conn_->Write(wire::EncodeError(id, st), write_deadline());
+  };
+  FLATKV_RETURN_IF_ERROR(conn_->Write(wire::EncodeU32(wire::Type::kRestoreBegin, id, hit), write_deadline()));
   const uint64_t per_frame = std::max<uint64_t>(1, (server_->config_.max_frame_bytes - 64) / lb);
   uint64_t bytes = 0;
   for (uint32_t l = 0; l < layers; ++l) {
     if (Clock::now() > deadline) {
       server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
-      return Error(id, Status::Aborted("restore: deadline exceeded at layer " + std::to_string(l) + " of " + std::to_string(layers)));
+      return fail(Status::Aborted("restore: deadline exceeded at layer " + std::to_string(l) + " of " + std::to_string(layers)));
+    }
+    if (Clock::now() > pin_deadline) {
+      server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
+      return fail(Status::Aborted("restore: held its blocks for limits.max_restore_ms = " +
+                                  std::to_string(c.max_restore_time.count()) + " ms at layer " + std::to_string(l) + " of " +
+                                  std::to_string(layers) + "; cut off"));
     }
     auto view = r.WaitLayer(l);
-    if (!view.ok()) return Error(id, view.status());
+    if (!view.ok()) return fail(view.status());
     const uint32_t valid = view->blocks;
     if (shm || valid == 0) {
-      FLATKV_RETURN_IF_ERROR(Reply(wire::EncodeRestoreLayerHead(id, {l, 0, shm ? valid : 0, valid, {}}, 0)));
+      FLATKV_RETURN_IF_ERROR(conn_->Write(wire::EncodeRestoreLayerHead(id, {l, 0, shm ? valid : 0, valid, {}}, 0), write_deadline()));
     } else {
       for (uint32_t first = 0; first < valid; first += static_cast<uint32_t>(per_frame)) {
         const uint32_t cnt = static_cast<uint32_t>(std::min<uint64_t>(per_frame, valid - first));
         auto head = wire::EncodeRestoreLayerHead(id, {l, first, cnt, valid, {}}, uint64_t{cnt} * lb);
-        FLATKV_RETURN_IF_ERROR(conn_->Write(head, view->data.subspan(uint64_t{first} * lb, uint64_t{cnt} * lb), WriteDeadline()));
+        // A reader slower than max_restore_ms fails this write: the connection closes and the pins go.
+        FLATKV_RETURN_IF_ERROR(conn_->Write(head, view->data.subspan(uint64_t{first} * lb, uint64_t{cnt} * lb), write_deadline()));
       }
     }
     bytes += uint64_t{valid} * lb;
@@ -299,7 +337,8 @@ Status Connection::RegisterShm(uint32_t id, const wire::RegisterShm& m) {
   const ServerConfig& c = server_->config_;
   if (windows_.size() >= c.max_shm_windows || m.bytes > c.max_shm_bytes - std::min(c.max_shm_bytes, window_bytes_)) {
     return Error(id, Status::NoSpace("register_shm: " + std::to_string(m.bytes) + " more bytes exceed this connection's limits (" +
-                                     std::to_string(c.max_shm_windows) + " windows, " + std::to_string(c.max_shm_bytes) + " bytes)"));
+                                     std::to_string(c.max_shm_windows) + " windows, " + std::to_string(c.max_shm_bytes) +
+                                     " bytes: limits.max_shm_windows, limits.max_shm_bytes)"));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Error(id, Status::FromErrno(errno, "register_shm: fstat"));
@@ -312,12 +351,36 @@ Status Connection::RegisterShm(uint32_t id, const wire::RegisterShm& m) {
   if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
     return Error(id, Status::FailedPrecondition("register_shm: the memfd must carry F_SEAL_SHRINK"));
   }
-  void* base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (base == MAP_FAILED) return Error(id, Status::FromErrno(errno, "register_shm: mmap of " + std::to_string(m.bytes) + " bytes"));
+  // The client allocates the window's memory (fallocate), so it is charged
+  // to the client; a sparse memfd would have the daemon fault in (and be
+  // charged for) every page it writes. st_blocks counts 512-byte units.
+  const uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
+  if (allocated < m.bytes) {
+    return Error(id, Status::FailedPrecondition("register_shm: the memfd has " + std::to_string(allocated) + " of its " +
+                                                std::to_string(m.bytes) +
+                                                " bytes allocated; allocate them (fallocate) before registering it"));
+  }
+  // The daemon-wide cap (limits.max_shm_total_bytes), reserved before mapping.
+  std::atomic<uint64_t>& total = server_->metrics_.shm_bytes;
+  for (uint64_t now = total.load();;) {
+    if (m.bytes > c.max_shm_total_bytes || now > c.max_shm_total_bytes - m.bytes) {
+      return Error(id, Status::NoSpace("register_shm: " + std::to_string(m.bytes) + " more bytes exceed the daemon's " +
+                                       std::to_string(c.max_shm_total_bytes) + " bytes of windows for all connections (" +
+                                       std::to_string(now) + " mapped; limits.max_shm_total_bytes)"));
+    }
+    if (total.compare_exchange_weak(now, now + m.bytes)) break;
+  }
+  // No MAP_POPULATE: the pages are the client's, already allocated; the
+  // daemon maps them lazily.
+  void* base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    total.fetch_sub(m.bytes);
+    return Error(id, Status::FromErrno(err, "register_shm: mmap of " + std::to_string(m.bytes) + " bytes"));
+  }
   windows_.push_back({next_window_id_++, static_cast<std::byte*>(base), m.bytes});
   window_bytes_ += m.bytes;
   server_->metrics_.shm_windows.fetch_add(1, std::memory_order_relaxed);
-  server_->metrics_.shm_bytes.fetch_add(m.bytes, std::memory_order_relaxed);
   return Reply(wire::EncodeU64(wire::Type::kShmOk, id, windows_.back().id));
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "service/tenants.h"
@@ -27,7 +28,8 @@ struct TenantMetrics;
 
 class Connection {
  public:
-  Connection(Server* server, std::unique_ptr<Conn> conn, bool tls);
+  // `peer` is counted as unauthenticated by the server until the hello ends.
+  Connection(Server* server, std::unique_ptr<Conn> conn, bool tls, std::string peer);
   ~Connection();
   void Run();
 
@@ -54,6 +56,7 @@ class Connection {
   Server* server_;
   std::unique_ptr<Conn> conn_;
   bool tls_;
+  std::string peer_;
   const Tenant* tenant_ = nullptr;
   TenantMetrics* metrics_ = nullptr;
   std::unique_ptr<KeySalter> salter_;

@@ -1,13 +1,16 @@
 #include "service/server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -19,6 +22,13 @@ namespace flatkv::service {
 Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   std::unique_ptr<Server> s(new Server());
   s->config_ = config;
+  // FinalizeConfig refuses these too; a config that skipped it must not open TCP to everyone.
+  if (!config.tcp_address.empty() && config.tenants.empty()) {
+    return Status::InvalidArgument("listen.tcp '" + config.tcp_address + "' needs at least one [[tenants]] entry with a token");
+  }
+  if (config.allow_remote && (config.tls_cert_file.empty() || config.tenants.empty())) {
+    return Status::InvalidArgument("listen.allow_remote = true needs [tls] cert and key and at least one [[tenants]] entry");
+  }
   FLATKV_ASSIGN_OR_RETURN(s->tenants_, TenantRegistry::Make(config.tenants));
   for (size_t i = 0; i < s->tenants_->tenants().size(); ++i) s->tenant_metrics_.push_back(std::make_unique<TenantMetrics>());
   if (!config.tls_cert_file.empty()) {
@@ -50,11 +60,82 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   return s;
 }
 
+namespace {
+
+// The Unix socket's directory: created with mode 0700 when missing; an
+// existing one must be ours and not writable by group or others (who could
+// replace the socket with their own).
+Status PrepareSocketDirectory(const std::string& socket_path) {
+  const auto parent = std::filesystem::path(socket_path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    std::error_code ec;
+    const auto above = std::filesystem::path(dir).parent_path();
+    if (!above.empty()) std::filesystem::create_directories(above, ec);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Status::FromErrno(errno, "listen.unix: creating the socket directory " + dir + " (mode 0700)");
+    }
+    if (::stat(dir.c_str(), &st) != 0) return Status::FromErrno(errno, "listen.unix: " + dir);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("listen.unix: " + dir + " is not a directory");
+  if (st.st_uid != ::geteuid()) {
+    return Status::PermissionDenied("listen.unix: the socket directory " + dir + " belongs to uid " + std::to_string(st.st_uid) +
+                                    ", not this daemon's uid " + std::to_string(::geteuid()) +
+                                    "; set listen.unix to a path in a directory of your own (mode 0700)");
+  }
+  if (st.st_mode & 022) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::PermissionDenied("listen.unix: the socket directory " + dir + " has mode " + mode +
+                                    ": group or others can write there; chmod 0700 " + dir +
+                                    " or set listen.unix to a path in a private directory");
+  }
+  return Status::Ok();
+}
+
+// Who a peer is, for the cap on unauthenticated connections: a TCP peer's
+// IP address, a Unix peer's uid.
+std::string PeerKey(int fd, bool unix_socket) {
+  if (unix_socket) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) return "uid " + std::to_string(cred.uid);
+    return "uid ?";
+  }
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    if (ss.ss_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+    } else if (ss.ss_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host);
+    }
+  }
+  return host;
+}
+
+}  // namespace
+
+bool Server::AdmitUnauthenticated(const std::string& peer) {
+  MutexLock lock(&peers_mu_);
+  uint32_t& n = unauthenticated_[peer];
+  if (n >= config_.max_unauthenticated_per_peer) return false;
+  ++n;
+  return true;
+}
+
+void Server::LoggedInOrGone(const std::string& peer) {
+  MutexLock lock(&peers_mu_);
+  auto it = unauthenticated_.find(peer);
+  if (it == unauthenticated_.end()) return;
+  if (--it->second == 0) unauthenticated_.erase(it);
+}
+
 Status Server::Listen() {
   if (!config_.unix_path.empty()) {
-    std::error_code ec;
-    const auto parent = std::filesystem::path(config_.unix_path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    FLATKV_RETURN_IF_ERROR(PrepareSocketDirectory(config_.unix_path));
     FLATKV_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint("unix:" + config_.unix_path));
     FLATKV_ASSIGN_OR_RETURN(int fd, service::Listen(ep, nullptr));
     listen_fds_.push_back(fd);
@@ -142,18 +223,23 @@ void Server::AcceptLoop(int listen_fd, bool unix_socket, bool tls) {
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
     auto conn = std::make_unique<Conn>(fd, unix_socket);
-    if (metrics_.connections_active.load() >= config_.max_connections) {
+    auto refuse = [&](const std::string& why) {
       metrics_.connections_refused.fetch_add(1, std::memory_order_relaxed);
-      if (!tls) {
-        (void)conn->Write(wire::EncodeError(0, Status::NoSpace("the daemon is at its limit of " +
-                                                               std::to_string(config_.max_connections) + " connections")),
-                          Clock::now() + std::chrono::milliseconds(100));
-      }
+      if (!tls) (void)conn->Write(wire::EncodeError(0, Status::NoSpace(why)), Clock::now() + std::chrono::milliseconds(100));
+    };
+    if (metrics_.connections_active.load() >= config_.max_connections) {
+      refuse("the daemon is at its limit of " + std::to_string(config_.max_connections) + " connections");
+      continue;
+    }
+    std::string peer = PeerKey(fd, unix_socket);
+    if (!AdmitUnauthenticated(peer)) {
+      refuse("too many connections from " + peer + " have not logged in (limits.max_unauthenticated_per_peer = " +
+             std::to_string(config_.max_unauthenticated_per_peer) + ")");
       continue;
     }
     MutexLock lock(&conns_mu_);
     ConnSlot& slot = conns_.emplace_back();
-    slot.conn = std::make_unique<Connection>(this, std::move(conn), tls);
+    slot.conn = std::make_unique<Connection>(this, std::move(conn), tls, std::move(peer));
     slot.thread = std::thread([&slot] {
       slot.conn->Run();
       slot.conn.reset();

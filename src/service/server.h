@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/mutex.h"
@@ -61,6 +62,7 @@ class Server {
   Store& store() { return *store_; }
   const ServerConfig& config() const { return config_; }
   const ServerMetrics& metrics() const { return metrics_; }
+  const TenantRegistry& tenants() const { return *tenants_; }
   std::string PrometheusText() const;
   std::string StatsJson() const;
   bool healthy() const { return !stopping_.load(); }
@@ -73,6 +75,11 @@ class Server {
   void HttpLoop(int listen_fd);
   void ServeHttp(int fd);
   void ReapConnections(bool all) FLATKV_EXCLUDES(conns_mu_);
+  // The per-peer count of connections that have not logged in: false when
+  // `peer` is at limits.max_unauthenticated_per_peer. Every admitted
+  // connection calls LoggedInOrGone once, after its hello (either outcome).
+  bool AdmitUnauthenticated(const std::string& peer) FLATKV_EXCLUDES(peers_mu_);
+  void LoggedInOrGone(const std::string& peer) FLATKV_EXCLUDES(peers_mu_);
   std::vector<TenantView> Views() const;
 
   ServerConfig config_;
@@ -98,6 +105,9 @@ class Server {
     std::atomic<bool> done{false};
   };
   std::list<ConnSlot> conns_ FLATKV_GUARDED_BY(conns_mu_);
+
+  Mutex peers_mu_;
+  std::unordered_map<std::string, uint32_t> unauthenticated_ FLATKV_GUARDED_BY(peers_mu_);
 
   Mutex wait_mu_;
   CondVar wait_cv_;

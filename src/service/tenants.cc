@@ -157,6 +157,28 @@ void TenantRegistry::Refund(const Tenant& tenant, uint64_t session, uint64_t byt
   u.used -= back;
 }
 
+Status TenantRegistry::Pin(const Tenant& tenant, uint64_t bytes, uint64_t limit) {
+  MutexLock lock(&mu_);
+  Usage& u = usage_[tenant.index];
+  if (limit != 0 && (bytes > limit || u.pinned > limit - bytes)) {
+    return Status::NoSpace("tenant " + tenant.name + ": restores in flight hold " + std::to_string(u.pinned) + " bytes; " +
+                           std::to_string(bytes) + " more exceed limits.tenant_pinned_bytes = " + std::to_string(limit));
+  }
+  u.pinned += bytes;
+  return Status::Ok();
+}
+
+void TenantRegistry::Unpin(const Tenant& tenant, uint64_t bytes) {
+  MutexLock lock(&mu_);
+  Usage& u = usage_[tenant.index];
+  u.pinned -= std::min(bytes, u.pinned);
+}
+
+uint64_t TenantRegistry::PinnedBytes(const Tenant& tenant) const {
+  MutexLock lock(&mu_);
+  return usage_[tenant.index].pinned;
+}
+
 uint64_t TenantRegistry::UsedBytes(const Tenant& tenant) const {
   MutexLock lock(&mu_);
   return usage_[tenant.index].used;

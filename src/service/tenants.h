@@ -89,9 +89,16 @@ class TenantRegistry {
   // lock. NoSpace when even dropping every other session leaves too little.
   Status Charge(const Tenant& tenant, uint64_t session, uint64_t bytes,
                 const std::function<Status(uint64_t session)>& drop) FLATKV_EXCLUDES(mu_);
-  // Gives back a charge whose put failed.
+  // Gives back the part of a charge that a failed put did not store.
   void Refund(const Tenant& tenant, uint64_t session, uint64_t bytes) FLATKV_EXCLUDES(mu_);
   uint64_t UsedBytes(const Tenant& tenant) const FLATKV_EXCLUDES(mu_);
+
+  // Bytes of blocks the tenant's restores in flight hold (pin) in the
+  // store. Pin fails with NoSpace when `bytes` more would pass `limit`
+  // (0: none); every successful Pin is paired with one Unpin.
+  Status Pin(const Tenant& tenant, uint64_t bytes, uint64_t limit) FLATKV_EXCLUDES(mu_);
+  void Unpin(const Tenant& tenant, uint64_t bytes) FLATKV_EXCLUDES(mu_);
+  uint64_t PinnedBytes(const Tenant& tenant) const FLATKV_EXCLUDES(mu_);
   uint64_t DroppedSessions(const Tenant& tenant) const FLATKV_EXCLUDES(mu_);
 
  private:
@@ -101,6 +108,7 @@ class TenantRegistry {
   };
   struct Usage {
     uint64_t used = 0;
+    uint64_t pinned = 0;
     uint64_t dropped_sessions = 0;
     std::unordered_map<uint64_t, SessionUse> sessions;
   };

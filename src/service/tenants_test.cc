@@ -117,6 +117,8 @@ TEST(TenantsTest, TlsOnTcp) {
   ServerConfig c = SmallServerConfig(dir.path());
   c.tls_cert_file = cert;
   c.tls_key_file = key;
+  c.login_timeout = std::chrono::milliseconds(1000);  // bounds the TLS handshake too...
+  c.io_timeout = std::chrono::milliseconds(10000);    // ...which io_timeout no longer does
   auto server = StartServer(c);
   ASSERT_NE(server, nullptr);
   ClientOptions o;
@@ -142,6 +144,15 @@ TEST(TenantsTest, TlsOnTcp) {
   EXPECT_FALSE(Client::Connect(server->tcp_address(), plain).ok());
   // The Unix socket stays plain (local peers only).
   EXPECT_NE(ConnectOrNull(server->unix_address(), kTokenA), nullptr);
+  // A peer that never starts its TLS handshake is closed after login_timeout (not io_timeout).
+  const auto start = Clock::now();
+  const int silent = RawConnect(server->tcp_address());
+  ASSERT_GE(silent, 0);
+  EXPECT_TRUE(ClosedByPeer(silent));
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(900));
+  EXPECT_LT(took, std::chrono::milliseconds(4500));
+  ::close(silent);
 }
 
 }  // namespace

@@ -6,16 +6,24 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "service/client.h"
 #include "service/config.h"
 #include "service/server.h"
+#include "service/wire.h"
 #include "testing/test_util.h"
 
 namespace flatkv::service::testing {
@@ -89,6 +97,78 @@ inline int RawConnect(const std::string& tcp_address) {
     return -1;
   }
   return fd;
+}
+
+// recv() that retries when a signal interrupts it (socket calls with a
+// timeout are not restarted automatically).
+inline ssize_t Recv(int fd, void* buf, size_t n, int flags) {
+  size_t got = 0;
+  for (;;) {
+    const ssize_t rc = ::recv(fd, static_cast<char*>(buf) + got, n - got, flags);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return got ? static_cast<ssize_t>(got) : rc;
+    got += static_cast<size_t>(rc);
+    if (!(flags & MSG_WAITALL) || got == n) return static_cast<ssize_t>(got);
+  }
+}
+
+inline bool SendAll(int fd, const std::vector<std::byte>& b) {
+  return ::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
+}
+
+// Reads one frame; false on EOF, timeout (5 s) or a bad header.
+inline bool ReadRaw(int fd, wire::Header* h, std::vector<std::byte>* payload) {
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::byte head[wire::kHeaderBytes];
+  const ssize_t got = Recv(fd, head, sizeof head, MSG_WAITALL);
+  if (got != static_cast<ssize_t>(sizeof head)) {
+    std::fprintf(stderr, "ReadRaw: header read returned %zd (%s)\n", got, got < 0 ? std::strerror(errno) : "short");
+    return false;
+  }
+  auto parsed = wire::ParseHeader(head, 1ull << 30);
+  if (!parsed.ok()) return false;
+  *h = *parsed;
+  payload->resize(h->payload_bytes);
+  return h->payload_bytes == 0 || Recv(fd, payload->data(), payload->size(), MSG_WAITALL) == static_cast<ssize_t>(payload->size());
+}
+
+// True when the peer has closed (EOF, or a reset when it closed with our
+// bytes unread, within 5 s).
+inline bool ClosedByPeer(int fd) {
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char c;
+  const ssize_t rc = Recv(fd, &c, 1, 0);
+  return rc == 0 || (rc < 0 && errno == ECONNRESET);
+}
+
+// A raw TCP connection that has logged in with `token`; -1 on failure.
+inline int RawHello(const std::string& tcp, const std::string& token) {
+  const int fd = RawConnect(tcp);
+  wire::Hello h;
+  h.token = token;
+  if (fd < 0 || !SendAll(fd, wire::EncodeHello(1, h))) {
+    ADD_FAILURE() << "connecting or sending hello: " << std::strerror(errno);
+    return -1;
+  }
+  wire::Header rh;
+  std::vector<std::byte> p;
+  if (!ReadRaw(fd, &rh, &p) || rh.type != wire::Type::kHelloOk) {
+    ADD_FAILURE() << "no hello_ok: " << std::strerror(errno) << ", frame " << wire::TypeName(rh.type);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Polls `cond` every 10 ms for up to 5 s.
+inline bool WaitFor(const std::function<bool()>& cond) {
+  for (int i = 0; i < 500; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 }  // namespace flatkv::service::testing

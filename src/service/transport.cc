@@ -112,12 +112,19 @@ Result<int> Listen(const Endpoint& ep, uint16_t* bound_port) {
       }
       ::unlink(ep.path.c_str());
     }
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 256) != 0) {
-      Status st = Status::FromErrno(errno, "binding unix socket " + ep.path);
+    // Owner-only from the moment it exists: the umask applies at bind, so
+    // no other user can connect in a window before a chmod. The umask is
+    // process-wide; a file another thread creates meanwhile only comes out
+    // more private (0600), never less.
+    const mode_t old_mask = ::umask(0177);
+    const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    const int bind_errno = errno;
+    ::umask(old_mask);
+    if (rc != 0 || ::listen(fd, 256) != 0) {
+      Status st = Status::FromErrno(rc != 0 ? bind_errno : errno, "binding unix socket " + ep.path);
       ::close(fd);
       return st;
     }
-    ::chmod(ep.path.c_str(), 0600);
     return fd;
   }
   FLATKV_ASSIGN_OR_RETURN(addrinfo * res, Resolve(ep, true));
@@ -508,8 +515,17 @@ Result<wire::Header> Conn::ReadFrame(std::vector<std::byte>* payload, uint64_t m
   std::byte head[wire::kHeaderBytes];
   FLATKV_RETURN_IF_ERROR(ReadFull(head, sizeof head, deadline, idle_ok));
   FLATKV_ASSIGN_OR_RETURN(wire::Header h, wire::ParseHeader(head, max_payload));
-  payload->resize(h.payload_bytes);
-  if (h.payload_bytes) FLATKV_RETURN_IF_ERROR(ReadFull(payload->data(), h.payload_bytes, deadline));
+  // The buffer grows with the bytes that arrive (doubling, from 64 KiB), not
+  // from the header's claim: a header announcing 64 MiB and no payload costs
+  // 64 KiB, so 1,024 such connections cannot take 64 GiB.
+  payload->clear();
+  size_t got = 0;
+  while (got < h.payload_bytes) {
+    const size_t step = std::min<size_t>(h.payload_bytes - got, std::max<size_t>(got, kFirstPayloadChunk));
+    payload->resize(got + step);
+    FLATKV_RETURN_IF_ERROR(ReadFull(payload->data() + got, step, deadline));
+    got += step;
+  }
   return h;
 }
 

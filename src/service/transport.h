@@ -78,7 +78,8 @@ class Conn {
   // Sends `frame` with `fd` attached (Unix sockets only, no TLS).
   Status WriteWithFd(std::span<const std::byte> frame, int fd, Clock::time_point deadline);
 
-  // Reads one frame header, then its payload into `payload`.
+  // Reads one frame header, then its payload into `payload`, which grows as
+  // the bytes arrive (at most twice the bytes received, or 64 KiB).
   Result<wire::Header> ReadFrame(std::vector<std::byte>* payload, uint64_t max_payload, Clock::time_point deadline,
                                  bool idle_ok = false);
 
@@ -108,6 +109,7 @@ class Conn {
   // Small reads (frame headers, lookups) go through a buffer, so a frame
   // usually costs one read; large payloads are read in place.
   static constexpr size_t kBufferBytes = 16 << 10;
+  static constexpr size_t kFirstPayloadChunk = 64 << 10;
   int fd_;
   bool unix_;
   SSL* ssl_ = nullptr;

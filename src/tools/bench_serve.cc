@@ -64,6 +64,15 @@ struct LookupResult {
   uint64_t count = 0, errors = 0;
 };
 
+// The daemon's one tenant (TCP is served only with tenants configured).
+constexpr const char* kBenchToken = "bench-serve-token-0123456789";
+
+service::ClientOptions BenchClientOptions() {
+  service::ClientOptions o;
+  o.token = kBenchToken;
+  return o;
+}
+
 // The closed-loop harness: `clients` threads, each calling its own `op`
 // (one connection's request) for `seconds`: back to back (closed loop) when
 // interval_us is 0, else each at most once per interval_us (random phase),
@@ -115,7 +124,7 @@ LookupResult RunLookups(const std::string& address, uint32_t clients, double sec
   std::vector<std::unique_ptr<service::Client>> conns;
   uint64_t connect_errors = 0;
   for (uint32_t i = 0; i < clients; ++i) {
-    auto c = service::Client::Connect(address, {});
+    auto c = service::Client::Connect(address, BenchClientOptions());
     if (!c.ok()) {
       ++connect_errors;
       continue;
@@ -204,6 +213,8 @@ int RunChecked(const BenchServeArgs& a) {
   c.tcp_address = "127.0.0.1:0";
   c.http_address.clear();
   c.max_connections = a.clients * 2 + 16;
+  c.max_unauthenticated_per_peer = c.max_connections;  // every client thread connects at once
+  c.tenants = {{"bench", kBenchToken, "", 0}};         // TCP needs a tenant
   if (Status st = service::FinalizeConfig(&c); !st.ok()) return Report(kExitFailure, st.ToString());
   auto started = service::Server::Start(c);
   if (!started.ok()) return Report(kExitFailure, "starting the daemon: " + started.status().ToString());
@@ -217,8 +228,8 @@ int RunChecked(const BenchServeArgs& a) {
   std::vector<std::byte> payload(chain_bytes);
   FillRandom(payload, 7);
 
-  auto unix_client = service::Client::Connect(server.unix_address(), {});
-  auto tcp_client = service::Client::Connect(server.tcp_address(), {});
+  auto unix_client = service::Client::Connect(server.unix_address(), BenchClientOptions());
+  auto tcp_client = service::Client::Connect(server.tcp_address(), BenchClientOptions());
   if (!unix_client.ok() || !tcp_client.ok()) return Report(kExitFailure, "connecting: " + (unix_client.ok() ? tcp_client : unix_client).status().ToString());
   if (Status st = (*unix_client)->Put(1, keys, payload, PutHint::kHot); !st.ok()) return Report(kExitFailure, "put: " + st.ToString());
   if (Status st = store.Put(2, keys, payload); !st.ok()) return Report(kExitFailure, "in-process put: " + st.ToString());

@@ -43,12 +43,15 @@ assert {'snapkv+uniform', 'quest', 'certified_sampler', 'dense'} <= names, names
 for m in j['methods']: assert m['attn_output_rel_err'] is None or m['attn_output_rel_err'] >= 0, m
 " || fail "bench attention --quick --json"
 # The daemon: serve, ask it for stats, stop it with SIGTERM (a clean exit), restart warm.
+# No tenants: only the Unix socket listens, in its own 0700 directory.
 serve() { XDG_CACHE_HOME="$WORK/cache" XDG_RUNTIME_DIR="$WORK" "$FLATKV" serve --shape stories260K \
-            --dram-bytes 16MiB --ssd-bytes 64MiB --tcp 127.0.0.1:0 --http none 2>>"$WORK/serve.log" & }
+            --dram-bytes 16MiB --ssd-bytes 64MiB --http none 2>>"$WORK/serve.log" & }
 for round in 1 2; do
   serve; pid=$!
-  for _ in $(seq 50); do [ -S "$WORK/flatkv.sock" ] && break; sleep 0.1; done
-  "$FLATKV" stats --server "unix:$WORK/flatkv.sock" --json > "$WORK/served.json" || fail "stats --server"
+  for _ in $(seq 50); do [ -S "$WORK/flatkv/flatkv.sock" ] && break; sleep 0.1; done
+  [ "$(stat -c %a "$WORK/flatkv")" = 700 ] || fail "the socket directory is not 0700: $(stat -c %a "$WORK/flatkv")"
+  [ "$(stat -c %a "$WORK/flatkv/flatkv.sock")" = 600 ] || fail "the socket is not 0600"
+  "$FLATKV" stats --server "unix:$WORK/flatkv/flatkv.sock" --json > "$WORK/served.json" || fail "stats --server"
   python3 -c "import json; s=json.load(open('$WORK/served.json')); assert s['tenants'][0]['name'] == 'default', s" \
     || fail "stats --server JSON"
   kill -TERM $pid; wait $pid || fail "serve did not stop cleanly (round $round): $(cat "$WORK/serve.log")"
@@ -183,6 +186,8 @@ msg=$("$FLATKV" bench metadata --runs 1x1000:nosuch 2>&1 >/dev/null); [ $? -eq 2
 case "$msg" in *"run 1x1000:nosuch"*) ;; *) fail "bench metadata unknown codec: $msg" ;; esac
 "$FLATKV" bench metadata --put-blocks 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench metadata --put-blocks 0"
 "$FLATKV" serve --tcp 0.0.0.0:7471 --print-config >/dev/null 2>&1; [ $? -eq 2 ] || fail "serve on a non-loopback address"
+msg=$("$FLATKV" serve --tcp 127.0.0.1:7471 --print-config 2>&1); [ $? -eq 2 ] || fail "serve --tcp without tenants"
+case "$msg" in *"needs at least one [[tenants]] entry"*) ;; *) fail "serve --tcp without tenants: $msg" ;; esac
 "$FLATKV" stats --server bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats --server with a bad address"
 head -c 1000 /dev/urandom > "$WORK/junk.bin"
 "$FLATKV" bench codecs --quick --kv "$WORK/junk.bin" >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench codecs on a junk dump"

@@ -61,7 +61,7 @@ void PrintConfig(const service::ServerConfig& c, FILE* out) {
                dirs.empty() ? "(none)" : dirs.c_str(), c.store.ssd_capacity_bytes / double(1 << 30),
                c.unix_path.empty() ? "(off)" : c.unix_path.c_str(), c.tcp_address.empty() ? "(off)" : c.tcp_address.c_str(),
                c.tls_cert_file.empty() ? "" : " (TLS)", c.http_address.empty() ? "(off)" : c.http_address.c_str(),
-               c.tenants.size(), c.tenants.empty() ? " (one implicit 'default' tenant, empty token)" : "");
+               c.tenants.size(), c.tenants.empty() ? " (one implicit 'default' tenant, empty token; Unix socket only)" : "");
   std::fprintf(out, "metrics       tenant labels %s; /stats %s\n", c.metrics_tenant_labels ? "by name" : "by index",
                c.stats_token.empty() ? "off (no metrics.stats_token)" : "with metrics.stats_token");
   // Every store knob as its TOML line (0 for a derived size: the store derives it at Open).

@@ -61,7 +61,7 @@ for _ in $(seq 100); do
 done
 [ -n "$HTTP" ] || fail "flatkv serve did not report its HTTP address"
 # One authenticated connection and a stats request, so the server counters move.
-"$FLATKV" stats --server "unix:$WORK/flatkv.sock" --token "$TOKEN_A" --json >/dev/null || fail "stats --server"
+"$FLATKV" stats --server "unix:$WORK/flatkv/flatkv.sock" --token "$TOKEN_A" --json >/dev/null || fail "stats --server"
 
 if [ "$MODE" = promtool ]; then
   curl -sf "http://$HTTP/metrics" > "$WORK/metrics.txt" || fail "GET /metrics"

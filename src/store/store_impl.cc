@@ -169,18 +169,20 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     }
     e->reserved = e->capacity;  // recovered extents take no new blocks
     e->full = true;
+    if (Status hs = AddHandle(e.get()); !hs.ok()) {
+      dir.slots().Release(slot);
+      return hs.WithContext(dir.path() + " (nothing was changed)");
+    }
     GrowSlots(e.get(), e->reserved);
     for (const auto& b : rec.blocks) {
-      if (e->present[b.index] || index_.count(b.key)) continue;  // a duplicate put; the first copy wins
-      e->present[b.index] = 1;
-      e->keys[b.index] = b.key;
+      if (e->present[b.index] || Indexed(b.key)) continue;  // a duplicate put; the first copy wins
+      IndexBlock(e.get(), b.index, b.key);
       std::copy(b.checksums.begin(), b.checksums.end(), e->checksums.begin() + uint64_t{b.index} * layers);
       if (e->coded()) {
         std::copy(b.offsets.begin(), b.offsets.end(), e->enc_offset.begin() + uint64_t{b.index} * layers);
         std::copy(b.lengths.begin(), b.lengths.end(), e->enc_length.begin() + uint64_t{b.index} * layers);
       }
       e->durable[b.index] = kDurable;
-      index_[b.key] = {e->id, b.index};
       Count(Medium::kSsd, *e, b.index, +1);
       ++counters_.recovered_blocks;
     }
@@ -492,6 +494,11 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     e->capacity = g.extent_blocks;
     GrowSlots(e.get(), g.extent_blocks);
   }
+  if (Status hs = AddHandle(e.get()); !hs.ok()) {
+    if (m == Medium::kDram) dram_->slots().Release(e->slot);
+    else ssd_[device]->slots().Release(e->slot);
+    return hs;
+  }
   if (m == Medium::kDram) {
     e->base = dram_->SlotOffset(e->slot);
   } else {
@@ -504,6 +511,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     if (s.ok()) s = dir.manifest().Append(rec, /*sync=*/false);  // under mu_: the put syncs (SyncManifests)
     if (!s.ok()) {
       dir.slots().Release(e->slot);
+      ReleaseHandle(e.get());
       return s;
     }
   }
@@ -564,13 +572,47 @@ Status StoreImpl::FreeExtent(Extent* e) {
     auto& v = hs->second.shared;
     v.erase(std::remove(v.begin(), v.end(), e->id), v.end());
   }
+  ReleaseHandle(e);
   extents_.erase(e->id);
   return Status::Ok();
 }
 
+Status StoreImpl::AddHandle(Extent* e) {
+  if (e->capacity > BlockIndex::kMaxSlots)
+    return Status::InvalidArgument("extent of " + std::to_string(e->capacity) + " block slots: the index holds at most " +
+                                   std::to_string(BlockIndex::kMaxSlots) + " per extent");
+  if (free_handles_.empty()) {
+    if (handles_.size() >= BlockIndex::kMaxHandles)
+      return Status::NoSpace("index: " + std::to_string(handles_.size()) + " extents, the most it can refer to");
+    free_handles_.push_back(static_cast<uint32_t>(handles_.size()));
+    handles_.push_back(nullptr);
+  }
+  e->handle = free_handles_.back();
+  free_handles_.pop_back();
+  handles_[e->handle] = e;
+  return Status::Ok();
+}
+
+void StoreImpl::ReleaseHandle(Extent* e) {
+  handles_[e->handle] = nullptr;
+  free_handles_.push_back(e->handle);
+}
+
+Extent* StoreImpl::FindBlock(const BlockKey& key, uint32_t* slot) const {
+  const auto ref = index_.Find(key, KeyOf());
+  if (!ref) return nullptr;
+  *slot = ref->slot;
+  return handles_[ref->handle];
+}
+
+void StoreImpl::IndexBlock(Extent* e, uint32_t slot, const BlockKey& key) {
+  e->keys[slot] = key;
+  e->present[slot] = 1;
+  index_.Insert(key, BlockIndex::Ref{e->handle, slot}, KeyOf());
+}
+
 void StoreImpl::Unindex(Extent* e, uint32_t slot) {
-  auto it = index_.find(e->keys[slot]);
-  if (it != index_.end() && it->second.extent == e->id) index_.erase(it);
+  index_.Erase(e->keys[slot], BlockIndex::Ref{e->handle, slot}, KeyOf());
   if (e->medium == Medium::kDram) {
     Count(Medium::kDram, *e, slot, -1);
     dram_home_blocks_--;
@@ -594,7 +636,7 @@ void StoreImpl::Unpin(Extent* e) {
 uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {
   MutexLock lock(&mu_);
   uint32_t n = 0;
-  while (n < chain.size() && index_.count(chain[n])) ++n;
+  while (n < chain.size() && Indexed(chain[n])) ++n;
   return n;
 }
 

@@ -108,11 +108,12 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
 
 bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
                             PutResult* res) {
-  auto hit = index_.find(key);
-  if (hit == index_.end() && seen->insert(key).second) return false;
+  uint32_t slot = 0;
+  Extent* hit = FindBlock(key, &slot);
+  if (hit == nullptr && seen->insert(key).second) return false;
   counters_.dedup_blocks++;
   res->dedup_blocks++;
-  if (hit != index_.end()) AddSharer(extents_.at(hit->second.extent).get(), session);
+  if (hit != nullptr) AddSharer(hit, session);
   return true;
 }
 
@@ -200,9 +201,8 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
   std::vector<uint8_t> indexed(blocks.size(), 0);
   auto index = [&](size_t k) FLATKV_REQUIRES(mu_) {
     const Pending& p = blocks[k];
-    if (!index_.try_emplace(p.key, BlockRef{p.e->id, p.slot}).second) return false;  // a concurrent put won
-    p.e->present[p.slot] = 1;
-    p.e->keys[p.slot] = p.key;
+    if (Indexed(p.key)) return false;  // a concurrent put won
+    IndexBlock(p.e, p.slot, p.key);
     std::copy(sums + k * layers, sums + (k + 1) * layers, p.e->checksums.begin() + uint64_t{p.slot} * layers);
     counters_.put_blocks++;
     res->stored_blocks++;

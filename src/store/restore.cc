@@ -66,10 +66,10 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
     uint64_t base = e->base;
     if (e->medium == Medium::kDram) {
       from = Medium::kDram;
-    } else if (e->has_copy && e->in_copy[slot]) {
+    } else if (e->has_copy && e->in_copy(slot)) {
       from = Medium::kDram;
       base = e->copy_base;
-    } else if (e->durable[slot] != kDurable) {
+    } else if (e->durable(slot) != kDurable) {
       break;  // not readable yet (cannot happen while a copy holds it; never read unwritten SSD bytes)
     }
     const ExtentGeometry& g = store->Geometry(e->medium, e->device);  // a copy has its home's layout

@@ -68,15 +68,23 @@ struct Extent {
   bool doomed = false;
   Clock::time_point last_access;    // last put into it or restore from it
   std::vector<BlockKey> keys;       // per block slot; meaningful where present (index_ holds no key)
-  std::vector<uint8_t> present;     // per block slot: indexed
+  // Per block slot, one byte: bit 0 present (indexed), bit 1 in_copy (its
+  // DRAM copy holds it; SSD homes), bits 2-3 durable (SSD homes: kNotDurable,
+  // kDurable or kWriting).
+  std::vector<uint8_t> state;
+  uint32_t slots() const { return static_cast<uint32_t>(state.size()); }
+  bool present(uint32_t i) const { return state[i] & 1; }
+  void set_present(uint32_t i, bool v) { state[i] = static_cast<uint8_t>((state[i] & ~1) | uint8_t{v}); }
+  bool in_copy(uint32_t i) const { return state[i] & 2; }
+  void set_in_copy(uint32_t i, bool v) { state[i] = static_cast<uint8_t>((state[i] & ~2) | uint8_t{v} << 1); }
+  uint8_t durable(uint32_t i) const { return static_cast<uint8_t>(state[i] >> 2); }
+  void set_durable(uint32_t i, uint8_t d) { state[i] = static_cast<uint8_t>((state[i] & 3) | d << 2); }
   // SSD-home extents: a DRAM copy (same layout as the home, at copy_base in
-  // the arena), which slots it holds, and which slots' SSD writes and
-  // BlockPut records completed.
+  // the arena); `state` says which slots it holds, and which slots' SSD
+  // writes and BlockPut records completed.
   bool has_copy = false;
   uint64_t copy_slot = 0;
   uint64_t copy_base = 0;
-  std::vector<uint8_t> in_copy;     // per block slot
-  std::vector<uint8_t> durable;     // per block slot (SSD homes): kNotDurable, kDurable or kWriting
   // Other live sessions that reference its blocks (they put blocks it
   // already held); they keep it from being freed by its owner's drop.
   std::vector<SessionId> sharers;

@@ -222,8 +222,8 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
         res->dram_only_blocks++;
         counters_.dram.bytes_written += block_bytes;
       } else if (e->has_copy && index(k)) {
-        e->in_copy[slot] = 1;
-        e->durable[slot] = admit ? kWriting : kNotDurable;
+        e->set_in_copy(slot, true);
+        e->set_durable(slot, admit ? kWriting : kNotDurable);
         Count(Medium::kDram, *e, slot, +1);
         dram_only_++;
         counters_.dram.bytes_written += block_bytes;
@@ -254,7 +254,7 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
       if (e->medium != Medium::kSsd) continue;
       if (!status.ok()) {
         if (!indexed[k]) continue;
-        e->durable[slot] = kNotDurable;  // its DRAM copy alone would not survive: a miss, as the error says
+        e->set_durable(slot, kNotDurable);  // its DRAM copy alone would not survive: a miss, as the error says
         Unindex(e, slot);
         res->stored_blocks--;
         continue;
@@ -264,7 +264,7 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
       } else if (!index(k)) {
         continue;
       }
-      e->durable[slot] = kDurable;
+      e->set_durable(slot, kDurable);
       Count(Medium::kSsd, *e, slot, +1);
       counters_.ssd.bytes_written += block_bytes;
     }
@@ -310,9 +310,9 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
         Extent* e = extents_.at(id).get();
         if (e->medium != Medium::kSsd || !e->has_copy || e->coded() || e->doomed) continue;
         Job job{e, {}, {}, {}};
-        for (uint32_t i = 0; i < e->present.size(); ++i) {
-          if (!e->present[i] || !e->in_copy[i] || e->durable[i] != kNotDurable) continue;
-          e->durable[i] = kWriting;
+        for (uint32_t i = 0; i < e->slots(); ++i) {
+          if (!e->present(i) || !e->in_copy(i) || e->durable(i) != kNotDurable) continue;
+          e->set_durable(i, kWriting);
           job.slots.push_back(i);
           job.keys.push_back(e->keys[i]);
           job.sums.insert(job.sums.end(), e->checksums.begin() + uint64_t{i} * layers,
@@ -367,10 +367,10 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     Extent* e = job.e;
     for (uint32_t slot : job.slots) {
       if (!status.ok()) {
-        e->durable[slot] = kNotDurable;
+        e->set_durable(slot, kNotDurable);
         continue;
       }
-      e->durable[slot] = kDurable;
+      e->set_durable(slot, kDurable);
       Count(Medium::kSsd, *e, slot, +1);
       dram_only_--;
       counters_.ssd.bytes_written += BlockBytes();

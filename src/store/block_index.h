@@ -9,21 +9,28 @@
 // 8 bytes / load (10-20 bytes) here plus its 16-byte key in the extent.
 //
 // Erase uses backward-shift deletion, so the table never fills with
-// tombstones. Growth is incremental: when an insert would pass the load
+// tombstones (only an erase from the retiring table, below, leaves one). Growth is incremental: when an insert would pass the load
 // limit, the table becomes the *retiring* table and a new one of twice the
 // capacity takes inserts; every insert then moves the entries of the next
-// kMigrateStep buckets of the retiring table (leaving tombstones behind, so
-// its probe chains stay intact) until it is empty and freed. No insert
-// moves more than kMigrateStep entries, and since the new table takes at
-// least 4/5 of the old capacity in inserts before it is full, a migration
-// always ends long before the next one starts. Find looks in the new table,
-// then in the retiring one. Tables are calloc'ed, so a large one costs no
-// zeroing under the caller's lock (the kernel hands out zero pages).
+// kMigrateStep buckets of the retiring table, in bucket order, until it is
+// empty and freed. No insert moves more than kMigrateStep entries, and
+// since the new table takes at least 4/5 of the old capacity in inserts
+// before it is full, a migration always ends long before the next one
+// starts. Find looks in the new table, then in the retiring one, where a
+// probe skips the buckets already migrated (an entry still there sits at or
+// after the cursor, and every bucket its probe crossed before the cursor
+// was occupied). So those buckets' pages are handed back to the kernel as
+// the cursor passes them (madvise, a 64 KiB run at a time) and freeing the
+// retiring table at the end unmaps almost nothing: no stall there either
+// (freeing a touched 128 MiB table at once took 5-77 ms). Tables are
+// calloc'ed, so a large one costs no zeroing under the caller's lock.
 //
 // `key_of(Ref) -> BlockKey` must return the key of every ref in the table
 // (and of the ref being inserted). Not thread-safe: the store calls it
 // under its mutex.
 #pragma once
+
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -61,8 +68,8 @@ class BlockIndex {
   template <typename KeyOf>
   std::optional<Ref> Find(const BlockKey& key, const KeyOf& key_of) const {
     const uint64_t h = Hash(key);
-    if (auto pos = Probe(cur_, key, h, key_of)) return RefOf(cur_.slots[*pos]);
-    if (auto pos = Probe(old_, key, h, key_of)) return RefOf(old_.slots[*pos]);
+    if (auto pos = Probe(cur_, 0, key, h, key_of)) return RefOf(cur_.slots[*pos]);
+    if (auto pos = Probe(old_, cursor_, key, h, key_of)) return RefOf(old_.slots[*pos]);
     return std::nullopt;
   }
 
@@ -89,11 +96,11 @@ class BlockIndex {
   template <typename KeyOf>
   bool Erase(const BlockKey& key, Ref ref, const KeyOf& key_of) {
     const uint64_t h = Hash(key), want = Entry(h, ref);
-    if (auto pos = ProbeExact(cur_, h, want)) {
+    if (auto pos = ProbeExact(cur_, 0, h, want)) {
       ShiftDelete(*pos, key_of);
       return true;
     }
-    if (auto pos = ProbeExact(old_, h, want)) {
+    if (auto pos = ProbeExact(old_, cursor_, h, want)) {
       old_.slots[*pos] = kTombstone;
       old_.live--;
       return true;
@@ -112,6 +119,7 @@ class BlockIndex {
  private:
   static constexpr uint64_t kEmpty = 0;
   static constexpr uint64_t kTombstone = ~uint64_t{0} >> 8;  // tag 0: never a live entry
+  static constexpr uint64_t kReleaseBytes = 64 << 10;          // retiring-table memory handed back at once
 
   struct Free {
     void operator()(uint64_t* p) const { std::free(p); }
@@ -134,24 +142,33 @@ class BlockIndex {
   }
   static bool Live(uint64_t v) { return (v >> 56) != 0; }
 
-  template <typename KeyOf>
-  static std::optional<uint64_t> Probe(const Table& t, const BlockKey& key, uint64_t h, const KeyOf& key_of) {
-    if (t.cap == 0) return std::nullopt;
-    const uint64_t mask = t.cap - 1, tag = Tag(h);
-    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
-      const uint64_t v = t.slots[i];
-      if (v == kEmpty) return std::nullopt;
-      if ((v >> 56) == tag && key_of(RefOf(v)) == key) return i;
-    }
-  }
-  static std::optional<uint64_t> ProbeExact(const Table& t, uint64_t h, uint64_t want) {
+  // The first bucket at or after h's home, in probe order, whose entry
+  // `match`es; buckets below `from` (migrated: the retiring table's) are
+  // skipped, and a probe that wraps back below it a second time misses.
+  template <typename Match>
+  static std::optional<uint64_t> ProbeIf(const Table& t, uint64_t from, uint64_t h, const Match& match) {
     if (t.cap == 0) return std::nullopt;
     const uint64_t mask = t.cap - 1;
+    bool skipped = false;
     for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+      if (i < from) {
+        if (skipped) return std::nullopt;
+        skipped = true;
+        i = from;
+      }
       const uint64_t v = t.slots[i];
       if (v == kEmpty) return std::nullopt;
-      if (v == want) return i;
+      if (match(v)) return i;
     }
+  }
+  template <typename KeyOf>
+  static std::optional<uint64_t> Probe(const Table& t, uint64_t from, const BlockKey& key, uint64_t h,
+                                       const KeyOf& key_of) {
+    const uint64_t tag = Tag(h);
+    return ProbeIf(t, from, h, [&](uint64_t v) { return (v >> 56) == tag && key_of(RefOf(v)) == key; });
+  }
+  static std::optional<uint64_t> ProbeExact(const Table& t, uint64_t from, uint64_t h, uint64_t want) {
+    return ProbeIf(t, from, h, [want](uint64_t v) { return v == want; });
   }
   static void Place(Table* t, uint64_t h, uint64_t v) {
     const uint64_t mask = t->cap - 1;
@@ -170,21 +187,37 @@ class BlockIndex {
   void Grow() {
     old_ = std::move(cur_);
     cursor_ = 0;
+    released_ = 0;
     cur_ = Allocate(old_.cap == 0 ? kMinCapacity : old_.cap * 2);
     if (old_.cap == 0) old_ = Table{};
   }
   template <typename KeyOf>
   void MigrateSome(const KeyOf& key_of) {
     for (uint32_t k = 0; k < kMigrateStep && old_.cap != 0; ++k) {
-      uint64_t& v = old_.slots[cursor_];
+      const uint64_t v = old_.slots[cursor_];
       if (Live(v)) {
         Place(&cur_, Hash(key_of(RefOf(v))), v);
-        v = kTombstone;
         old_.live--;
         last_moved_++;
       }
-      if (++cursor_ == old_.cap || old_.live == 0) old_ = Table{};
+      if (++cursor_ == old_.cap || old_.live == 0) {
+        old_ = Table{};
+        break;
+      }
     }
+    if (old_.cap != 0) Release();
+  }
+  // Hands the pages of the migrated buckets back, kReleaseBytes at a time
+  // (only whole pages inside the allocation: its heap neighbours are not
+  // touched, and they read back as zeros).
+  void Release() {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(old_.slots.get());
+    const uintptr_t done = base + cursor_ * sizeof(uint64_t);
+    const uintptr_t start = (base + released_ + kReleaseBytes - 1) & ~(kReleaseBytes - 1);
+    if (done < start + kReleaseBytes) return;
+    const uintptr_t end = done & ~(kReleaseBytes - 1);
+    ::madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
+    released_ = end - base;
   }
   template <typename KeyOf>
   void FinishMigration(const KeyOf& key_of) {
@@ -210,7 +243,8 @@ class BlockIndex {
   }
 
   Table cur_, old_;
-  uint64_t cursor_ = 0;  // next bucket of old_ to migrate
+  uint64_t cursor_ = 0;    // next bucket of old_ to migrate; those below are migrated
+  uint64_t released_ = 0;  // bytes of old_ from its start whose pages were handed back
   uint32_t last_moved_ = 0;
 };
 

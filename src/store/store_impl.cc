@@ -534,10 +534,11 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
   return raw;
 }
 
-void StoreImpl::GrowSlots(Extent* e, uint32_t slots) const {
+void StoreImpl::GrowSlots(Extent* e, uint32_t slots) {
   const uint32_t layers = options_.shape.layers;
   e->keys.resize(slots);
   e->state.resize(slots, 0);  // absent, not in the copy, kNotDurable
+  if (e->handle < handles_.size() && handles_[e->handle] == e) key_base_[e->handle] = e->keys.data();  // may have moved
   e->checksums.resize(uint64_t{slots} * layers, 0);
 }
 
@@ -585,15 +586,18 @@ Status StoreImpl::AddHandle(Extent* e) {
       return Status::NoSpace("index: " + std::to_string(handles_.size()) + " extents, the most it can refer to");
     free_handles_.push_back(static_cast<uint32_t>(handles_.size()));
     handles_.push_back(nullptr);
+    key_base_.push_back(nullptr);
   }
   e->handle = free_handles_.back();
   free_handles_.pop_back();
   handles_[e->handle] = e;
+  key_base_[e->handle] = e->keys.data();
   return Status::Ok();
 }
 
 void StoreImpl::ReleaseHandle(Extent* e) {
   handles_[e->handle] = nullptr;
+  key_base_[e->handle] = nullptr;
   free_handles_.push_back(e->handle);
 }
 

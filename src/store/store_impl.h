@@ -5,7 +5,8 @@
 // Invariants (under mu_):
 //  - index_ maps a key to (extent handle, slot) exactly when that slot is
 //    `present`; the slot's `keys` entry is the only copy of the key (the
-//    index compares against it), and handles_[e->handle] == e while e lives;
+//    index compares against it), and handles_[e->handle] == e and
+//    key_base_[e->handle] == e->keys.data() while e lives;
 //  - a key is in index_ only after its bytes were written to its DRAM copy
 //    or DRAM home (in_copy) or to its SSD home and logged in the
 //    directory's manifest (durable); a restore reads a block from the DRAM
@@ -206,13 +207,14 @@ class StoreImpl final : public Store {
   // Removes an indexed block of `e` from the index and every count.
   void Unindex(Extent* e, uint32_t slot) FLATKV_REQUIRES(mu_);
   // Sizes e's per-slot vectors for `slots` slots.
-  void GrowSlots(Extent* e, uint32_t slots) const;
-  // The index's view of a ref: the key in its extent's slot.
+  void GrowSlots(Extent* e, uint32_t slots) FLATKV_REQUIRES(mu_);
+  // The index's view of a ref: the key in its extent's slot, read through
+  // key_base_ (one cache miss fewer than through the Extent).
   struct KeyOfRef {
-    const std::vector<Extent*>* handles;
-    const BlockKey& operator()(BlockIndex::Ref r) const { return (*handles)[r.handle]->keys[r.slot]; }
+    const std::vector<const BlockKey*>* bases;
+    const BlockKey& operator()(BlockIndex::Ref r) const { return (*bases)[r.handle][r.slot]; }
   };
-  KeyOfRef KeyOf() const FLATKV_REQUIRES(mu_) { return KeyOfRef{&handles_}; }
+  KeyOfRef KeyOf() const FLATKV_REQUIRES(mu_) { return KeyOfRef{&key_base_}; }
   // The extent and slot holding `key`, or null.
   Extent* FindBlock(const BlockKey& key, uint32_t* slot) const FLATKV_REQUIRES(mu_);
   bool Indexed(const BlockKey& key) const FLATKV_REQUIRES(mu_) { return index_.Contains(key, KeyOf()); }
@@ -320,6 +322,7 @@ class StoreImpl final : public Store {
   uint32_t next_device_ FLATKV_GUARDED_BY(mu_) = 0;  // SSD round robin
   BlockIndex index_ FLATKV_GUARDED_BY(mu_);
   std::vector<Extent*> handles_ FLATKV_GUARDED_BY(mu_);        // by Extent::handle; null where free
+  std::vector<const BlockKey*> key_base_ FLATKV_GUARDED_BY(mu_);  // by handle: handles_[h]->keys.data()
   std::vector<uint32_t> free_handles_ FLATKV_GUARDED_BY(mu_);
   std::unordered_map<uint64_t, std::unique_ptr<Extent>> extents_ FLATKV_GUARDED_BY(mu_);
   std::unordered_map<SessionId, Session> sessions_ FLATKV_GUARDED_BY(mu_);

@@ -48,8 +48,7 @@ HostWindow::HostWindow(StoreImpl* store, uint32_t slots, uint64_t slot_bytes)
 HostWindow::~HostWindow() { store_->ReleaseWindow(std::move(buffer_)); }
 
 RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, const RestoreTarget& target,
-                         std::unordered_map<BlockKey, BlockRef, BlockKeyHash>& index,
-                         std::unordered_map<uint64_t, std::unique_ptr<Extent>>& extents)
+                         const std::function<Extent*(const BlockKey&, uint32_t*)>& find)
     : store_(store),
       layers_(store->options().shape.layers),
       lb_(store->BlockLayerBytes()),
@@ -58,20 +57,19 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       start_(Clock::now()),
       target_(target) {
   for (const BlockKey& key : chain) {
-    auto it = index.find(key);
-    if (it == index.end()) break;
-    Extent* e = extents.at(it->second.extent).get();
-    const uint32_t slot = it->second.slot;
+    uint32_t slot = 0;
+    Extent* e = find(key, &slot);
+    if (e == nullptr) break;
     // The fastest medium that holds the block: its DRAM home or DRAM copy,
     // else its SSD home once that write has completed.
     Medium from = Medium::kSsd;
     uint64_t base = e->base;
     if (e->medium == Medium::kDram) {
       from = Medium::kDram;
-    } else if (e->has_copy && e->in_copy[slot]) {
+    } else if (e->has_copy && e->in_copy(slot)) {
       from = Medium::kDram;
       base = e->copy_base;
-    } else if (e->durable[slot] != kDurable) {
+    } else if (e->durable(slot) != kDurable) {
       break;  // not readable yet (cannot happen while a copy holds it; never read unwritten SSD bytes)
     }
     const ExtentGeometry& g = store->Geometry(e->medium, e->device);  // a copy has its home's layout
@@ -547,7 +545,8 @@ Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKe
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("restore: store is closed");
-    r = std::make_unique<RestoreImpl>(this, chain, target, index_, extents_);
+    r = std::make_unique<RestoreImpl>(
+        this, chain, target, [this](const BlockKey& k, uint32_t* slot) FLATKV_REQUIRES(mu_) { return FindBlock(k, slot); });
     if (options_.readmit_on_restore)
       for (uint64_t id : r->SsdRunExtents()) {
         Extent* e = extents_.at(id).get();

@@ -36,8 +36,7 @@ class RestoreImpl final : public Restore {
  public:
   // Called with the store's lock held: looks up and pins the prefix.
   RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, const RestoreTarget& target,
-              std::unordered_map<BlockKey, BlockRef, BlockKeyHash>& index,
-              std::unordered_map<uint64_t, std::unique_ptr<Extent>>& extents);
+              const std::function<Extent*(const BlockKey&, uint32_t*)>& find);
   ~RestoreImpl() override;
 
   // Resolves destinations, allocates the window if anything lands there,

@@ -91,7 +91,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     TouchSession(session);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
     for (size_t k = 0; k < todo.size(); ++k) {
-      if (index_.count(keys[todo[k]])) {  // a concurrent put stored it meanwhile
+      if (Indexed(keys[todo[k]])) {  // a concurrent put stored it meanwhile
         counters_.dedup_blocks++;
         res.dedup_blocks++;
         continue;

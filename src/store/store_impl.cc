@@ -169,18 +169,20 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     }
     e->reserved = e->capacity;  // recovered extents take no new blocks
     e->full = true;
+    if (Status hs = AddHandle(e.get()); !hs.ok()) {
+      dir.slots().Release(slot);
+      return hs.WithContext(dir.path() + " (nothing was changed)");
+    }
     GrowSlots(e.get(), e->reserved);
     for (const auto& b : rec.blocks) {
-      if (e->present[b.index] || index_.count(b.key)) continue;  // a duplicate put; the first copy wins
-      e->present[b.index] = 1;
-      e->keys[b.index] = b.key;
+      if (e->present(b.index) || Indexed(b.key)) continue;  // a duplicate put; the first copy wins
+      IndexBlock(e.get(), b.index, b.key);
       std::copy(b.checksums.begin(), b.checksums.end(), e->checksums.begin() + uint64_t{b.index} * layers);
       if (e->coded()) {
         std::copy(b.offsets.begin(), b.offsets.end(), e->enc_offset.begin() + uint64_t{b.index} * layers);
         std::copy(b.lengths.begin(), b.lengths.end(), e->enc_length.begin() + uint64_t{b.index} * layers);
       }
-      e->durable[b.index] = kDurable;
-      index_[b.key] = {e->id, b.index};
+      e->set_durable(b.index, kDurable);
       Count(Medium::kSsd, *e, b.index, +1);
       ++counters_.recovered_blocks;
     }
@@ -234,7 +236,7 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
       if (e.medium != Medium::kSsd || e.device != device) continue;
       persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers};
       for (uint32_t i = 0; i < e.reserved; ++i) {
-        if (!e.present[i] || e.durable[i] != kDurable) continue;  // DRAM-only blocks do not survive a restart
+        if (!e.present(i) || e.durable(i) != kDurable) continue;  // DRAM-only blocks do not survive a restart
         const uint64_t from = uint64_t{i} * layers, to = uint64_t{i + 1} * layers;
         persist::BlockRecord b{i, e.keys[i], {e.checksums.begin() + from, e.checksums.begin() + to}, {}, {}};
         if (e.coded()) {
@@ -362,18 +364,18 @@ std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
 void StoreImpl::DropCopy(Extent* e) {
   if (!e->has_copy) return;
   uint64_t dropped = 0;
-  for (uint32_t i = 0; i < e->in_copy.size(); ++i) {
-    if (!e->in_copy[i]) continue;
-    if (e->present[i]) {
+  for (uint32_t i = 0; i < e->slots(); ++i) {
+    if (!e->in_copy(i)) continue;
+    if (e->present(i)) {
       ++dropped;
-      if (e->durable[i] == kDurable) {
+      if (e->durable(i) == kDurable) {
         Count(Medium::kDram, *e, i, -1);
       } else {  // a DRAM-only block (kOnReuse): its only copy goes
         Unindex(e, i);
         counters_.dram_only_lost_blocks++;
       }
     }
-    e->in_copy[i] = 0;
+    e->set_in_copy(i, false);
   }
   dram_->slots().Release(e->copy_slot);
   e->has_copy = false;
@@ -392,7 +394,7 @@ bool StoreImpl::GiveCopy(Extent* e) {
   e->has_copy = true;
   e->copy_slot = *slot;
   e->copy_base = dram_->SlotOffset(*slot);
-  std::fill(e->in_copy.begin(), e->in_copy.end(), 0);
+  for (uint32_t i = 0; i < e->slots(); ++i) e->set_in_copy(i, false);
   sessions_[e->session].dram_bytes += dram_->geometry().extent_bytes;
   return true;
 }
@@ -417,7 +419,8 @@ Status StoreImpl::LogSessions(const Extent& e) {
 
 bool StoreImpl::Evict(Extent* x, SessionId requester) {
   const Medium m = x->medium;
-  const uint64_t blocks = std::count(x->present.begin(), x->present.end(), 1);
+  uint64_t blocks = 0;
+  for (uint32_t i = 0; i < x->slots(); ++i) blocks += x->present(i);
   std::vector<SessionId> holders = x->sharers;
   holders.push_back(x->session);
   if (!FreeExtent(x).ok()) return false;
@@ -492,6 +495,11 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     e->capacity = g.extent_blocks;
     GrowSlots(e.get(), g.extent_blocks);
   }
+  if (Status hs = AddHandle(e.get()); !hs.ok()) {
+    if (m == Medium::kDram) dram_->slots().Release(e->slot);
+    else ssd_[device]->slots().Release(e->slot);
+    return hs;
+  }
   if (m == Medium::kDram) {
     e->base = dram_->SlotOffset(e->slot);
   } else {
@@ -504,6 +512,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     if (s.ok()) s = dir.manifest().Append(rec, /*sync=*/false);  // under mu_: the put syncs (SyncManifests)
     if (!s.ok()) {
       dir.slots().Release(e->slot);
+      ReleaseHandle(e.get());
       return s;
     }
   }
@@ -525,12 +534,11 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
   return raw;
 }
 
-void StoreImpl::GrowSlots(Extent* e, uint32_t slots) const {
+void StoreImpl::GrowSlots(Extent* e, uint32_t slots) {
   const uint32_t layers = options_.shape.layers;
   e->keys.resize(slots);
-  e->present.resize(slots, 0);
-  e->in_copy.resize(slots, 0);
-  e->durable.resize(slots, kNotDurable);
+  e->state.resize(slots, 0);  // absent, not in the copy, kNotDurable
+  if (e->handle < handles_.size() && handles_[e->handle] == e) key_base_[e->handle] = e->keys.data();  // may have moved
   e->checksums.resize(uint64_t{slots} * layers, 0);
 }
 
@@ -544,8 +552,8 @@ Status StoreImpl::FreeExtent(Extent* e) {
   } else {
     dram_->slots().Release(e->slot);
   }
-  for (uint32_t i = 0; i < e->present.size(); ++i)
-    if (e->present[i]) Unindex(e, i);
+  for (uint32_t i = 0; i < e->slots(); ++i)
+    if (e->present(i)) Unindex(e, i);
   auto sit = sessions_.find(e->session);
   if (e->has_copy) {
     dram_->slots().Release(e->copy_slot);
@@ -564,22 +572,59 @@ Status StoreImpl::FreeExtent(Extent* e) {
     auto& v = hs->second.shared;
     v.erase(std::remove(v.begin(), v.end(), e->id), v.end());
   }
+  ReleaseHandle(e);
   extents_.erase(e->id);
   return Status::Ok();
 }
 
+Status StoreImpl::AddHandle(Extent* e) {
+  if (e->capacity > BlockIndex::kMaxSlots)
+    return Status::InvalidArgument("extent of " + std::to_string(e->capacity) + " block slots: the index holds at most " +
+                                   std::to_string(BlockIndex::kMaxSlots) + " per extent");
+  if (free_handles_.empty()) {
+    if (handles_.size() >= BlockIndex::kMaxHandles)
+      return Status::NoSpace("index: " + std::to_string(handles_.size()) + " extents, the most it can refer to");
+    free_handles_.push_back(static_cast<uint32_t>(handles_.size()));
+    handles_.push_back(nullptr);
+    key_base_.push_back(nullptr);
+  }
+  e->handle = free_handles_.back();
+  free_handles_.pop_back();
+  handles_[e->handle] = e;
+  key_base_[e->handle] = e->keys.data();
+  return Status::Ok();
+}
+
+void StoreImpl::ReleaseHandle(Extent* e) {
+  handles_[e->handle] = nullptr;
+  key_base_[e->handle] = nullptr;
+  free_handles_.push_back(e->handle);
+}
+
+Extent* StoreImpl::FindBlock(const BlockKey& key, uint32_t* slot) const {
+  const auto ref = index_.Find(key, KeyOf());
+  if (!ref) return nullptr;
+  *slot = ref->slot;
+  return handles_[ref->handle];
+}
+
+void StoreImpl::IndexBlock(Extent* e, uint32_t slot, const BlockKey& key) {
+  e->keys[slot] = key;
+  e->set_present(slot, true);
+  index_.Insert(key, BlockIndex::Ref{e->handle, slot}, KeyOf());
+}
+
 void StoreImpl::Unindex(Extent* e, uint32_t slot) {
-  auto it = index_.find(e->keys[slot]);
-  if (it != index_.end() && it->second.extent == e->id) index_.erase(it);
+  index_.Erase(e->keys[slot], BlockIndex::Ref{e->handle, slot}, KeyOf());
   if (e->medium == Medium::kDram) {
     Count(Medium::kDram, *e, slot, -1);
     dram_home_blocks_--;
   } else {
-    if (e->in_copy[slot]) Count(Medium::kDram, *e, slot, -1);
-    if (e->durable[slot] == kDurable) Count(Medium::kSsd, *e, slot, -1);
+    if (e->in_copy(slot)) Count(Medium::kDram, *e, slot, -1);
+    if (e->durable(slot) == kDurable) Count(Medium::kSsd, *e, slot, -1);
     else dram_only_--;
   }
-  e->present[slot] = 0;
+  e->set_present(slot, false);
 }
 
 void StoreImpl::Unpin(Extent* e) {
@@ -594,7 +639,7 @@ void StoreImpl::Unpin(Extent* e) {
 uint32_t StoreImpl::Match(std::span<const BlockKey> chain) const {
   MutexLock lock(&mu_);
   uint32_t n = 0;
-  while (n < chain.size() && index_.count(chain[n])) ++n;
+  while (n < chain.size() && Indexed(chain[n])) ++n;
   return n;
 }
 
@@ -807,15 +852,15 @@ void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vecto
       auto it = extents_.find(ref.extent);
       if (it == extents_.end()) continue;
       Extent* e = it->second.get();
-      if (!e->has_copy || !e->present[ref.slot] || e->in_copy[ref.slot]) continue;
-      e->in_copy[ref.slot] = 1;
+      if (!e->has_copy || !e->present(ref.slot) || e->in_copy(ref.slot)) continue;
+      e->set_in_copy(ref.slot, true);
       Count(Medium::kDram, *e, ref.slot, +1);
       counters_.readmitted_blocks++;
       counters_.dram.bytes_written += BlockBytes();
     }
     for (const BlockRef& ref : corrupt) {
       auto it = extents_.find(ref.extent);
-      if (it == extents_.end() || !it->second->present[ref.slot]) continue;
+      if (it == extents_.end() || !it->second->present(ref.slot)) continue;
       Unindex(it->second.get(), ref.slot);
       counters_.dropped_blocks++;
     }

@@ -3,6 +3,10 @@
 // the per-medium queues, and the counters. See docs/architecture.md.
 //
 // Invariants (under mu_):
+//  - index_ maps a key to (extent handle, slot) exactly when that slot is
+//    `present`; the slot's `keys` entry is the only copy of the key (the
+//    index compares against it), and handles_[e->handle] == e and
+//    key_base_[e->handle] == e->keys.data() while e lives;
 //  - a key is in index_ only after its bytes were written to its DRAM copy
 //    or DRAM home (in_copy) or to its SSD home and logged in the
 //    directory's manifest (durable); a restore reads a block from the DRAM
@@ -42,6 +46,7 @@
 #include "io/io_engine.h"
 #include "media/dram_arena.h"
 #include "media/ssd_dir.h"
+#include "store/block_index.h"
 #include "store/dram_queue.h"
 
 namespace flatkv {
@@ -51,6 +56,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Extent {
   uint64_t id = 0;
+  uint32_t handle = 0;  // its index in StoreImpl::handles_ (what index_ refers to; reused once freed)
   Medium medium = Medium::kNone;
   uint32_t device = 0;  // SSD directory index; 0 for DRAM
   uint64_t slot = 0;    // extent slot on its medium/device
@@ -62,16 +68,24 @@ struct Extent {
   uint32_t writers = 0;  // puts (or SSD admissions) writing into it now; no copy is added meanwhile
   bool doomed = false;
   Clock::time_point last_access;    // last put into it or restore from it
-  std::vector<BlockKey> keys;       // per block slot; meaningful where present
-  std::vector<uint8_t> present;     // per block slot: indexed
+  std::vector<BlockKey> keys;       // per block slot; meaningful where present (index_ holds no key)
+  // Per block slot, one byte: bit 0 present (indexed), bit 1 in_copy (its
+  // DRAM copy holds it; SSD homes), bits 2-3 durable (SSD homes: kNotDurable,
+  // kDurable or kWriting).
+  std::vector<uint8_t> state;
+  uint32_t slots() const { return static_cast<uint32_t>(state.size()); }
+  bool present(uint32_t i) const { return state[i] & 1; }
+  void set_present(uint32_t i, bool v) { state[i] = static_cast<uint8_t>((state[i] & ~1) | uint8_t{v}); }
+  bool in_copy(uint32_t i) const { return state[i] & 2; }
+  void set_in_copy(uint32_t i, bool v) { state[i] = static_cast<uint8_t>((state[i] & ~2) | uint8_t{v} << 1); }
+  uint8_t durable(uint32_t i) const { return static_cast<uint8_t>(state[i] >> 2); }
+  void set_durable(uint32_t i, uint8_t d) { state[i] = static_cast<uint8_t>((state[i] & 3) | d << 2); }
   // SSD-home extents: a DRAM copy (same layout as the home, at copy_base in
-  // the arena), which slots it holds, and which slots' SSD writes and
-  // BlockPut records completed.
+  // the arena); `state` says which slots it holds, and which slots' SSD
+  // writes and BlockPut records completed.
   bool has_copy = false;
   uint64_t copy_slot = 0;
   uint64_t copy_base = 0;
-  std::vector<uint8_t> in_copy;     // per block slot
-  std::vector<uint8_t> durable;     // per block slot (SSD homes): kNotDurable, kDurable or kWriting
   // Other live sessions that reference its blocks (they put blocks it
   // already held); they keep it from being freed by its owner's drop.
   std::vector<SessionId> sharers;
@@ -193,7 +207,23 @@ class StoreImpl final : public Store {
   // Removes an indexed block of `e` from the index and every count.
   void Unindex(Extent* e, uint32_t slot) FLATKV_REQUIRES(mu_);
   // Sizes e's per-slot vectors for `slots` slots.
-  void GrowSlots(Extent* e, uint32_t slots) const;
+  void GrowSlots(Extent* e, uint32_t slots) FLATKV_REQUIRES(mu_);
+  // The index's view of a ref: the key in its extent's slot, read through
+  // key_base_ (one cache miss fewer than through the Extent).
+  struct KeyOfRef {
+    const std::vector<const BlockKey*>* bases;
+    const BlockKey& operator()(BlockIndex::Ref r) const { return (*bases)[r.handle][r.slot]; }
+  };
+  KeyOfRef KeyOf() const FLATKV_REQUIRES(mu_) { return KeyOfRef{&key_base_}; }
+  // The extent and slot holding `key`, or null.
+  Extent* FindBlock(const BlockKey& key, uint32_t* slot) const FLATKV_REQUIRES(mu_);
+  bool Indexed(const BlockKey& key) const FLATKV_REQUIRES(mu_) { return index_.Contains(key, KeyOf()); }
+  // Makes slot `slot` of `e` hold `key`, present and indexed (key absent).
+  void IndexBlock(Extent* e, uint32_t slot, const BlockKey& key) FLATKV_REQUIRES(mu_);
+  // Gives a new extent its handle (fails past BlockIndex::kMaxHandles
+  // extents or kMaxSlots slots); ReleaseHandle when it is freed.
+  Status AddHandle(Extent* e) FLATKV_REQUIRES(mu_);
+  void ReleaseHandle(Extent* e) FLATKV_REQUIRES(mu_);
   Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device) FLATKV_REQUIRES(mu_);
   // A DRAM slot for a copy: a free one, else one taken from the least
   // recently used other session's copy (never a DRAM home, never waiting).
@@ -290,7 +320,10 @@ class StoreImpl final : public Store {
   bool closed_ FLATKV_GUARDED_BY(mu_) = false;
   uint64_t next_extent_id_ FLATKV_GUARDED_BY(mu_) = 1;
   uint32_t next_device_ FLATKV_GUARDED_BY(mu_) = 0;  // SSD round robin
-  std::unordered_map<BlockKey, BlockRef, BlockKeyHash> index_ FLATKV_GUARDED_BY(mu_);
+  BlockIndex index_ FLATKV_GUARDED_BY(mu_);
+  std::vector<Extent*> handles_ FLATKV_GUARDED_BY(mu_);        // by Extent::handle; null where free
+  std::vector<const BlockKey*> key_base_ FLATKV_GUARDED_BY(mu_);  // by handle: handles_[h]->keys.data()
+  std::vector<uint32_t> free_handles_ FLATKV_GUARDED_BY(mu_);
   std::unordered_map<uint64_t, std::unique_ptr<Extent>> extents_ FLATKV_GUARDED_BY(mu_);
   std::unordered_map<SessionId, Session> sessions_ FLATKV_GUARDED_BY(mu_);
   std::list<SessionId> lru_ FLATKV_GUARDED_BY(mu_);

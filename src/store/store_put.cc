@@ -108,11 +108,12 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
 
 bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
                             PutResult* res) {
-  auto hit = index_.find(key);
-  if (hit == index_.end() && seen->insert(key).second) return false;
+  uint32_t slot = 0;
+  Extent* hit = FindBlock(key, &slot);
+  if (hit == nullptr && seen->insert(key).second) return false;
   counters_.dedup_blocks++;
   res->dedup_blocks++;
-  if (hit != index_.end()) AddSharer(extents_.at(hit->second.extent).get(), session);
+  if (hit != nullptr) AddSharer(hit, session);
   return true;
 }
 
@@ -200,9 +201,8 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
   std::vector<uint8_t> indexed(blocks.size(), 0);
   auto index = [&](size_t k) FLATKV_REQUIRES(mu_) {
     const Pending& p = blocks[k];
-    if (!index_.try_emplace(p.key, BlockRef{p.e->id, p.slot}).second) return false;  // a concurrent put won
-    p.e->present[p.slot] = 1;
-    p.e->keys[p.slot] = p.key;
+    if (Indexed(p.key)) return false;  // a concurrent put won
+    IndexBlock(p.e, p.slot, p.key);
     std::copy(sums + k * layers, sums + (k + 1) * layers, p.e->checksums.begin() + uint64_t{p.slot} * layers);
     counters_.put_blocks++;
     res->stored_blocks++;
@@ -222,8 +222,8 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
         res->dram_only_blocks++;
         counters_.dram.bytes_written += block_bytes;
       } else if (e->has_copy && index(k)) {
-        e->in_copy[slot] = 1;
-        e->durable[slot] = admit ? kWriting : kNotDurable;
+        e->set_in_copy(slot, true);
+        e->set_durable(slot, admit ? kWriting : kNotDurable);
         Count(Medium::kDram, *e, slot, +1);
         dram_only_++;
         counters_.dram.bytes_written += block_bytes;
@@ -254,7 +254,7 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
       if (e->medium != Medium::kSsd) continue;
       if (!status.ok()) {
         if (!indexed[k]) continue;
-        e->durable[slot] = kNotDurable;  // its DRAM copy alone would not survive: a miss, as the error says
+        e->set_durable(slot, kNotDurable);  // its DRAM copy alone would not survive: a miss, as the error says
         Unindex(e, slot);
         res->stored_blocks--;
         continue;
@@ -264,7 +264,7 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
       } else if (!index(k)) {
         continue;
       }
-      e->durable[slot] = kDurable;
+      e->set_durable(slot, kDurable);
       Count(Medium::kSsd, *e, slot, +1);
       counters_.ssd.bytes_written += block_bytes;
     }
@@ -310,9 +310,9 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
         Extent* e = extents_.at(id).get();
         if (e->medium != Medium::kSsd || !e->has_copy || e->coded() || e->doomed) continue;
         Job job{e, {}, {}, {}};
-        for (uint32_t i = 0; i < e->present.size(); ++i) {
-          if (!e->present[i] || !e->in_copy[i] || e->durable[i] != kNotDurable) continue;
-          e->durable[i] = kWriting;
+        for (uint32_t i = 0; i < e->slots(); ++i) {
+          if (!e->present(i) || !e->in_copy(i) || e->durable(i) != kNotDurable) continue;
+          e->set_durable(i, kWriting);
           job.slots.push_back(i);
           job.keys.push_back(e->keys[i]);
           job.sums.insert(job.sums.end(), e->checksums.begin() + uint64_t{i} * layers,
@@ -367,10 +367,10 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     Extent* e = job.e;
     for (uint32_t slot : job.slots) {
       if (!status.ok()) {
-        e->durable[slot] = kNotDurable;
+        e->set_durable(slot, kNotDurable);
         continue;
       }
-      e->durable[slot] = kDurable;
+      e->set_durable(slot, kDurable);
       Count(Medium::kSsd, *e, slot, +1);
       dram_only_--;
       counters_.ssd.bytes_written += BlockBytes();

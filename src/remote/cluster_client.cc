@@ -329,7 +329,8 @@ std::vector<Result<RespValue>> ClusterClient::Pipeline(const std::vector<std::ve
 }
 
 void ClusterClient::Stream(const std::vector<std::vector<std::string_view>>& commands, size_t window,
-                           const std::function<bool(size_t, Result<RespValue>)>& each) {
+                           const std::function<bool(size_t, Result<RespValue>)>& each,
+                           const std::function<void(size_t, std::string_view)>& sink) {
   const size_t n = commands.size();
   window = std::max<size_t>(window, 1);
   std::vector<std::string> node_of(n);
@@ -372,7 +373,8 @@ void ClusterClient::Stream(const std::vector<std::vector<std::string_view>>& com
       auto it = live.find(node_of[i]);
       if (it == live.end()) {
         redo = true;  // its connection failed earlier: the reply is lost
-      } else if (r = it->second->Read(deadline_for()); !r.ok()) {
+      } else if (const BulkSink bulk = [&](std::string_view b) { sink(i, b); };
+                 r = it->second->Read(deadline_for(), sink ? &bulk : nullptr), !r.ok()) {
         live.erase(it);
         DropConnection(node_of[i], &stream_conns_);
         redo = true;

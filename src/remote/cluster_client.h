@@ -79,8 +79,12 @@ class ClusterClient {
   // the first replies while later ones are in flight. Redirected, transient
   // or lost replies are redone through Command before they are delivered.
   // each() returning false stops the stream (replies in flight are drained).
+  // With `sink`, a bulk string reply read on the stream goes to sink(i,
+  // bytes) from the reader's buffer (each() then sees it `sunk`); replies
+  // redone through Command arrive in each() with their bytes instead.
   void Stream(const std::vector<std::vector<std::string_view>>& commands, size_t window,
-              const std::function<bool(size_t, Result<RespValue>)>& each);
+              const std::function<bool(size_t, Result<RespValue>)>& each,
+              const std::function<void(size_t, std::string_view)>& sink = {});
   // A command sent to one node ("host:port"), not routed, not retried.
   Result<RespValue> CommandAt(const std::string& node, std::span<const std::string_view> args);
 

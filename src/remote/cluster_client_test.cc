@@ -87,6 +87,21 @@ TEST(ClusterClientFakeTest, MalformedRepliesAreCorruptionNotCrashes) {
   }
 }
 
+TEST(RespConnectionTest, ABulkReplyGoesToTheSinkWithoutACopy) {
+  FakeServer fake("$11\r\nhello world\r\n");
+  auto c = RespConnection::Connect("127.0.0.1", uint16_t(std::stoi(fake.address().substr(10))), {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const auto deadline = Clock::now() + 1s;
+  ASSERT_TRUE((*c)->Send(EncodeCommand({"GET", "k"}), deadline).ok());
+  std::string seen;
+  const BulkSink sink = [&](std::string_view b) { seen.assign(b); };
+  auto r = (*c)->Read(deadline, &sink);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->sunk);
+  EXPECT_TRUE(r->str.empty());
+  EXPECT_EQ(seen, "hello world");
+}
+
 TEST(ClusterClientFakeTest, BadSeedsAreRefusedByName) {
   ClusterOptions o;
   EXPECT_EQ(ClusterClient::Connect(o).status().code(), Code::kInvalidArgument);

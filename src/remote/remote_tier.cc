@@ -258,44 +258,54 @@ Result<uint32_t> RemoteTier::Restore(const BlockKey& ns, std::span<const BlockKe
       requests.push_back({l, i, ObjectName(runs[i].ref.object_first, runs[i].ref.object_blocks, l)});
   std::vector<std::vector<std::string_view>> gets;
   for (const Request& q : requests) gets.push_back({"GET", q.name});
-  // A sliding window of max_inflight objects over all shards: layer l's
-  // replies are used while later layers' are still on the way.
-  cluster_->Stream(gets, options_.max_inflight, [&](size_t i, Result<RespValue> res) {
+  // One object's bytes (in the reader's buffer when streamed): verified
+  // against the chain, then its run's slices copied to their destinations.
+  auto use = [&](size_t i, std::string_view v) {
     const Request& q = requests[i];
     const Run& run = runs[q.run];
-    if (run.start < valid) {
-      bool ok = res.ok() && res->type == RespValue::kString;
-      if (!ok) {
-        if (res.ok()) {
-          ++stats_.missing_objects;  // nil: evicted or expired
-          dead.push_back(q.name);
-        }
-        valid = run.start;
-      } else {
-        const std::string& v = res->str;
-        auto h = DecodeObjectHeader(v);
-        const uint32_t first_block = run.start - run.ref.position;  // the object's first block in this chain
-        ok = h.ok() && h->layer == q.layer && h->blocks == run.ref.object_blocks &&
-             h->block_layer_bytes == block_layer_bytes_ && h->ns == ns && h->first_key == chain[first_block] &&
-             h->first_key == run.ref.object_first;
-        if (ok && first_block + h->blocks <= chain.size()) ok = h->last_key == chain[first_block + h->blocks - 1];
-        if (!ok) {
-          ++stats_.stale_objects;
-          valid = run.start;
-          dead.push_back(q.name);
-        } else {
-          ++stats_.objects_read;
-          stats_.bytes_read += v.size();
-          const char* payload = v.data() + kObjectHeaderBytes;
-          for (uint32_t j = 0; j < run.blocks && run.start + j < valid; ++j)
-            std::memcpy(destination(q.layer, run.start + j),
-                        payload + uint64_t{run.ref.position + j} * block_layer_bytes_, block_layer_bytes_);
-        }
-      }
+    if (run.start >= valid) return;
+    auto h = DecodeObjectHeader(v);
+    const uint32_t first_block = run.start - run.ref.position;  // the object's first block in this chain
+    bool ok = h.ok() && h->layer == q.layer && h->blocks == run.ref.object_blocks &&
+              h->block_layer_bytes == block_layer_bytes_ && h->ns == ns && h->first_key == chain[first_block] &&
+              h->first_key == run.ref.object_first;
+    if (ok && first_block + h->blocks <= chain.size()) ok = h->last_key == chain[first_block + h->blocks - 1];
+    if (!ok) {
+      ++stats_.stale_objects;
+      valid = run.start;
+      dead.push_back(q.name);
+      return;
     }
-    if (layer_done && valid > 0 && (i + 1 == requests.size() || requests[i + 1].layer != q.layer)) layer_done(q.layer);
-    return valid > 0;
-  });
+    ++stats_.objects_read;
+    stats_.bytes_read += v.size();
+    const char* payload = v.data() + kObjectHeaderBytes;
+    for (uint32_t j = 0; j < run.blocks && run.start + j < valid; ++j)
+      std::memcpy(destination(q.layer, run.start + j), payload + uint64_t{run.ref.position + j} * block_layer_bytes_,
+                  block_layer_bytes_);
+  };
+  // A sliding window of max_inflight objects over all shards: layer l's
+  // objects are used while later layers' are still on the way, straight
+  // from the client's read buffer.
+  cluster_->Stream(
+      gets, options_.max_inflight,
+      [&](size_t i, Result<RespValue> res) {
+        const Request& q = requests[i];
+        if (runs[q.run].start < valid) {
+          if (!res.ok() || (res->type != RespValue::kString)) {
+            if (res.ok()) {
+              ++stats_.missing_objects;  // nil: evicted or expired
+              dead.push_back(q.name);
+            }
+            valid = runs[q.run].start;
+          } else if (!res->sunk) {
+            use(i, res->str);  // redone outside the stream (a redirect or a failover)
+          }
+        }
+        if (layer_done && valid > 0 && (i + 1 == requests.size() || requests[i + 1].layer != q.layer))
+          layer_done(q.layer);
+        return valid > 0;
+      },
+      use);
   // Index entries pointing at objects that are gone: removed, so the next match misses cleanly.
   if (!dead.empty() && valid < match.blocks) {
     std::vector<std::string> names;

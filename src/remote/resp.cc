@@ -26,6 +26,13 @@ void* CreateString(const redisReadTask* task, char* str, size_t len) {
   v->type = task->type == REDIS_REPLY_ERROR ? RespValue::kError
             : task->type == REDIS_REPLY_STATUS ? RespValue::kStatus
                                                : RespValue::kString;
+  // The root task carries the reader's privdata: Read's sink, if any.
+  if (const auto* sink = static_cast<const BulkSink*>(task->privdata);
+      sink && !task->parent && task->type == REDIS_REPLY_STRING) {
+    (*sink)(std::string_view(str, len));
+    v->sunk = true;
+    return v;
+  }
   v->str.assign(str, len);
   return v;
 }
@@ -112,7 +119,8 @@ Status RespConnection::Send(std::string_view bytes, Clock::time_point deadline) 
   return conn_->Write(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())), deadline);
 }
 
-Result<RespValue> RespConnection::Read(Clock::time_point deadline) {
+Result<RespValue> RespConnection::Read(Clock::time_point deadline, const BulkSink* sink) {
+  R(reader_)->privdata = const_cast<BulkSink*>(sink);  // reaches the reply's root task
   for (;;) {
     void* reply = nullptr;
     if (redisReaderGetReply(R(reader_), &reply) != REDIS_OK)

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,8 +33,13 @@ struct RespValue {
   std::string str;                  // kString, kStatus, kError
   long long integer = 0;            // kInteger
   std::vector<RespValue> elements;  // kArray
+  bool sunk = false;                // a top-level bulk string given to a BulkSink instead (str empty)
   bool is_error() const { return type == kError; }
 };
+
+// Takes a top-level bulk string reply where it lies in the reader's buffer
+// (valid only during the call), so a large value is used without a copy.
+using BulkSink = std::function<void(std::string_view)>;
 
 // "*N\r\n$len\r\narg\r\n..." for `args` (binary safe), appended to `out`.
 void AppendCommand(std::span<const std::string_view> args, std::string* out);
@@ -62,7 +68,9 @@ class RespConnection {
   Status Send(std::string_view bytes, Clock::time_point deadline);
   // The next reply. A malformed stream is Corruption (the connection is then
   // unusable); an error reply is returned as a kError value.
-  Result<RespValue> Read(Clock::time_point deadline);
+  // With a `sink`, a top-level bulk string goes to it (the value comes back
+  // with `sunk` set and no bytes).
+  Result<RespValue> Read(Clock::time_point deadline, const BulkSink* sink = nullptr);
   // Send one command and read its reply.
   Result<RespValue> Call(std::initializer_list<std::string_view> args, Clock::time_point deadline);
 

@@ -93,6 +93,20 @@ assert j['goals']['lookup_vs_redis_met'] in (True, False), j['goals']
 " || fail "bench serve: the Redis baseline"
 fi
 
+# bench remote: its own local Redis Cluster (scripts/redis-cluster.sh), the three layouts, and a
+# master killed during restores: no wrong block, and whole restores after the failover.
+if command -v redis-server >/dev/null; then
+  "$FLATKV" bench remote --quick --blocks 2 --reps 1 --dir "$WORK" --json > "$WORK/remote.json" || fail "bench remote"
+  python3 -c "
+import json; j = json.load(open('$WORK/remote.json'))
+assert j['remote_restore_gbps'] > 0 and j['raw_get_gbps'] > 0 and j['per_chunk_layout_gbps'] > 0, j
+assert j['remote_first_layer_ms'] > 0 and j['per_chunk_first_layer_ms'] > 0, j
+assert j['failover_wrong_blocks'] == 0 and j['failover']['restores_ok_after_kill'] > 0, j['failover']
+" || fail "bench remote json"
+elif [ "${CI:-}" = true ]; then
+  fail "redis-server is not installed (scripts/install-deps.sh installs it)"
+fi
+
 # bench restore: every run delivers the session and is verified (a failed verification exits 1).
 "$FLATKV" bench restore --sizes-mib 4 --reps 1 --dir "$WORK" --json > "$WORK/restore.json" || fail "bench restore"
 python3 -c "

@@ -172,7 +172,7 @@ Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> pa
     }
     case wire::Type::kStats:
       if (!payload.empty()) return bad(Status::InvalidArgument("stats: payload must be empty"));
-      return Reply(wire::EncodeText(wire::Type::kStatsOk, id, server_->StatsJson()));
+      return Reply(wire::EncodeText(wire::Type::kStatsOk, id, server_->StatsJson(tenant_)));
     case wire::Type::kPing:
       if (!payload.empty()) return bad(Status::InvalidArgument("ping: payload must be empty"));
       return Reply(wire::EncodeEmpty(wire::Type::kPong, id));

@@ -308,9 +308,10 @@ void Server::ServeHttp(int fd) {
   (void)conn.Write(std::as_bytes(std::span(head)), std::as_bytes(std::span(body)), deadline);
 }
 
-std::vector<TenantView> Server::Views() const {
+std::vector<TenantView> Server::Views(const Tenant* only) const {
   std::vector<TenantView> v;
   for (const Tenant& t : tenants_->tenants()) {
+    if (only && t.index != only->index) continue;
     v.push_back({t.name, tenant_metrics_[t.index].get(), t.quota_bytes, tenants_->UsedBytes(t), tenants_->DroppedSessions(t)});
   }
   return v;
@@ -319,6 +320,8 @@ std::vector<TenantView> Server::Views() const {
 std::string Server::PrometheusText() const {
   return RenderPrometheus(store_->Stats(), metrics_, Views(), config_.metrics_tenant_labels);
 }
-std::string Server::StatsJson() const { return RenderStatsJson(store_->Stats(), store_->options(), metrics_, Views()); }
+std::string Server::StatsJson(const Tenant* viewer) const {
+  return RenderStatsJson(store_->Stats(), store_->options(), metrics_, Views(viewer));
+}
 
 }  // namespace flatkv::service

@@ -64,7 +64,10 @@ class Server {
   const ServerMetrics& metrics() const { return metrics_; }
   const TenantRegistry& tenants() const { return *tenants_; }
   std::string PrometheusText() const;
-  std::string StatsJson() const;
+  // Every tenant's counters (HTTP /stats, behind metrics.stats_token); with
+  // `viewer`, only that tenant's (the protocol's stats request: a tenant's
+  // token shows neither other tenants' names nor their traffic).
+  std::string StatsJson(const Tenant* viewer = nullptr) const;
   bool healthy() const { return !stopping_.load(); }
 
  private:
@@ -80,7 +83,7 @@ class Server {
   // connection calls LoggedInOrGone once, after its hello (either outcome).
   bool AdmitUnauthenticated(const std::string& peer) FLATKV_EXCLUDES(peers_mu_);
   void LoggedInOrGone(const std::string& peer) FLATKV_EXCLUDES(peers_mu_);
-  std::vector<TenantView> Views() const;
+  std::vector<TenantView> Views(const Tenant* only = nullptr) const;
 
   ServerConfig config_;
   std::unique_ptr<Store> store_;

@@ -226,6 +226,28 @@ TEST(ServerTest, HttpServesMetricsHealthAndStats) {
   EXPECT_NE(json->find("\"tenants\""), std::string::npos);
 }
 
+// The protocol's stats request answers with the caller's own tenant only:
+// another tenant's name, quota and traffic stay behind /stats's token.
+TEST(ServerTest, ProtocolStatsShowOnlyTheCallersTenant) {
+  TempDir dir;
+  ServerConfig config = SmallServerConfig(dir.path());
+  config.tenants = {{"secret-team-alpha", kTokenA, "", 0}, {"secret-team-beta", kTokenB, "", 1 << 20}};
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  auto b = ConnectOrNull(server->tcp_address(), kTokenB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto keys = ChainKeys(7, 1);
+  ASSERT_TRUE(b->Put(0, keys, Blocks(b->info().block_bytes, 1, 7)).ok());
+  auto as_a = a->StatsJson(), as_b = b->StatsJson();
+  ASSERT_TRUE(as_a.ok() && as_b.ok());
+  EXPECT_NE(as_a->find("secret-team-alpha"), std::string::npos) << *as_a;
+  EXPECT_EQ(as_a->find("secret-team-beta"), std::string::npos) << *as_a;
+  EXPECT_NE(as_b->find("secret-team-beta"), std::string::npos) << *as_b;
+  EXPECT_EQ(as_b->find("secret-team-alpha"), std::string::npos) << *as_b;
+}
+
 // metrics.tenant_labels off (the default): per-tenant series are labelled by
 // the tenant's position in [[tenants]], and no tenant name appears anywhere.
 TEST(ServerTest, MetricsCarryNoTenantNamesUnlessConfigured) {

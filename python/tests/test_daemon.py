@@ -124,8 +124,15 @@ def test_client_round_trip_tenants_and_warm_restart(daemon):
     with pytest.raises(flatkv.Error) as e:
         flatkv.Store.connect("unix:" + daemon.socket, token="wrong-token-wrong-token")
     assert e.value.code == "PermissionDenied"
-    with pytest.raises(flatkv.Error, match="NotSupported|drop") as e:
-        store.drop_session(1)
+    # drop_session through the daemon (protocol 2): that session's blocks go, session 1's stay.
+    gone = ns.keys(np.arange(1000, 1000 + 2 * 16), 16)
+    store.put(9, gone, payload(2, store.block_bytes, seed=6))
+    assert store.match(gone) == 2
+    store.drop_session(9)
+    assert store.match(gone) == 0 and store.match(keys) == 4
+    with pytest.raises(flatkv.Error, match="session 9 has no blocks") as e:
+        store.drop_session(9)
+    assert e.value.code == "NotFound"
     for s in (store, shm, other):
         s.close()
 

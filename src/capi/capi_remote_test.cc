@@ -178,7 +178,13 @@ TEST_F(CapiRemoteTest, TenantsAreIsolatedAndErrorsCarryMessages) {
 
   EXPECT_NE(Err(flatkv_store_put(a, 1, keys.data(), 3, data.data(), data.size() - 1, 0)).find("expected 3 blocks"),
             std::string::npos);
-  EXPECT_NE(Err(flatkv_store_drop_session(a, 1)).find("NotSupported"), std::string::npos);
+  // Dropping a session over the daemon: another tenant's session 1 is another session.
+  EXPECT_NE(Err(flatkv_store_drop_session(b, 1)).find("NotFound"), std::string::npos);
+  EXPECT_EQ(Err(flatkv_store_match(a, keys.data(), 3, &hit)), "");
+  EXPECT_EQ(hit, 3u);
+  EXPECT_EQ(Err(flatkv_store_drop_session(a, 1)), "");
+  EXPECT_EQ(Err(flatkv_store_match(a, keys.data(), 3, &hit)), "");
+  EXPECT_EQ(hit, 0u);
 
   flatkv_options* o = flatkv_options_create();
   ASSERT_EQ(Err(flatkv_options_set_server(o, server_->unix_address().c_str(), "not-a-valid-token-at-all")), "");

@@ -659,7 +659,10 @@ static void test_daemon(const char* binary) {
     CHECK(connect_to(address, "not-the-token-of-anyone", 0, &err) == NULL);
     CHECK(flatkv_status_code(err) == FLATKV_PERMISSION_DENIED);
     flatkv_status_destroy(err);
-    ERR(flatkv_store_drop_session(a, 1), FLATKV_NOT_SUPPORTED, "drop");
+    OK(flatkv_store_drop_session(a, 1)); /* through the daemon (protocol 2) */
+    OK(flatkv_store_match(a, keys, 4, &got));
+    CHECK(got == 0);
+    ERR(flatkv_store_drop_session(a, 1), FLATKV_NOT_FOUND, "session 1 has no blocks");
     flatkv_store_destroy(a);
     flatkv_namespace_destroy(ns);
     free(data);

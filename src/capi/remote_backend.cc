@@ -258,8 +258,11 @@ class RemoteBackend : public Backend {
   }
 
   Status DropSession(uint64_t session) override {
-    return Status::NotSupported("drop session " + std::to_string(session) +
-                                ": the daemon's protocol has no drop-session request");
+    return With<bool>([&](Connection& c) -> Result<bool> {
+             FLATKV_RETURN_IF_ERROR(c.client->DropSession(session));
+             return true;
+           })
+        .status();
   }
 
   Result<StoreStats> Stats() override {

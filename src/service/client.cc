@@ -186,6 +186,15 @@ class ClientImpl final : public Client {
     return std::string(reinterpret_cast<const char*>(reply.data()), reply.size());
   }
 
+  Status DropSession(SessionId session) override {
+    MutexLock lock(&mu_);
+    if (info_.protocol_version < 2)
+      return Status::NotSupported("drop_session: the daemon speaks protocol version " +
+                                  std::to_string(info_.protocol_version) + "; dropping a session needs 2 (a newer flatkv serve)");
+    return Call(wire::EncodeU64(wire::Type::kDropSession, NextId(), session), wire::Type::kDropSessionOk, Deadline())
+        .status();
+  }
+
   Status Health() override {
     MutexLock lock(&mu_);
     return Call(wire::EncodeEmpty(wire::Type::kPing, NextId()), wire::Type::kPong, Deadline()).status();

@@ -129,6 +129,10 @@ class Client {
   virtual Result<RestoreResult> RestoreToShm(const ShmWindow& window, uint64_t offset, std::span<const BlockKey> chain,
                                              const LayerCallback& on_layer = {}) = 0;
 
+  // Drops one of this tenant's sessions: its blocks leave the store unless
+  // another live session references them (protocol 2; NotSupported, naming
+  // the version, against a daemon that speaks only 1).
+  virtual Status DropSession(SessionId session) = 0;
   // The daemon's /stats JSON (store and this server's counters).
   virtual Result<std::string> StatsJson() = 0;
   // A round trip: OK when the daemon answers and its store is open.

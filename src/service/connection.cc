@@ -110,9 +110,11 @@ Status Connection::Handshake() {
     (void)Error(h.request_id, hello.status());
     return hello.status();
   }
-  if (hello->min_version > wire::kVersion || hello->max_version < wire::kVersion) {
+  if (hello->min_version > wire::kMaxProtocol || hello->max_version < wire::kMinProtocol ||
+      hello->min_version > hello->max_version) {
     Status st = Status::NotSupported("client speaks protocol versions " + std::to_string(hello->min_version) + ".." +
-                                     std::to_string(hello->max_version) + ", this daemon " + std::to_string(wire::kVersion));
+                                     std::to_string(hello->max_version) + ", this daemon " +
+                                     std::to_string(wire::kMinProtocol) + ".." + std::to_string(wire::kMaxProtocol));
     (void)Error(h.request_id, st);
     return st;
   }
@@ -126,7 +128,9 @@ Status Connection::Handshake() {
   metrics_ = server_->tenant_metrics_[tenant_->index].get();
   FLATKV_ASSIGN_OR_RETURN(salter_, KeySalter::Make(*tenant_));
   const Store& store = *server_->store_;
+  protocol_ = std::min(hello->max_version, wire::kMaxProtocol);
   wire::HelloOk ok;
+  ok.version = protocol_;
   ok.shape = store.options().shape;
   ok.block_tokens = store.options().block_tokens;
   ok.block_layer_bytes = store.BlockLayerBytes();
@@ -178,12 +182,31 @@ Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> pa
       return Reply(wire::EncodeEmpty(wire::Type::kPong, id));
     case wire::Type::kHello:
       return bad(Status::FailedPrecondition("hello: already authenticated as tenant " + tenant_->name));
+    case wire::Type::kDropSession: {
+      if (protocol_ < 2)
+        return bad(Status::NotSupported("drop_session needs protocol version 2; this connection negotiated " +
+                                        std::to_string(protocol_)));
+      auto session = wire::DecodeU64(payload);
+      return session.ok() ? DropSession(id, *session) : bad(session.status().WithContext("drop_session"));
+    }
     default:
       // Reserved requests (pin, unpin, delete) and reply types.
       return bad(wire::ValidateRequest(h.type, payload).ok()
                      ? Status::InvalidArgument("frame type " + std::string(wire::TypeName(h.type)) + " is not served")
                      : wire::ValidateRequest(h.type, payload));
   }
+}
+
+Status Connection::DropSession(uint32_t id, uint64_t session) {
+  auto salted = salter_->SaltSession(session);
+  if (!salted.ok()) return Error(id, salted.status());
+  if (Status st = server_->store_->DropSession(*salted); !st.ok()) {
+    // The store names the salted id; the client knows its own.
+    if (st.code() == Code::kNotFound) st = Status::NotFound("session " + std::to_string(session) + " has no blocks");
+    return Error(id, st.WithContext("drop_session"));
+  }
+  server_->tenants_->Release(*tenant_, *salted);
+  return Reply(wire::EncodeEmpty(wire::Type::kDropSessionOk, id));
 }
 
 Status Connection::Lookup(uint32_t id, const wire::Lookup& m, Clock::time_point arrival) {

@@ -46,6 +46,9 @@ class Connection {
   Status Dispatch(const wire::Header& h, std::span<const std::byte> payload, Clock::time_point arrival);
   Status Lookup(uint32_t id, const wire::Lookup& m, Clock::time_point arrival);
   Status Put(uint32_t id, const wire::Put& m, Clock::time_point arrival);
+  // Drops one of the tenant's sessions (protocol 2): its blocks leave the
+  // store unless another live session references them; its quota use is released.
+  Status DropSession(uint32_t id, uint64_t session);
   Status Restore(uint32_t id, const wire::Restore& m, Clock::time_point arrival);
   Status RegisterShm(uint32_t id, const wire::RegisterShm& m);
   Status Reply(const std::vector<std::byte>& frame);
@@ -58,6 +61,7 @@ class Connection {
   bool tls_;
   std::string peer_;
   const Tenant* tenant_ = nullptr;
+  uint32_t protocol_ = wire::kMinProtocol;  // negotiated at hello
   TenantMetrics* metrics_ = nullptr;
   std::unique_ptr<KeySalter> salter_;
   std::vector<BlockKey> salted_;  // reused across requests

@@ -76,10 +76,7 @@ Result<std::unique_ptr<flatkv::Restore>> RemoteStore::StartRestore(std::span<con
   return std::unique_ptr<flatkv::Restore>(new DoneRestore(r->hit_blocks, r->valid_blocks, std::move(layer_valid), std::move(kept)));
 }
 
-Status RemoteStore::DropSession(SessionId session) {
-  return Status::NotSupported("remote store: dropping session " + std::to_string(session) +
-                              " is not in protocol version 1 (reserved: delete)");
-}
+Status RemoteStore::DropSession(SessionId session) { return client_->DropSession(session); }
 
 Status RemoteStore::Close() {
   if (closed_) return Status::FailedPrecondition("remote store: already closed");

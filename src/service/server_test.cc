@@ -355,3 +355,42 @@ TEST(ServerTest, StopPersistsAndRestartsWarm) {
 
 }  // namespace
 }  // namespace flatkv::service
+
+namespace flatkv::service {
+namespace {
+
+// drop_session (protocol 2): the session's blocks go, a block another live
+// session of the tenant references stays, its quota use is released, and
+// the same session id of another tenant is untouched.
+TEST(ServerTest, DropSessionOverTheWire) {
+  TempDir dir;
+  ServerConfig config = SmallServerConfig(dir.path());
+  config.tenants = {{"a", kTokenA, "", 1 << 30}, {"b", kTokenB, "", 0}};
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  auto b = ConnectOrNull(server->tcp_address(), kTokenB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->info().protocol_version, 2u);
+  const uint64_t bb = a->info().block_bytes;
+  auto shared = ChainKeys(11, 2), own = ChainKeys(12, 2);
+  ASSERT_TRUE(a->Put(1, shared, Blocks(bb, 2, 11)).ok());
+  ASSERT_TRUE(a->Put(2, shared, Blocks(bb, 2, 11)).ok());  // session 2 references session 1's blocks
+  ASSERT_TRUE(a->Put(3, own, Blocks(bb, 2, 12)).ok());
+  ASSERT_TRUE(b->Put(3, own, Blocks(bb, 2, 12)).ok());
+  const uint64_t used = server->tenants().UsedBytes(server->tenants().tenants()[0]);
+  EXPECT_GT(used, 0u);
+  ASSERT_TRUE(a->DropSession(1).ok());
+  EXPECT_EQ(*a->Lookup(shared), 2u) << "a block session 2 references must stay";
+  ASSERT_TRUE(a->DropSession(3).ok());
+  EXPECT_EQ(*a->Lookup(own), 0u);
+  EXPECT_EQ(*b->Lookup(own), 2u) << "tenant b's session 3 is another session";
+  EXPECT_LT(server->tenants().UsedBytes(server->tenants().tenants()[0]), used);
+  const Status again = a->DropSession(1);
+  EXPECT_EQ(again.code(), Code::kNotFound) << again.ToString();
+  EXPECT_NE(again.message().find("session 1 has no blocks"), std::string::npos) << again.ToString();
+}
+
+}  // namespace
+}  // namespace flatkv::service

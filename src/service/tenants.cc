@@ -184,6 +184,17 @@ uint64_t TenantRegistry::UsedBytes(const Tenant& tenant) const {
   return usage_[tenant.index].used;
 }
 
+uint64_t TenantRegistry::Release(const Tenant& tenant, uint64_t session) {
+  MutexLock lock(&mu_);
+  Usage& u = usage_[tenant.index];
+  auto it = u.sessions.find(session);
+  if (it == u.sessions.end()) return 0;
+  const uint64_t bytes = it->second.bytes;
+  u.used -= std::min(u.used, bytes);
+  u.sessions.erase(it);
+  return bytes;
+}
+
 uint64_t TenantRegistry::DroppedSessions(const Tenant& tenant) const {
   MutexLock lock(&mu_);
   return usage_[tenant.index].dropped_sessions;

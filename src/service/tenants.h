@@ -92,6 +92,9 @@ class TenantRegistry {
   // Gives back the part of a charge that a failed put did not store.
   void Refund(const Tenant& tenant, uint64_t session, uint64_t bytes) FLATKV_EXCLUDES(mu_);
   uint64_t UsedBytes(const Tenant& tenant) const FLATKV_EXCLUDES(mu_);
+  // Forgets a (salted) session the tenant dropped: its charged bytes are
+  // no longer used. Returns them (0 for a session it never charged).
+  uint64_t Release(const Tenant& tenant, uint64_t session) FLATKV_EXCLUDES(mu_);
 
   // Bytes of blocks the tenant's restores in flight hold (pin) in the
   // store. Pin fails with NoSpace when `bytes` more would pass `limit`

@@ -120,6 +120,7 @@ std::string_view TypeName(Type t) {
     case Type::kPin: return "pin";
     case Type::kUnpin: return "unpin";
     case Type::kDelete: return "delete";
+    case Type::kDropSession: return "drop_session";
     case Type::kHelloOk: return "hello_ok";
     case Type::kLookupOk: return "lookup_ok";
     case Type::kPutOk: return "put_ok";
@@ -129,14 +130,15 @@ std::string_view TypeName(Type t) {
     case Type::kShmOk: return "shm_ok";
     case Type::kStatsOk: return "stats_ok";
     case Type::kPong: return "pong";
+    case Type::kDropSessionOk: return "drop_session_ok";
     case Type::kError: return "error";
   }
   return "unknown";
 }
 
-bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 10; }
+bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 11; }
 
-static bool KnownType(uint8_t t) { return (t >= 1 && t <= 10) || (t >= 64 && t <= 72) || t == 127; }
+static bool KnownType(uint8_t t) { return (t >= 1 && t <= 11) || (t >= 64 && t <= 73) || t == 127; }
 
 Result<Header> ParseHeader(std::span<const std::byte> b, uint64_t max_payload) {
   if (b.size() < kHeaderBytes) {
@@ -415,10 +417,11 @@ Status ValidateRequest(Type type, std::span<const std::byte> p) {
     case Type::kStats:
     case Type::kPing:
       return p.empty() ? Status::Ok() : Status::InvalidArgument(std::string(TypeName(type)) + ": payload must be empty");
+    case Type::kDropSession: return DecodeU64(p).status();
     case Type::kPin:
     case Type::kUnpin:
     case Type::kDelete:
-      return Status::NotSupported(std::string(TypeName(type)) + " is reserved in protocol version 1");
+      return Status::NotSupported(std::string(TypeName(type)) + " is reserved in protocol versions 1 and 2");
     default:
       return Status::InvalidArgument("frame type " + std::string(TypeName(type)) + " is not a request");
   }

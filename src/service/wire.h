@@ -22,7 +22,11 @@
 namespace flatkv::service::wire {
 
 inline constexpr uint32_t kMagic = 0x31564B46;  // "FKV1" as little-endian bytes
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 1;  // the frame format (every frame's header)
+// Protocol versions, negotiated by hello: 1 the first set of requests; 2
+// adds drop_session. A request newer than the connection's version is
+// answered NotSupported naming the version it needs.
+inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 2;
 inline constexpr size_t kHeaderBytes = 16;
 // The most keys one request may carry, and the longest token or name.
 inline constexpr uint32_t kMaxKeys = 1u << 20;
@@ -42,6 +46,7 @@ enum class Type : uint8_t {
   kPin = 8,     // reserved: answered NotSupported
   kUnpin = 9,   // reserved: answered NotSupported
   kDelete = 10, // reserved: answered NotSupported
+  kDropSession = 11,  // protocol 2
   // server -> client
   kHelloOk = 64,
   kLookupOk = 65,
@@ -52,6 +57,7 @@ enum class Type : uint8_t {
   kShmOk = 70,
   kStatsOk = 71,
   kPong = 72,
+  kDropSessionOk = 73,  // protocol 2
   kError = 127,
 };
 std::string_view TypeName(Type t);
@@ -69,7 +75,7 @@ void EncodeHeader(const Header& h, std::byte out[kHeaderBytes]);
 
 // --- requests ---
 struct Hello {
-  uint32_t min_version = kVersion, max_version = kVersion;
+  uint32_t min_version = kMinProtocol, max_version = kMaxProtocol;
   std::string token;
   std::string client_name;
 };
@@ -98,7 +104,7 @@ struct RegisterShm {
 
 // --- replies ---
 struct HelloOk {
-  uint32_t version = kVersion;
+  uint32_t version = kMaxProtocol;  // the negotiated protocol version
   KvShape shape;
   uint32_t block_tokens = 0;
   uint64_t block_layer_bytes = 0;
@@ -129,7 +135,7 @@ std::vector<std::byte> EncodeRegisterShm(uint32_t id, const RegisterShm& m);
 std::vector<std::byte> EncodeEmpty(Type type, uint32_t id);  // Stats, Ping, Pong
 std::vector<std::byte> EncodeHelloOk(uint32_t id, const HelloOk& m);
 std::vector<std::byte> EncodeU32(Type type, uint32_t id, uint32_t v);  // LookupOk, PutOk, RestoreBegin, RestoreEnd
-std::vector<std::byte> EncodeU64(Type type, uint32_t id, uint64_t v);  // ShmOk
+std::vector<std::byte> EncodeU64(Type type, uint32_t id, uint64_t v);  // ShmOk, DropSession
 std::vector<std::byte> EncodeRestoreLayerHead(uint32_t id, const RestoreLayer& m, uint64_t data_bytes);
 std::vector<std::byte> EncodeText(Type type, uint32_t id, std::string_view text);  // StatsOk
 std::vector<std::byte> EncodeError(uint32_t id, const Status& status);

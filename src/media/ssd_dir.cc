@@ -1,7 +1,11 @@
 #include "media/ssd_dir.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "common/log.h"
 
@@ -11,6 +15,12 @@ namespace {
 std::string SegmentPath(const std::string& dir, uint32_t segment) {
   char name[32];
   std::snprintf(name, sizeof(name), "/seg-%06u.dat", segment);
+  return dir + name;
+}
+
+std::string SumsPath(const std::string& dir, uint32_t segment) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "/sums-%06u.dat", segment);
   return dir + name;
 }
 
@@ -45,6 +55,7 @@ Result<std::unique_ptr<SsdDir>> SsdDir::Open(const SsdDirOptions& options, const
   d->slots_ = SlotAllocator(total_slots);
   MutexLock lock(&d->mu_);
   d->segments_.resize((total_slots + d->slots_per_segment() - 1) / d->slots_per_segment());
+  d->sums_.resize(d->segments_.size());
   return d;
 }
 
@@ -84,6 +95,56 @@ Result<std::pair<int, uint64_t>> SsdDir::Locate(uint64_t address_offset, bool cr
   const uint32_t segment = static_cast<uint32_t>(address_offset / header_.segment_bytes);
   FLATKV_ASSIGN_OR_RETURN(const io::File* f, Segment(segment, create));
   return std::make_pair(f->fd(), address_offset % header_.segment_bytes);
+}
+
+Result<int> SsdDir::SumsFd(uint32_t segment) {
+  MutexLock lock(&mu_);
+  if (segment >= sums_.size())
+    return Status::InvalidArgument(options_.path + ": segment " + std::to_string(segment) + " beyond capacity");
+  if (sums_[segment]) return sums_[segment]->fd();
+  if (options_.read_only) return Status::FailedPrecondition(options_.path + ": opened read-only (no sums table)");
+  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(SumsPath(options_.path, segment), /*create=*/true,
+                                                     /*want_direct=*/false));
+  sums_[segment] = std::make_unique<io::File>(std::move(f));
+  return sums_[segment]->fd();
+}
+
+Status SsdDir::WriteSums(uint64_t slot, uint32_t first_block, std::span<const SumEntry> entries) {
+  const auto ref = RefOf(slot);
+  FLATKV_ASSIGN_OR_RETURN(int fd, SumsFd(ref.segment));
+  const uint64_t at = ref.slot * SumsRegionBytes() + uint64_t{first_block} * geometry_.layers * sizeof(SumEntry);
+  const auto* p = reinterpret_cast<const char*>(entries.data());
+  uint64_t done = 0, bytes = entries.size_bytes();
+  while (done < bytes) {
+    const ssize_t n = ::pwrite(fd, p + done, bytes - done, static_cast<off_t>(at + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return Status::IoError(SumsPath(options_.path, ref.segment) + ": write of " + std::to_string(bytes) +
+                             " bytes at offset " + std::to_string(at) + ": " + std::strerror(n < 0 ? errno : EIO));
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status SsdDir::ReadSums(uint64_t slot, uint32_t first_block, std::span<SumEntry> entries) {
+  const auto ref = RefOf(slot);
+  FLATKV_ASSIGN_OR_RETURN(int fd, SumsFd(ref.segment));
+  const uint64_t at = ref.slot * SumsRegionBytes() + uint64_t{first_block} * geometry_.layers * sizeof(SumEntry);
+  auto* p = reinterpret_cast<char*>(entries.data());
+  uint64_t done = 0, bytes = entries.size_bytes();
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd, p + done, bytes - done, static_cast<off_t>(at + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return Status::IoError(SumsPath(options_.path, ref.segment) + ": read of " + std::to_string(bytes) +
+                             " bytes at offset " + std::to_string(at) + ": " + std::strerror(errno));
+    if (n == 0) {  // past the end: never written
+      std::memset(p + done, 0, bytes - done);
+      break;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
 }
 
 bool SsdDir::SegmentHolds(uint64_t slot) {

@@ -2,6 +2,10 @@
 // segment files `seg-NNNNNN.dat` (created lazily, up to the directory's
 // capacity) and its own manifest. Extent slot s lives in segment
 // s / slots_per_segment at byte (s % slots_per_segment) * extent_bytes.
+// Beside each segment, `sums-NNNNNN.dat` (buffered, sparse) holds every
+// block's per-layer checksum and coded (offset, length): a cache of the
+// manifest's BlockPut records, rebuilt from them on every open, so memory
+// holds nothing per block and layer (WriteSums, ReadSums).
 // Formats: docs/format_segment.md and docs/format_manifest.md.
 //
 // Thread-safety: Fd() may be called concurrently (it locks); the slot
@@ -10,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +27,16 @@
 #include "persist/manifest.h"
 
 namespace flatkv {
+
+// One block-layer's entry in a sums table: the XXH3-64 checksum of its
+// bytes (coded: of the encoded slice) and, in coded extents, where its
+// encoded slice lies in the layer region (0, 0 in raw extents).
+struct SumEntry {
+  uint64_t checksum = 0;
+  uint32_t offset = 0;
+  uint32_t length = 0;
+};
+static_assert(sizeof(SumEntry) == 16);
 
 struct SsdDirOptions {
   std::string path;
@@ -62,6 +77,19 @@ class SsdDir {
   // Splits an address offset into (fd, file offset), creating and
   // preallocating the segment file on first use when `create`.
   Result<std::pair<int, uint64_t>> Locate(uint64_t address_offset, bool create);
+  // The sums table (docs/format_segment.md, "Sums tables"): extent slot s's
+  // region starts at (s % slots_per_segment) * SumsRegionBytes() in
+  // sums-(s / slots_per_segment).dat; block slot i's layer l at entry
+  // i * layers + l. Writes `entries` from block slot `first_block` on (one
+  // pwrite; concurrent writers of one extent write disjoint ranges). Both
+  // are thread-safe and never hold a lock across the I/O.
+  uint64_t SumsRegionBytes() const {
+    return uint64_t{persist::kCodedBlocksPerSlot} * header_.extent_blocks * geometry_.layers * sizeof(SumEntry);
+  }
+  Status WriteSums(uint64_t slot, uint32_t first_block, std::span<const SumEntry> entries);
+  // Reads entries from block slot `first_block` on; bytes past the file's
+  // end (never written) read as zero entries, which fail any checksum.
+  Status ReadSums(uint64_t slot, uint32_t first_block, std::span<SumEntry> entries);
   // Whether an existing segment file holds `slot` in full (recovery).
   bool SegmentHolds(uint64_t slot);
   // True unless some segment file had to fall back to buffered I/O.
@@ -72,6 +100,8 @@ class SsdDir {
   SsdDir(const SsdDirOptions& o, const persist::ManifestHeader& h, const ExtentGeometry& g)
       : options_(o), header_(h), geometry_(g) {}
   Result<const io::File*> Segment(uint32_t segment, bool create);
+  // The sums file of `segment`, created on first use (not read-only).
+  Result<int> SumsFd(uint32_t segment);
   uint64_t SegmentFileBytes(uint32_t segment) const;
 
   SsdDirOptions options_;
@@ -81,6 +111,7 @@ class SsdDir {
   std::unique_ptr<persist::Manifest> manifest_;
   mutable Mutex mu_;
   std::vector<std::unique_ptr<io::File>> segments_ FLATKV_GUARDED_BY(mu_);  // null = not opened yet
+  std::vector<std::unique_ptr<io::File>> sums_ FLATKV_GUARDED_BY(mu_);      // likewise, sums-NNNNNN.dat
   bool fallback_warned_ FLATKV_GUARDED_BY(mu_) = false;
   bool all_direct_ FLATKV_GUARDED_BY(mu_) = true;
 };

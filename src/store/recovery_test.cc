@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "flatkv/codec.h"
 #include "flatkv/store.h"
 #include "testing/test_util.h"
 
@@ -221,6 +222,91 @@ TEST(RecoveryTest, CorruptedBytesOnDiskAreDetectedAndBecomeMisses) {
   EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
   EXPECT_EQ(store->Stats().checksum_failures, 1u);
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 2u);  // the bad block left the index
+}
+
+// The sums table (sums-NNNNNN.dat) holds each block's per-layer checksums
+// and coded offsets and lengths instead of memory. Entry of block slot i,
+// layer l of extent slot 0: (i * layers + l) * 16 bytes (checksum, offset,
+// length).
+void CorruptSumsEntry(const std::string& dir, uint64_t entry, uint64_t byte_in_entry) {
+  int fd = ::open((dir + "/sums-000000.dat").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint64_t off = entry * 16 + byte_in_entry;
+  unsigned char c = 0;
+  ASSERT_EQ(::pread(fd, &c, 1, off), 1);
+  c ^= 0xa5;
+  ASSERT_EQ(::pwrite(fd, &c, 1, off), 1);
+  ::close(fd);
+}
+
+// A damaged checksum in the table (the running store reads it through the
+// page cache) is a mismatch: that block and later ones miss, never wrong
+// bytes, and the block leaves the index.
+TEST(RecoveryTest, CorruptSumsEntryBecomesAMiss) {
+  TempDir dir;
+  auto o = SsdOnly(dir.Sub("ssd"));
+  auto store = OpenStore(o);
+  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_NO_FATAL_FAILURE(CorruptSumsEntry(dir.Sub("ssd"), 2 * 5 + 3, 0));  // block 2, layer 3
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 2u);
+  auto want = Payload(*store, 4, 1);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
+  EXPECT_EQ(store->Stats().checksum_failures, 1u);
+  EXPECT_EQ(store->Stats().dropped_blocks, 1u);
+  EXPECT_EQ(store->Match(ChainKeys(1, 4)), 2u);
+}
+
+// Coded blocks plan their reads from the table: an offset or length that
+// does not describe a slice in order within the layer region is never
+// read; the block misses and leaves the index.
+TEST(RecoveryTest, CorruptCodedSumsEntryBecomesAMiss) {
+  for (uint64_t byte : {8u, 12u, 15u}) {  // offset, length low byte, length high byte
+    TempDir dir;
+    auto o = SsdOnly(dir.Sub("ssd"));
+    o.codec = MakeCodec("raw").value();
+    auto store = OpenStore(o);
+    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+    ASSERT_NO_FATAL_FAILURE(CorruptSumsEntry(dir.Sub("ssd"), 1 * 5 + 2, byte));  // block 1, layer 2
+    std::vector<std::byte> got;
+    const uint32_t hit = RestoreAll(*store, ChainKeys(1, 4), &got);
+    EXPECT_EQ(hit, 1u) << byte;
+    auto want = Payload(*store, 4, 1);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << byte;
+    EXPECT_EQ(store->Match(ChainKeys(1, 4)), 1u) << byte;
+  }
+}
+
+// The table is a cache of the manifest's records, rebuilt on every open: a
+// table torn by a crash (an entry written, its BlockPut record not), stale
+// from an older build, or gone, costs nothing after a restart.
+TEST(RecoveryTest, SumsTableIsRebuiltFromTheManifestOnOpen) {
+  for (bool coded : {false, true}) {
+    TempDir dir;
+    auto o = SsdOnly(dir.Sub("ssd"));
+    if (coded) o.codec = MakeCodec("raw").value();
+    {
+      auto store = OpenStore(o);
+      ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+    }
+    const std::string sums = dir.Sub("ssd") + "/sums-000000.dat";
+    ASSERT_TRUE(std::filesystem::exists(sums));
+    {
+      std::vector<char> junk(std::filesystem::file_size(sums), 'x');
+      FILE* f = std::fopen(sums.c_str(), "wb");
+      ASSERT_EQ(std::fwrite(junk.data(), 1, junk.size(), f), junk.size());
+      std::fclose(f);
+    }
+    {
+      auto store = OpenStore(o);
+      ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, 1, 8));
+      EXPECT_EQ(store->Stats().checksum_failures, 0u) << coded;
+    }
+    ASSERT_TRUE(std::filesystem::remove(sums));
+    auto store = OpenStore(o);
+    ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, 1, 8));
+    EXPECT_EQ(store->Stats().checksum_failures, 0u) << coded;
+  }
 }
 
 TEST(RecoveryTest, TornManifestTailIsCutOff) {

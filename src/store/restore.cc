@@ -109,17 +109,25 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
         pinned_.push_back(e->id);
       }
     }
-    const uint64_t at = uint64_t{slot} * layers_;
-    if (e->coded()) {
-      locations_.push_back({Address::Make(from, device, base + e->enc_offset[at]), g.layer_stride});
-      enc_off_.insert(enc_off_.end(), e->enc_offset.begin() + at, e->enc_offset.begin() + at + layers_);
-      enc_len_.insert(enc_len_.end(), e->enc_length.begin() + at, e->enc_length.begin() + at + layers_);
+    // Coded: the region start here; LoadSums adds the slice's offset.
+    locations_.push_back({Address::Make(from, device, base + (e->coded() ? 0 : g.Offset(0, slot))), g.layer_stride});
+    if (e->sums_in_memory) {
+      const uint64_t at = uint64_t{slot} * layers_;
+      for (uint32_t l = 0; l < layers_; ++l) {
+        const SumEntry& s = e->sums[at + l];
+        checksums_.push_back(s.checksum);
+        enc_off_.push_back(s.offset);
+        enc_len_.push_back(s.length);
+      }
     } else {
-      locations_.push_back({Address::Make(from, device, base + g.Offset(0, slot)), g.layer_stride});
+      Run& r = runs_.back();
+      r.table = true;
+      r.home_device = e->device;
+      r.home_slot = e->slot;
+      checksums_.insert(checksums_.end(), layers_, 0);
       enc_off_.insert(enc_off_.end(), layers_, 0);
       enc_len_.insert(enc_len_.end(), layers_, 0);
     }
-    checksums_.insert(checksums_.end(), e->checksums.begin() + at, e->checksums.begin() + at + layers_);
     store->counters().of(from).hit_blocks++;
     ++hit_;
   }
@@ -228,7 +236,81 @@ std::byte* RestoreImpl::Home(uint32_t layer, uint32_t block) {
   return target_.destination ? Dst(layer, block) : window_->slot(layer % slots_) + uint64_t{block} * lb_;
 }
 
+void RestoreImpl::LoadSums() {
+  std::vector<SumEntry> entries;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const Run& r = runs_[i];
+    const uint64_t at = uint64_t{r.first_block} * layers_;
+    // A raw DRAM run reads its checksums only to verify.
+    if (r.table && (r.codec || r.medium == Medium::kSsd || verify_dram_)) {
+      entries.assign(uint64_t{r.count} * layers_, SumEntry{});
+      Status s = store_->ssd(r.home_device)->ReadSums(r.home_slot, r.first_slot, entries);
+      if (!s.ok()) {
+        LogWarning("restore: " + s.ToString() + "; the chain misses from block " + std::to_string(r.first_block));
+        Truncate(r.first_block);
+        return;
+      }
+      // Counted as SSD bytes read: the price of holding no sums in memory.
+      store_->counters().ssd.bytes_read += entries.size() * sizeof(SumEntry);
+      for (uint64_t k = 0; k < entries.size(); ++k) {
+        checksums_[at + k] = entries[k].checksum;
+        enc_off_[at + k] = entries[k].offset;
+        enc_len_[at + k] = entries[k].length;
+      }
+    }
+    if (!r.codec) continue;
+    // Coded slices of consecutive slots follow each other in every layer
+    // region; anything else is a damaged entry, never a read plan.
+    for (uint32_t j = 0; j < r.count; ++j) {
+      const uint64_t b = at + uint64_t{j} * layers_;
+      bool ok = true;
+      for (uint32_t l = 0; l < layers_ && ok; ++l) {
+        const uint64_t end = uint64_t{enc_off_[b + l]} + enc_len_[b + l];
+        ok = enc_len_[b + l] > 0 && end <= r.layer_stride &&
+             (j == 0 || enc_off_[b + l] >= uint64_t{enc_off_[b - layers_ + l]} + enc_len_[b - layers_ + l]);
+      }
+      if (!ok) {
+        LogWarning("restore: block " + std::to_string(r.first_block + j) + " of extent " + std::to_string(r.extent) +
+                   ": its sums entry does not describe a slice of the layer region; the chain misses from there");
+        {
+          MutexLock lock(&mu_);
+          corrupt_.push_back({r.extent, r.first_slot + j});
+        }
+        store_->counters().checksum_failures++;
+        Truncate(r.first_block + j);
+        return;
+      }
+      BlockLocation& loc = locations_[r.first_block + j];
+      loc.layer0 = Address::Make(loc.layer0.medium(), loc.layer0.device(), loc.layer0.offset() + enc_off_[b]);
+    }
+  }
+}
+
+void RestoreImpl::Truncate(uint32_t blocks) {
+  if (blocks >= hit_) return;
+  Counters& c = store_->counters();
+  c.miss_blocks += hit_ - blocks;
+  while (!runs_.empty() && runs_.back().first_block + runs_.back().count > blocks) {
+    Run& r = runs_.back();
+    const uint32_t keep = r.first_block >= blocks ? 0 : blocks - r.first_block;
+    c.of(r.medium).hit_blocks -= r.count - keep;
+    if (keep > 0) {
+      r.count = keep;
+      break;
+    }
+    runs_.pop_back();
+  }
+  hit_ = blocks;
+  locations_.resize(blocks);
+  checksums_.resize(uint64_t{blocks} * layers_);
+  enc_off_.resize(uint64_t{blocks} * layers_);
+  enc_len_.resize(uint64_t{blocks} * layers_);
+  MutexLock lock(&mu_);
+  valid_ = std::min(valid_, blocks);
+}
+
 Status RestoreImpl::Begin() {
+  LoadSums();
   if (hit_ == 0) return Status::Ok();
   // Every layer reads the same pieces: each run, split at max_request_bytes.
   for (size_t r = 0; r < runs_.size(); ++r) {

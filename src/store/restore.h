@@ -73,6 +73,12 @@ class RestoreImpl final : public Restore {
     uint32_t params_bytes = 0;     // coded: the codec's parameter bytes in each header
     bool readmit = false;          // SSD run copied into its extent's DRAM copy as it lands
     uint64_t copy_src = 0;         // arena offset of (layer 0, first slot) (coded: region start) in that copy
+    // Where its blocks' checksums (and coded offsets and lengths) are: its
+    // SSD home's sums table (read in Begin, outside the store lock), else
+    // copied from the extent's memory in the constructor.
+    bool table = false;
+    uint32_t home_device = 0;
+    uint64_t home_slot = 0;        // the SSD home's extent slot
   };
   struct Piece {  // one request of a layer: blocks j0..j0+n-1 of run `run`
     size_t run;
@@ -124,6 +130,12 @@ class RestoreImpl final : public Restore {
   std::vector<BlockLocation> locations_;
   std::vector<Run> runs_;
   std::vector<Piece> pieces_;        // the requests every layer makes
+  // Reads the runs' sums tables into checksums_/enc_off_/enc_len_ and
+  // checks coded slices lie in order within their layer region; the first
+  // block failing that (a torn or corrupt table) and all later ones miss.
+  void LoadSums();
+  // Cuts the restored prefix to its first `blocks` blocks.
+  void Truncate(uint32_t blocks);
   std::vector<uint64_t> checksums_;  // [block * layers + layer]
   std::vector<uint32_t> enc_off_, enc_len_;  // coded blocks: [block * layers + layer]
   bool any_coded_ = false;

@@ -139,11 +139,8 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       e->last_access = Now();
       const uint32_t slot = e->reserved++;
       GrowSlots(e, slot + 1);
-      e->enc_offset.resize(uint64_t{slot + 1} * layers);
-      e->enc_length.resize(uint64_t{slot + 1} * layers);
       for (uint32_t l = 0; l < layers; ++l) {
-        e->enc_offset[uint64_t{slot} * layers + l] = static_cast<uint32_t>(e->fill[l]);
-        e->enc_length[uint64_t{slot} * layers + l] = lk[l];
+        e->stored[slot] += lk[l];
         offs.push_back(static_cast<uint32_t>(e->fill[l]));
         e->fill[l] += lk[l];
       }
@@ -174,12 +171,15 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     const uint64_t budget = SsdBlocks(blocks) * block_bytes;
     AcquireWriteBudget(budget);
     SegmentWriter writer(*this);
-    Status early = WriteCoded(slots, offs, lens, ptrs, /*dram=*/true, &writer);
+    // The SSD homes' sums-table entries first: a block is indexed (and its
+    // DRAM copy readable) only after them.
+    Status early = WriteSums(blocks, bsums.data(), offs.data(), lens.data());
+    if (early.ok()) early = WriteCoded(slots, offs, lens, ptrs, /*dram=*/true, &writer);
     // A failed DRAM phase (an SSD file that cannot be opened) indexes nothing.
     if (!early.ok()) (void)writer.Finish();
     if (!early.ok()) status = early;
     else status = Commit(
-        blocks, bsums.data(),
+        blocks, bsums.data(), offs.data(), lens.data(),
         [&] {
           Status s = WriteCoded(slots, offs, lens, ptrs, /*dram=*/false, &writer);
           Status finished = writer.Finish();

@@ -153,6 +153,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     e->session = rec.session;
     e->last_access = Now();
     e->capacity = dir.geometry().extent_blocks;
+    e->sums_in_memory = options_.read_only;  // else the sums table, rebuilt below
     if (!rec.codec.empty()) {
       auto codec = CodecForSpec(rec.codec);
       if (!codec.ok()) {
@@ -164,8 +165,6 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
       e->codec_spec = rec.codec;
       e->capacity = 0;
       for (const auto& b : rec.blocks) e->capacity = std::max(e->capacity, b.index + 1);
-      e->enc_offset.assign(uint64_t{e->capacity} * layers, 0);
-      e->enc_length.assign(uint64_t{e->capacity} * layers, 0);
     }
     e->reserved = e->capacity;  // recovered extents take no new blocks
     e->full = true;
@@ -174,17 +173,30 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
       return hs.WithContext(dir.path() + " (nothing was changed)");
     }
     GrowSlots(e.get(), e->reserved);
+    // The sums table is a cache of these records: rebuilt for the extent
+    // in one write (or kept in memory when read-only), so a table a crash
+    // tore, or one an older build left stale, is never read.
+    std::vector<SumEntry> table(uint64_t{e->reserved} * layers);
     for (const auto& b : rec.blocks) {
       if (e->present(b.index) || Indexed(b.key)) continue;  // a duplicate put; the first copy wins
       IndexBlock(e.get(), b.index, b.key);
-      std::copy(b.checksums.begin(), b.checksums.end(), e->checksums.begin() + uint64_t{b.index} * layers);
-      if (e->coded()) {
-        std::copy(b.offsets.begin(), b.offsets.end(), e->enc_offset.begin() + uint64_t{b.index} * layers);
-        std::copy(b.lengths.begin(), b.lengths.end(), e->enc_length.begin() + uint64_t{b.index} * layers);
+      for (uint32_t l = 0; l < layers; ++l) {
+        SumEntry& t = table[uint64_t{b.index} * layers + l];
+        t.checksum = b.checksums[l];
+        if (e->coded()) {
+          t.offset = b.offsets[l];
+          t.length = b.lengths[l];
+          e->stored[b.index] += b.lengths[l];
+        }
       }
       e->set_durable(b.index, kDurable);
       Count(Medium::kSsd, *e, b.index, +1);
       ++counters_.recovered_blocks;
+    }
+    if (e->sums_in_memory) {
+      e->sums = std::move(table);
+    } else if (Status ws = dir.WriteSums(slot, 0, table); !ws.ok()) {
+      return ws.WithContext("rebuilding the sums table");
     }
     Session& s = TouchSession(rec.session);
     s.extents.push_back(e->id);
@@ -235,13 +247,23 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
       const Extent& e = *extents_.at(id);
       if (e.medium != Medium::kSsd || e.device != device) continue;
       persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers};
+      // The sums come from the table: one buffered read per extent, under
+      // mu_ (only at Close and recovery, when no put runs).
+      std::vector<SumEntry> sums(uint64_t{e.reserved} * layers);
+      if (Status rs = ReadSums(e, 0, e.reserved, sums.data()); !rs.ok()) {
+        LogWarning("snapshot: " + rs.ToString() + "; extent " + std::to_string(e.id) + "'s blocks are not recorded");
+        continue;
+      }
       for (uint32_t i = 0; i < e.reserved; ++i) {
         if (!e.present(i) || e.durable(i) != kDurable) continue;  // DRAM-only blocks do not survive a restart
-        const uint64_t from = uint64_t{i} * layers, to = uint64_t{i + 1} * layers;
-        persist::BlockRecord b{i, e.keys[i], {e.checksums.begin() + from, e.checksums.begin() + to}, {}, {}};
-        if (e.coded()) {
-          b.offsets.assign(e.enc_offset.begin() + from, e.enc_offset.begin() + to);
-          b.lengths.assign(e.enc_length.begin() + from, e.enc_length.begin() + to);
+        persist::BlockRecord b{i, e.keys[i], {}, {}, {}};
+        for (uint32_t l = 0; l < layers; ++l) {
+          const SumEntry& t = sums[uint64_t{i} * layers + l];
+          b.checksums.push_back(t.checksum);
+          if (e.coded()) {
+            b.offsets.push_back(t.offset);
+            b.lengths.push_back(t.length);
+          }
         }
         rec.blocks.push_back(std::move(b));
       }
@@ -485,6 +507,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
   e->slot = slot.value();
   e->session = session;
   e->last_access = Now();
+  e->sums_in_memory = m == Medium::kDram;
   const ExtentGeometry& g = Geometry(m, device);
   if (codec) {  // per-slot vectors grow as slots are reserved
     e->codec = codec;
@@ -539,7 +562,8 @@ void StoreImpl::GrowSlots(Extent* e, uint32_t slots) {
   e->keys.resize(slots);
   e->state.resize(slots, 0);  // absent, not in the copy, kNotDurable
   if (e->handle < handles_.size() && handles_[e->handle] == e) key_base_[e->handle] = e->keys.data();  // may have moved
-  e->checksums.resize(uint64_t{slots} * layers, 0);
+  if (e->sums_in_memory) e->sums.resize(uint64_t{slots} * layers);
+  if (e->coded()) e->stored.resize(slots, 0);
 }
 
 Status StoreImpl::FreeExtent(Extent* e) {
@@ -780,12 +804,17 @@ StoreStats StoreImpl::Stats() const {
   return st;
 }
 
+Status StoreImpl::ReadSums(const Extent& e, uint32_t first, uint32_t n, SumEntry* out) {
+  const uint64_t layers = options_.shape.layers;
+  if (e.sums_in_memory) {
+    std::copy(e.sums.begin() + first * layers, e.sums.begin() + (uint64_t{first} + n) * layers, out);
+    return Status::Ok();
+  }
+  return ssd_[e.device]->ReadSums(e.slot, first, std::span(out, n * layers));
+}
+
 uint64_t StoreImpl::StoredBytes(const Extent& e, uint32_t slot) const {
-  if (!e.coded()) return BlockBytes();
-  const uint32_t layers = options_.shape.layers;
-  uint64_t n = 0;
-  for (uint32_t l = 0; l < layers; ++l) n += e.enc_length[uint64_t{slot} * layers + l];
-  return n;
+  return e.coded() ? e.stored[slot] : BlockBytes();
 }
 
 void StoreImpl::Count(Medium m, const Extent& e, uint32_t slot, int sign) {

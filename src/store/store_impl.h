@@ -9,7 +9,9 @@
 //    key_base_[e->handle] == e->keys.data() while e lives;
 //  - a key is in index_ only after its bytes were written to its DRAM copy
 //    or DRAM home (in_copy) or to its SSD home and logged in the
-//    directory's manifest (durable); a restore reads a block from the DRAM
+//    directory's manifest (durable), and after its sums (per-layer
+//    checksums, coded offsets and lengths) were written to its SSD home's
+//    sums table or, sums_in_memory, to Extent::sums; a restore reads a block from the DRAM
 //    copy when in_copy, else from SSD only when durable;
 //  - a DRAM copy holding a block that is not durable is not dropped while
 //    its extent is pinned (the put writing it pins it); with kAll every
@@ -89,7 +91,13 @@ struct Extent {
   // Other live sessions that reference its blocks (they put blocks it
   // already held); they keep it from being freed by its owner's drop.
   std::vector<SessionId> sharers;
-  std::vector<uint64_t> checksums;  // [slot * layers + layer]
+  // Per block slot and layer, its checksum (and coded offset and length):
+  // in the SSD home's sums table (SsdDir::WriteSums), so nothing here, or
+  // where there is none (DRAM homes, read-only stores: sums_in_memory) in
+  // `sums`, [slot * layers + layer]; a DRAM home's sums count as part of
+  // the medium it fills, not as index.
+  bool sums_in_memory = false;
+  std::vector<SumEntry> sums;
   // A coded extent (codec != null) packs each block's encoded layer slices
   // into the layer regions (l * layer_stride ...), a put's batch starting
   // aligned; the per-slot vectors above grow as slots are reserved.
@@ -97,8 +105,7 @@ struct Extent {
   std::string codec_spec;
   bool full = false;                 // a block did not fit: takes no more
   std::vector<uint64_t> fill;        // per layer: bytes of the region handed out
-  std::vector<uint32_t> enc_offset;  // [slot * layers + layer]: within the layer region
-  std::vector<uint32_t> enc_length;  // [slot * layers + layer]
+  std::vector<uint32_t> stored;      // per slot: its encoded bytes over all layers (StoredBytes)
   bool coded() const { return codec != nullptr; }
 };
 
@@ -302,8 +309,18 @@ class StoreImpl final : public Store {
     BlockKey key;
   };
   static uint64_t SsdBlocks(const std::vector<Pending>& blocks);
-  Status Commit(const std::vector<Pending>& blocks, const uint64_t* sums,
-                const std::function<Status()>& write_ssd,
+  // Writes the sums-table entries of `blocks` with SSD homes (checksums
+  // sums[k * layers + l]; coded: offs/lens likewise, else null), one pwrite
+  // per run of consecutive slots, before any of them is indexed. Without
+  // the lock: a pinned extent's home does not change.
+  Status WriteSums(const std::vector<Pending>& blocks, const uint64_t* sums, const uint32_t* offs,
+                   const uint32_t* lens);
+  // Block slots [first, first + n) of `e`'s sums (n * layers entries): from
+  // memory when sums_in_memory (the caller holds mu_), else from its SSD
+  // home's sums table (no lock needed; the caller pins e).
+  Status ReadSums(const Extent& e, uint32_t first, uint32_t n, SumEntry* out);
+  Status Commit(const std::vector<Pending>& blocks, const uint64_t* sums, const uint32_t* offs,
+                const uint32_t* lens, const std::function<Status()>& write_ssd,
                 const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* result);
 
   StoreOptions options_;

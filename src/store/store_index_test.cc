@@ -71,6 +71,41 @@ TEST(StoreIndexTest, OneLayerBlockTakesAtMost64BytesOfHeap) {
   for (size_t i = 0; i < kBlocks; i += 97) ASSERT_EQ(store->Match(std::span(&keys[i], 1)), 1u) << i;
 }
 
+// Issue 13: the 64 bytes hold whatever the layer count and codec: the
+// per-layer checksums (and coded offsets and lengths) live in each
+// segment's sums table, not in memory. At 80 layers they took 8 bytes
+// (raw) or 16 bytes (coded) per block and layer before. Raw blocks take a
+// 4 KiB slot per layer on SSD, so that store holds fewer blocks.
+StoreOptions EightyLayerOptions(const std::string& dir, bool coded) {
+  StoreOptions o = OneLayerOptions(dir, coded ? (4ull << 30) : (2ull << 30));
+  o.shape = KvShape::Mha(80, 1, 2, DType::kBF16);
+  if (!coded) o.codec = nullptr;
+  return o;
+}
+
+void ExpectEightyLayersWithin64Bytes(bool coded, size_t blocks) {
+  TempDir dir;
+  auto store = OpenStore(EightyLayerOptions(dir.path(), coded));
+  ASSERT_NE(store, nullptr);
+  const std::vector<BlockKey> keys = RandomKeys(blocks, coded ? 4 : 5);
+  ::malloc_trim(0);
+  const uint64_t before = HeapBytes();
+  PutAll(*store, keys, 1);
+  const double per_block = double(HeapBytes() - before) / blocks;
+  EXPECT_LE(per_block, 64.0) << (coded ? "coded" : "raw");
+  EXPECT_EQ(store->Stats().ssd.blocks, blocks);
+  // And every block still restores whole: its sums come from the table.
+  for (size_t i = 0; i < blocks; i += 997) {
+    auto r = store->StartRestore(std::span(&keys[i], 1));
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r.value()->Finish(), 1u) << i;
+  }
+  EXPECT_EQ(store->Stats().checksum_failures, 0u);
+}
+
+TEST(StoreIndexTest, EightyLayerRawBlockTakesAtMost64BytesOfHeap) { ExpectEightyLayersWithin64Bytes(false, 2'000); }
+TEST(StoreIndexTest, EightyLayerCodedBlockTakesAtMost64BytesOfHeap) { ExpectEightyLayersWithin64Bytes(true, 20'000); }
+
 // Dropped sessions' blocks leave the index and their extents' handles are
 // reused: new blocks are found, dropped ones never (a stale handle would
 // resolve them to the new extents' keys).

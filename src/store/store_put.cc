@@ -79,13 +79,15 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     const uint64_t budget = admit ? SsdBlocks(blocks) * block_bytes : 0;
     AcquireWriteBudget(budget);
     SegmentWriter writer(*this);
-    // DRAM homes and copies; a copy's SSD writes start as each layer is copied.
-    Status early = WriteBlocks(slots, inputs, data, /*dram=*/true, admit ? &writer : nullptr);
+    // The SSD homes' sums-table entries, before any block is indexed; then
+    // DRAM homes and copies, a copy's SSD writes starting as each layer is copied.
+    Status early = WriteSums(blocks, sums.data(), nullptr, nullptr);
+    if (early.ok()) early = WriteBlocks(slots, inputs, data, /*dram=*/true, admit ? &writer : nullptr);
     // A failed DRAM phase (an SSD file that cannot be opened) indexes nothing.
     if (!early.ok()) (void)writer.Finish();
     if (!early.ok()) status = early;
     else status = Commit(
-        blocks, sums.data(),
+        blocks, sums.data(), nullptr, nullptr,
         [&] {
           Status s = WriteBlocks(slots, inputs, data, /*dram=*/false, &writer);
           Status finished = writer.Finish();
@@ -192,8 +194,29 @@ uint64_t StoreImpl::SsdBlocks(const std::vector<Pending>& blocks) {
   return n;
 }
 
-Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sums,
-                         const std::function<Status()>& write_ssd,
+Status StoreImpl::WriteSums(const std::vector<Pending>& blocks, const uint64_t* sums, const uint32_t* offs,
+                            const uint32_t* lens) {
+  const uint32_t layers = options_.shape.layers;
+  std::vector<SumEntry> entries;
+  for (size_t k = 0; k < blocks.size();) {
+    const Extent* e = blocks[k].e;
+    size_t n = 1;
+    while (k + n < blocks.size() && blocks[k + n].e == e && blocks[k + n].slot == blocks[k].slot + n) ++n;
+    if (!e->sums_in_memory) {
+      entries.resize(n * layers);
+      for (uint64_t i = 0; i < n * layers; ++i) {
+        const uint64_t at = k * layers + i;
+        entries[i] = {sums[at], offs ? offs[at] : 0, lens ? lens[at] : 0};
+      }
+      FLATKV_RETURN_IF_ERROR(ssd_[e->device]->WriteSums(e->slot, blocks[k].slot, entries));
+    }
+    k += n;
+  }
+  return Status::Ok();
+}
+
+Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sums, const uint32_t* offs,
+                         const uint32_t* lens, const std::function<Status()>& write_ssd,
                          const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* res) {
   const uint32_t layers = options_.shape.layers;
   const uint64_t block_bytes = BlockBytes();
@@ -203,7 +226,11 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
     const Pending& p = blocks[k];
     if (Indexed(p.key)) return false;  // a concurrent put won
     IndexBlock(p.e, p.slot, p.key);
-    std::copy(sums + k * layers, sums + (k + 1) * layers, p.e->checksums.begin() + uint64_t{p.slot} * layers);
+    if (p.e->sums_in_memory)  // a DRAM home (SSD homes' entries are in their table already)
+      for (uint32_t l = 0; l < layers; ++l) {
+        const uint64_t at = k * layers + l;
+        p.e->sums[uint64_t{p.slot} * layers + l] = {sums[at], offs ? offs[at] : 0, lens ? lens[at] : 0};
+      }
     counters_.put_blocks++;
     res->stored_blocks++;
     indexed[k] = 1;
@@ -297,7 +324,6 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     Extent* e;
     std::vector<uint32_t> slots;  // ascending
     std::vector<BlockKey> keys;
-    std::vector<uint64_t> sums;   // [j * layers + l]
   };
   const uint32_t layers = options_.shape.layers;
   std::vector<Job> jobs;
@@ -309,14 +335,12 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
       for (uint64_t id : s->second.extents) {
         Extent* e = extents_.at(id).get();
         if (e->medium != Medium::kSsd || !e->has_copy || e->coded() || e->doomed) continue;
-        Job job{e, {}, {}, {}};
+        Job job{e, {}, {}};
         for (uint32_t i = 0; i < e->slots(); ++i) {
           if (!e->present(i) || !e->in_copy(i) || e->durable(i) != kNotDurable) continue;
           e->set_durable(i, kWriting);
           job.slots.push_back(i);
           job.keys.push_back(e->keys[i]);
-          job.sums.insert(job.sums.end(), e->checksums.begin() + uint64_t{i} * layers,
-                          e->checksums.begin() + uint64_t{i + 1} * layers);
         }
         if (job.slots.empty()) continue;
         e->pins++;
@@ -351,13 +375,20 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     if (status.ok()) status = finished;
   }
   if (status.ok()) {
+    // The checksums come from the homes' sums tables, written by the puts.
     std::vector<std::vector<uint8_t>> records(ssd_.size());
-    for (const Job& job : jobs)
+    std::vector<SumEntry> sums;
+    for (const Job& job : jobs) {
+      const uint32_t first = job.slots.front(), n = job.slots.back() - first + 1;
+      sums.resize(uint64_t{n} * layers);
+      status = ReadSums(*job.e, first, n, sums.data());
+      if (!status.ok()) break;
       for (size_t j = 0; j < job.slots.size(); ++j) {
-        persist::BlockRecord b{job.slots[j], job.keys[j],
-                               {job.sums.begin() + j * layers, job.sums.begin() + (j + 1) * layers}, {}, {}};
+        persist::BlockRecord b{job.slots[j], job.keys[j], {}, {}, {}};
+        for (uint32_t l = 0; l < layers; ++l) b.checksums.push_back(sums[uint64_t{job.slots[j] - first} * layers + l].checksum);
         persist::EncodeBlockPut(records[job.e->device], ssd_[job.e->device]->RefOf(job.e->slot), b);
       }
+    }
     for (uint32_t d = 0; d < ssd_.size() && status.ok(); ++d)
       if (!records[d].empty()) status = ssd_[d]->manifest().Append(records[d], options_.sync_writes);
   }

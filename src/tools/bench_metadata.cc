@@ -10,8 +10,8 @@
 // so the payload is small and the metadata is what grows. Uncoded, each layer slice still
 // takes a 4 KiB-aligned slot on SSD (10M blocks = 41 GB), which is why the scale runs store
 // through a codec: a coded extent packs its slices (docs/architecture.md, "Put with a
-// codec"). A coded block keeps, beside the uncoded block's metadata, each layer slice's
-// offset and length (8 bytes per layer), so both layouts are measured.
+// codec"). A coded block keeps its encoded size in memory beside the uncoded block's
+// metadata, and its slices' offsets and lengths in the sums table, so both layouts are measured.
 //
 // Per run:
 //   fill       a forked child opens the store (DRAM tier off, so only metadata grows in

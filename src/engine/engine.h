@@ -93,7 +93,7 @@ enum class BlendMode : uint8_t {
 struct BlendOptions {
   BlendMode mode = BlendMode::kBlend;
   float recompute_ratio = 0.15f;  // fraction of chunk tokens recomputed past check_layer (0..1)
-  uint32_t check_layer = 1;       // layers 0..check_layer run every token; selection at check_layer
+  uint32_t check_layer = 1;       // layers before it run every token; at it every token's K and V, then the selected
   float first_factor = 1.5f;      // check_layer keeps min(1, first_factor x ratio), check_layer+1 filters to ratio
   uint32_t score_tokens = 1;      // logits returned for the last score_tokens prompt positions (<= tail)
   bool store_chunks = true;       // prefill and store chunks not found in the store
@@ -106,6 +106,7 @@ struct BlendResult {
   uint32_t reused_chunk_tokens = 0;      // chunk tokens whose KV came from the store
   uint32_t prefilled_chunk_tokens = 0;   // chunk tokens computed on their own (not cached) and stored
   uint64_t computed_token_layers = 0;    // (token, layer) pairs run, standalone chunk prefills included
+  uint64_t kv_only_token_layers = 0;     // (token, layer) pairs of which only K and V were projected (check layer)
   double computed_fraction = 0;          // computed_token_layers / (prompt tokens x layers)
   std::vector<uint32_t> selected;        // chunk positions recomputed in every layer (kBlend)
   Timing timing;                         // ttft_ms: request start to the last position's logits

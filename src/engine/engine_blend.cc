@@ -9,12 +9,13 @@
 // (Transformer::RotateKeys: the rotation a prefill applies, so exact). Then:
 //   kFull   prefill every position after the prefix (the chunks' KV unused);
 //   kNaive  compute only the tail, over the chunks' KV as stored;
-//   kBlend  layers 0..check_layer run every chunk and tail token (exact for
-//           layer 0); at check_layer each chunk token's new KV is compared
-//           with its reused KV and the tokens that deviate most are kept
-//           (min(1, first_factor x ratio) of them), at check_layer + 1 they
-//           are filtered again to `ratio`, and later layers run only those
-//           and the tail. Other tokens keep their reused KV from there on.
+//   kBlend  layers 0..check_layer-1 run every chunk and tail token; at
+//           check_layer every chunk token's K and V are projected (and kept:
+//           they are exact, as the layer's input is) and compared with the
+//           reused ones, the tokens that deviate most (min(1, first_factor x
+//           ratio) of them) and the tail run the layer, at check_layer + 1
+//           they are filtered again to `ratio`, and later layers run only
+//           those and the tail. Other tokens keep their reused KV from there on.
 // At ratio 1 every token runs every layer in order: bit-identical to kFull.
 #include <algorithm>
 #include <chrono>
@@ -246,8 +247,17 @@ Result<BlendResult> Engine::Blend(SessionId session, const BlendPrompt& prompt, 
           std::memcpy(old_v.data() + i * kv_dim, cache_.v(l, active[i]), kv_dim * sizeof(float));
         }
       }
-      transformer_.LayerAt(l, active, x.data(), cache_);
-      result.computed_token_layers += active.size();
+      // At the check layer every candidate's new K and V are computed (cheap:
+      // two projections) and kept, but the layer runs only for the selected
+      // tokens and the tail; at later selections the candidates ran it.
+      const bool kv_first = select && uint32_t(l) == check;
+      if (kv_first) {
+        transformer_.KeysValuesAt(l, std::span<const uint32_t>(active).first(candidates), x.data(), cache_);
+        result.kv_only_token_layers += candidates;
+      } else {
+        transformer_.LayerAt(l, active, x.data(), cache_);
+        result.computed_token_layers += active.size();
+      }
       if (!select) continue;
       // KV deviation: squared L2 distance of the new K and V rows from the reused ones.
       std::vector<std::pair<double, uint32_t>> dev(candidates);
@@ -275,6 +285,10 @@ Result<BlendResult> Engine::Blend(SessionId session, const BlendPrompt& prompt, 
       }
       active = std::move(next);
       x = std::move(nx);
+      if (kv_first) {  // the layer itself, for the survivors (rewriting the same K and V)
+        transformer_.LayerAt(l, active, x.data(), cache_);
+        result.computed_token_layers += active.size();
+      }
     }
     for (uint32_t p : active)
       if (p < tail_pos) result.selected.push_back(p);

@@ -148,9 +148,12 @@ TEST(EngineBlendTest, SelectiveRecomputeComputesWhatItSays) {
   RunBlend(e.value(), p, BlendMode::kNaive, 0);
   const BlendResult naive = RunBlend(e.value(), p, BlendMode::kNaive, 0);
   const BlendResult blend = RunBlend(e.value(), p, BlendMode::kBlend, 0.15f);
-  // 167 chunk tokens: layers 0-1 all, layer 2 ceil(1.5 x 15%) = 38, layers 3-4 ceil(15%) = 26; tail 12 in all.
+  // 167 chunk tokens: layer 0 all, layer 1 K and V of all and the layer for
+  // ceil(1.5 x 15%) = 38, layer 2 those 38, filtered to ceil(15%) = 26 for
+  // layers 3-4; the tail's 12 in all; the prefix's last 8 (32 restored).
   EXPECT_EQ(blend.selected.size(), 26u);
-  EXPECT_EQ(blend.computed_token_layers, uint64_t{8 * 5} + 12 * 5 + 167 * 2 + 38 + 26 * 2);
+  EXPECT_EQ(blend.computed_token_layers, uint64_t{8 * 5} + 12 * 5 + 167 + 38 * 2 + 26 * 2);
+  EXPECT_EQ(blend.kv_only_token_layers, 167u);
   EXPECT_EQ(naive.computed_token_layers, uint64_t{8 * 5} + 12 * 5);
   EXPECT_FALSE(SameLogits(naive, blend));
   BlendOptions bad;

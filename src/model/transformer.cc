@@ -191,6 +191,24 @@ void Transformer::RotateKeys(float* k, std::span<const uint32_t> positions) cons
   Rope(nullptr, k, static_cast<int>(positions.size()), c.dim, c.kv_dim(), c.head_size(), positions.data(), c.rope_theta);
 }
 
+void Transformer::KeysValuesAt(int layer, std::span<const uint32_t> positions, const float* x, KvCache& cache) {
+  const Config& c = model_.config;
+  const LayerWeights& w = model_.weights.layers[layer];
+  const int dim = c.dim, kv_dim = c.kv_dim(), nn = static_cast<int>(positions.size());
+  if (nn == 0) return;
+  Grow(xb_, positions.size() * dim);
+  Grow(k_, positions.size() * kv_dim);
+  Grow(v_, positions.size() * kv_dim);
+  RmsNorm(x, w.rms_att.data(), nn, dim, c.norm_eps, xb_.data());
+  MatMul(xb_.data(), w.wk.data(), nn, dim, kv_dim, k_.data());
+  MatMul(xb_.data(), w.wv.data(), nn, dim, kv_dim, v_.data());
+  Rope(nullptr, k_.data(), nn, dim, kv_dim, c.head_size(), positions.data(), c.rope_theta);
+  for (int t = 0; t < nn; ++t) {
+    std::memcpy(cache.k(layer, positions[t]), k_.data() + size_t(t) * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(cache.v(layer, positions[t]), v_.data() + size_t(t) * kv_dim, kv_dim * sizeof(float));
+  }
+}
+
 void Transformer::LayerImpl(int layer, const uint32_t* pos, uint32_t n, float* x, KvCache& cache) {
   const Config& c = model_.config;
   assert(layer >= 0 && layer < c.n_layers);

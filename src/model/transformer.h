@@ -46,6 +46,10 @@ class Transformer {
   // the exact rotation Layer applies, so restoring pre-RoPE keys at new
   // positions gives the bytes a prefill would have written for them.
   void RotateKeys(float* k, std::span<const uint32_t> positions) const;
+  // Only the K (after RoPE) and V a layer would write for tokens x (n, dim)
+  // at `positions`, into `cache`: the bytes LayerAt writes, without the
+  // attention and FFN (CacheBlend's check layer). x is unchanged.
+  void KeysValuesAt(int layer, std::span<const uint32_t> positions, const float* x, KvCache& cache);
   // Final RMSNorm and classifier of one position: x (dim) -> logits (vocab).
   void Logits(const float* x, float* logits);
 

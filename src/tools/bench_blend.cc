@@ -6,10 +6,12 @@
 //   prefixes  4 committed openings (BOS first);
 //   prompts   12: prefix i % 4, then two stories (each ordered pair of the
 //             4 once), halves in order, the first story's first half dropped
-//             in every third prompt (3 or 4 chunks), then a tail: a bridge
-//             sentence naming both stories' characters, then the
-//             continuation the full-prefill model gives greedily (24
-//             tokens), which is scored;
+//             in every third prompt (3 or 4 chunks), then a tail, scored:
+//             --workload story (default): the second story's own next 25
+//             tokens as sampled, which continue the last chunk and its
+//             first half; --workload greedy: a bridge sentence naming both
+//             stories' characters, then the continuation the full-prefill
+//             model gives greedily (24 tokens, easier: low perplexity);
 // all within the 512-token context. Modes per recompute ratio: 0 is naive
 // reuse (chunks' KV as stored, re-rotated; only the tail computed), 1.0 is
 // CacheBlend at 100%; `full` is a full prefill behind the restored prefix.
@@ -84,7 +86,7 @@ struct Workload {
   std::vector<engine::BlendPrompt> prompts;
 };
 
-Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens) {
+Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens, bool story_tails) {
   const model::Tokenizer& tok = *m.tokenizer;
   engine::EngineOptions eo;
   eo.block_tokens = block_tokens;
@@ -92,12 +94,12 @@ Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens) {
   // Story s is its opening continued by the model; its first half is chunk
   // 2s and its second half chunk 2s + 1, so a second half reused without the
   // first (naive reuse) misses the context it was written in.
-  std::vector<std::vector<int>> chunks;
+  std::vector<std::vector<int>> chunks, endings;
   for (size_t s = 0; s < std::size(kStoryOpenings); ++s) {
     FLATKV_ASSIGN_OR_RETURN(auto opening, tok.Encode(kStoryOpenings[s], true));
     const uint32_t len_a = 64 + static_cast<uint32_t>((s * 13) % 37), len_b = 64 + static_cast<uint32_t>((s * 29) % 37);
     engine::GenerateOptions go;
-    go.max_new_tokens = len_a + len_b + 1 - static_cast<uint32_t>(opening.size());
+    go.max_new_tokens = len_a + len_b + kContinuation + 2 - static_cast<uint32_t>(opening.size());
     go.temperature = 0.8f;
     go.seed = s;
     go.stop_at_eos = false;
@@ -108,6 +110,7 @@ Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens) {
       if (t == tok.eos_id() || t == tok.bos_id()) t = 13;  // keep passages BOS/EOS-free (13: a newline)
     chunks.emplace_back(story.begin(), story.begin() + len_a);
     chunks.emplace_back(story.begin() + len_a, story.begin() + len_a + len_b);
+    endings.emplace_back(story.begin() + len_a + len_b, story.begin() + len_a + len_b + kContinuation + 1);
   }
   Workload w;
   for (uint32_t p = 0; p < kPrompts; ++p) {
@@ -120,18 +123,22 @@ Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens) {
     bp.chunks.push_back(chunks[2 * first + 1]);
     bp.chunks.push_back(chunks[2 * second]);
     bp.chunks.push_back(chunks[2 * second + 1]);
-    const std::string bridge = std::string(" Then ") + kNames[first] + " and " + kNames[second] + " met. " +
-                               kNames[first] + " said";
-    FLATKV_ASSIGN_OR_RETURN(auto bridge_tokens, tok.Encode(bridge, false));
-    std::vector<int> flat = bp.prefix;
-    for (const auto& c : bp.chunks) flat.insert(flat.end(), c.begin(), c.end());
-    flat.insert(flat.end(), bridge_tokens.begin(), bridge_tokens.end());
-    engine::GenerateOptions go;
-    go.max_new_tokens = kContinuation;
-    go.stop_at_eos = false;
-    FLATKV_ASSIGN_OR_RETURN(auto cont, gen.Generate(1, flat, go));
-    bp.tail = bridge_tokens;
-    bp.tail.insert(bp.tail.end(), cont.tokens.begin(), cont.tokens.end());
+    if (story_tails) {  // the second story's own next tokens, as sampled
+      bp.tail = endings[second];
+    } else {
+      const std::string bridge = std::string(" Then ") + kNames[first] + " and " + kNames[second] + " met. " +
+                                 kNames[first] + " said";
+      FLATKV_ASSIGN_OR_RETURN(auto bridge_tokens, tok.Encode(bridge, false));
+      std::vector<int> flat = bp.prefix;
+      for (const auto& c : bp.chunks) flat.insert(flat.end(), c.begin(), c.end());
+      flat.insert(flat.end(), bridge_tokens.begin(), bridge_tokens.end());
+      engine::GenerateOptions go;
+      go.max_new_tokens = kContinuation;
+      go.stop_at_eos = false;
+      FLATKV_ASSIGN_OR_RETURN(auto cont, gen.Generate(1, flat, go));
+      bp.tail = bridge_tokens;
+      bp.tail.insert(bp.tail.end(), cont.tokens.begin(), cont.tokens.end());
+    }
     w.prompts.push_back(std::move(bp));
   }
   return w;
@@ -161,6 +168,8 @@ CLI::App* AddBenchBlendCommand(CLI::App& bench, BenchBlendArgs& a) {
   c->add_option("--block-tokens", a.block_tokens, "tokens per block")->check(CLI::Range(16, 512));
   c->add_option("--check-layer", a.check_layer, "CacheBlend's check layer")->check(CLI::Range(0, 1 << 10));
   c->add_option("--reps", a.reps, "TTFT repetitions (median reported)")->check(CLI::Range(1, 1000));
+  c->add_option("--workload", a.workload, "greedy: a bridge and the full model's greedy continuation are scored; story: the second story's own sampled next tokens are")
+      ->check(CLI::IsMember({"greedy", "story"}));
   c->add_flag("--json", a.json, "print one JSON object");
   return c;
 }
@@ -172,7 +181,7 @@ int RunBenchBlend(const BenchBlendArgs& a) {
   if (!loaded.ok()) return Fail(kExitUsage, "--model " + model_path + ": " + loaded.status().ToString());
   const model::Model& m = loaded.value();
   if (!m.tokenizer) return Fail(kExitUsage, "the workload needs a tokenizer");
-  auto workload = MakeWorkload(m, a.block_tokens);
+  auto workload = MakeWorkload(m, a.block_tokens, a.workload == "story");
   if (!workload.ok()) return Fail(kExitFailure, "workload: " + workload.status().ToString());
 
   StoreOptions so;
@@ -334,6 +343,7 @@ int RunBenchBlend(const BenchBlendArgs& a) {
         {"mean_prompt_tokens", total_tokens / prompts},
         {"mean_chunk_tokens_per_prompt", chunk_tokens_all / prompts},
         {"continuation_tokens", kContinuation},
+        {"workload", a.workload},
         {"block_tokens", a.block_tokens},
         {"check_layer", check},
         {"reps", a.reps}}}};

@@ -16,6 +16,7 @@ struct BenchBlendArgs {
   uint32_t block_tokens = 16;
   uint32_t check_layer = 1;
   uint32_t reps = 5;  // TTFT repetitions (median reported)
+  std::string workload = "story";  // greedy | story (bench_blend.cc)
   bool json = false;
 };
 

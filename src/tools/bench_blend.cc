@@ -167,6 +167,8 @@ CLI::App* AddBenchBlendCommand(CLI::App& bench, BenchBlendArgs& a) {
   c->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer file");
   c->add_option("--block-tokens", a.block_tokens, "tokens per block")->check(CLI::Range(16, 512));
   c->add_option("--check-layer", a.check_layer, "CacheBlend's check layer")->check(CLI::Range(0, 1 << 10));
+  c->add_option("--first-factor", a.first_factor, "the check layer keeps first-factor x ratio, the next layer filters to ratio")
+      ->check(CLI::Range(1.0f, 100.0f));
   c->add_option("--reps", a.reps, "TTFT repetitions (median reported)")->check(CLI::Range(1, 1000));
   c->add_option("--workload", a.workload, "greedy: a bridge and the full model's greedy continuation are scored; story: the second story's own sampled next tokens are")
       ->check(CLI::IsMember({"greedy", "story"}));
@@ -205,6 +207,7 @@ int RunBenchBlend(const BenchBlendArgs& a) {
     o.mode = mode;
     o.recompute_ratio = ratio;
     o.check_layer = a.check_layer;
+    o.first_factor = a.first_factor;
     o.score_tokens = kContinuation + 1;
     return e.Blend(1, p, o);
   };
@@ -346,6 +349,7 @@ int RunBenchBlend(const BenchBlendArgs& a) {
         {"workload", a.workload},
         {"block_tokens", a.block_tokens},
         {"check_layer", check},
+        {"first_factor", a.first_factor},
         {"reps", a.reps}}}};
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());

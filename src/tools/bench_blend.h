@@ -15,6 +15,7 @@ struct BenchBlendArgs {
   std::string tokenizer;
   uint32_t block_tokens = 16;
   uint32_t check_layer = 1;
+  float first_factor = 1.5f;  // BlendOptions::first_factor
   uint32_t reps = 5;  // TTFT repetitions (median reported)
   std::string workload = "story";  // greedy | story (bench_blend.cc)
   bool json = false;

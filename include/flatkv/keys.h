@@ -71,6 +71,17 @@ class KeyHasher {
   std::vector<BlockKey> ChainKeys(const BlockKey& ns_digest, std::span<const uint32_t> tokens,
                                   uint32_t block_tokens) const;
 
+  // Chunk keys (docs/format_keys.md): a caller-delimited chunk (a retrieved
+  // document, say) reused at any position. The keys depend on the namespace
+  // and the chunk's tokens only, never on what precedes the chunk, and the
+  // chunk's trailing partial block gets a key too (its length is hashed), so
+  // ceil(n / block_tokens) keys. Hashed inputs carry a domain tag and have
+  // odd lengths, while chain links hash 16 + 4 x block_tokens bytes and
+  // namespace digests another tag: a chunk key equals a chain or namespace
+  // key only by a hash collision.
+  std::vector<BlockKey> ChunkKeys(const BlockKey& ns_digest, std::span<const uint32_t> tokens,
+                                  uint32_t block_tokens) const;
+
  private:
   BlockKey Hash(std::span<const uint8_t> bytes) const;
   HashKind kind_;

@@ -75,6 +75,43 @@ struct GenerateResult {
   Timing timing;
 };
 
+// A prompt built from segments (engine_blend.cc, docs/blend.md): a prefix
+// reused through chain keys as in Generate, reusable chunks (each found by
+// its chunk keys wherever it sits), then a fresh tail (the question).
+struct BlendPrompt {
+  std::vector<int> prefix;               // may be empty
+  std::vector<std::vector<int>> chunks;  // each non-empty
+  std::vector<int> tail;                 // non-empty: its last token's logits come first
+};
+
+enum class BlendMode : uint8_t {
+  kFull,   // baseline: prefill every token after the restored prefix (exact)
+  kNaive,  // reuse every chunk's KV as stored, re-rotated; compute the tail only
+  kBlend,  // CacheBlend: reuse, then recompute the chunk tokens whose KV deviates most
+};
+
+struct BlendOptions {
+  BlendMode mode = BlendMode::kBlend;
+  float recompute_ratio = 0.15f;  // fraction of chunk tokens recomputed past check_layer (0..1)
+  uint32_t check_layer = 1;       // layers before it run every token; at it every token's K and V, then the selected
+  float first_factor = 1.5f;      // check_layer keeps min(1, first_factor x ratio), check_layer+1 filters to ratio
+  uint32_t score_tokens = 1;      // logits returned for the last score_tokens prompt positions (<= tail)
+  bool store_chunks = true;       // prefill and store chunks not found in the store
+};
+
+struct BlendResult {
+  std::vector<std::vector<float>> logits;  // score_tokens rows, positions N-score_tokens .. N-1
+  uint32_t prompt_tokens = 0;
+  uint32_t restored_prefix_tokens = 0;
+  uint32_t reused_chunk_tokens = 0;      // chunk tokens whose KV came from the store
+  uint32_t prefilled_chunk_tokens = 0;   // chunk tokens computed on their own (not cached) and stored
+  uint64_t computed_token_layers = 0;    // (token, layer) pairs run, standalone chunk prefills included
+  uint64_t kv_only_token_layers = 0;     // (token, layer) pairs of which only K and V were projected (check layer)
+  double computed_fraction = 0;          // computed_token_layers / (prompt tokens x layers)
+  std::vector<uint32_t> selected;        // chunk positions recomputed in every layer (kBlend)
+  Timing timing;                         // ttft_ms: request start to the last position's logits
+};
+
 class Engine {
  public:
   // `store` may be null (no reuse). Fails when the store's shape or block
@@ -110,6 +147,15 @@ class Engine {
                       const std::string& tag);
   Result<attention::CompactedKv> RestoreCompacted(std::span<const int> prompt, const std::string& tag);
 
+  // Runs a segmented prompt to its first token's logits (no decode); see
+  // BlendPrompt and BlendOptions. Chunks are stored under their chunk keys
+  // (KeyHasher::ChunkKeys) in a session of their own, keys before RoPE.
+  // The prefix's new full blocks are stored under `session` (after the logits).
+  Result<BlendResult> Blend(SessionId session, const BlendPrompt& prompt, const BlendOptions& options);
+  // The session a chunk is stored under: its first chunk key, top bit set.
+  static SessionId ChunkSession(const BlockKey& first_chunk_key) { return first_chunk_key.lo | (1ull << 63); }
+  const model::KvCache& kv_cache() const { return cache_; }
+
   const BlockKey& namespace_digest() const { return ns_; }
   const EngineOptions& options() const { return options_; }
   model::Transformer& transformer() { return transformer_; }
@@ -124,6 +170,9 @@ class Engine {
   void PrefillChunk(std::span<const int> tokens, uint32_t pos0, std::vector<float>& x);
   std::vector<BlockKey> CompactedKeys(std::span<const int> prompt, const std::string& tag, uint32_t blocks) const;
   Status CheckTokens(std::span<const int> tokens, const char* what) const;
+  // Blend's parts (engine_blend.cc).
+  uint32_t RestorePrefix(std::span<const int> prefix, BlendResult& result);
+  Status LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_chunk, BlendResult& result);
   Status PutNewBlocks(SessionId session, std::span<const int> context, uint32_t cached_blocks,
                       GenerateResult& result);
 

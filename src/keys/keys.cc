@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace flatkv {
@@ -115,6 +116,33 @@ std::vector<BlockKey> KeyHasher::ChainKeys(const BlockKey& ns_digest, std::span<
   for (size_t start = 0; start + block_tokens <= tokens.size(); start += block_tokens) {
     parent = Chain(parent, tokens.subspan(start, block_tokens));
     keys.push_back(parent);
+  }
+  return keys;
+}
+
+std::vector<BlockKey> KeyHasher::ChunkKeys(const BlockKey& ns_digest, std::span<const uint32_t> tokens,
+                                           uint32_t block_tokens) const {
+  std::vector<BlockKey> keys;
+  if (block_tokens == 0 || tokens.empty()) return keys;
+  // root = H("flatkv-chunkroot-v1" || ns || u64 n || tokens): 43 + 4n bytes.
+  std::vector<uint8_t> buf;
+  const std::string_view root_tag = "flatkv-chunkroot-v1";
+  buf.insert(buf.end(), root_tag.begin(), root_tag.end());
+  PutU64(buf, ns_digest.lo);
+  PutU64(buf, ns_digest.hi);
+  PutU64(buf, tokens.size());
+  for (uint32_t t : tokens)
+    for (int i = 0; i < 4; ++i) buf.push_back(static_cast<uint8_t>(t >> (8 * i)));
+  const BlockKey root = Hash(buf);
+  // key_i = H("flatkv-chunk-v1" || root || u32 i || u32 tokens in block i): 39 bytes.
+  const std::string_view tag = "flatkv-chunk-v1";
+  for (size_t start = 0, i = 0; start < tokens.size(); start += block_tokens, ++i) {
+    const uint64_t len = std::min<uint64_t>(block_tokens, tokens.size() - start);
+    buf.assign(tag.begin(), tag.end());
+    PutU64(buf, root.lo);
+    PutU64(buf, root.hi);
+    PutU64(buf, (len << 32) | i);  // u32 i then u32 len, little-endian
+    keys.push_back(Hash(buf));
   }
   return keys;
 }

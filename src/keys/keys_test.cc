@@ -69,6 +69,43 @@ TEST(KeysTest, GoldenValuesAreStable) {
   EXPECT_EQ(s.Chain({}, t).ToHex(), "71c9fec39c50695849321e1497d66731");  // checked with Python hashlib
 }
 
+TEST(KeysTest, ChunkKeysArePositionIndependentAndKeepThePartialBlock) {
+  KeyHasher h;
+  const BlockKey ns = h.NamespaceDigest({"model", "", ""});
+  const auto chunk = Tokens(64 * 2 + 10, 7);
+  const auto keys = h.ChunkKeys(ns, chunk, 64);
+  ASSERT_EQ(keys.size(), 3u);  // the 10-token tail gets its own key
+  EXPECT_EQ(keys, h.ChunkKeys(ns, chunk, 64));
+  // Only the chunk's own tokens matter: no parent, no position.
+  std::vector<uint32_t> with_prefix = Tokens(64);
+  with_prefix.insert(with_prefix.end(), chunk.begin(), chunk.end());
+  EXPECT_EQ(keys, h.ChunkKeys(ns, std::span<const uint32_t>(with_prefix).subspan(64), 64));
+  // A chunk that is a prefix of another shares no key (the length is hashed).
+  const auto longer = h.ChunkKeys(ns, Tokens(64 * 2 + 11, 7), 64);
+  for (int i = 0; i < 3; ++i) EXPECT_NE(keys[i], longer[i]);
+  // Any token changes every key; another namespace gives unrelated keys.
+  auto changed = chunk;
+  changed.back() ^= 1;
+  EXPECT_NE(keys[0], h.ChunkKeys(ns, changed, 64)[0]);
+  EXPECT_NE(keys[0], h.ChunkKeys(h.NamespaceDigest({"model", "", "tenant"}), chunk, 64)[0]);
+  // Never a chain key of the same tokens, nor of the chunk as a prompt.
+  const auto chain = h.ChainKeys(ns, chunk, 64);
+  std::unordered_set<BlockKey> seen(chain.begin(), chain.end());
+  seen.insert(ns);
+  for (const BlockKey& k : keys) EXPECT_TRUE(seen.insert(k).second);
+  EXPECT_TRUE(h.ChunkKeys(ns, {}, 64).empty());
+  EXPECT_TRUE(h.ChunkKeys(ns, chunk, 0).empty());
+}
+
+// Pinned with Python's hashlib (docs/format_keys.md, chunk keys).
+TEST(KeysTest, ChunkKeyGoldenValues) {
+  KeyHasher s(HashKind::kSha256);
+  const auto keys = s.ChunkKeys({}, Tokens(20), 16);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0].ToHex(), "ddba26c26493974dcedf46bf595aef03");
+  EXPECT_EQ(keys[1].ToHex(), "1950d4cff5b377891e4d55ba8732066c");
+}
+
 TEST(KeysTest, HexRoundTripAndErrors) {
   BlockKey k{0x0123456789abcdefull, 0xfedcba9876543210ull};
   EXPECT_EQ(k.ToHex(), "fedcba98765432100123456789abcdef");

@@ -59,11 +59,11 @@ void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, flo
   }
 }
 
-// in/out: q (n, dim), k (n, kv_dim) of positions pos0..pos0+n-1.
+// in/out: q (n, dim) (or null), k (n, kv_dim) of positions pos[0..n-1].
 // Rotates each head's pairs (v[2f], v[2f+1]) by pos * theta^(-2f/head_size).
 // Angles and their cos/sin are computed in double and rounded once to
 // float, so they stay accurate at large positions (run.c uses float angles).
-void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, uint32_t pos0, float theta) {
+void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, const uint32_t* pos, float theta) {
   constexpr int kChunk = 32;  // frequencies handled per pass, on the stack
   const int half = head_size / 2;
   for (int f0 = 0; f0 < half; f0 += kChunk) {
@@ -71,11 +71,11 @@ void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, uint32_
     double freq[kChunk];
     for (int f = 0; f < m; ++f) freq[f] = std::pow(static_cast<double>(theta), -2.0 * (f0 + f) / head_size);
     for (int t = 0; t < n; ++t) {
-      const double pos = static_cast<double>(pos0) + t;
+      const double p = static_cast<double>(pos[t]);
       float cr[kChunk], ci[kChunk];
       for (int f = 0; f < m; ++f) {
-        cr[f] = static_cast<float>(std::cos(pos * freq[f]));
-        ci[f] = static_cast<float>(std::sin(pos * freq[f]));
+        cr[f] = static_cast<float>(std::cos(p * freq[f]));
+        ci[f] = static_cast<float>(std::sin(p * freq[f]));
       }
       auto rotate = [&](float* vec, int width) {
         for (int h = 0; h < width; h += head_size) {
@@ -87,24 +87,24 @@ void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, uint32_
           }
         }
       };
-      rotate(q + static_cast<size_t>(t) * dim, dim);
+      if (q != nullptr) rotate(q + static_cast<size_t>(t) * dim, dim);
       rotate(k + static_cast<size_t>(t) * kv_dim, kv_dim);
     }
   }
 }
 
-// in: q (n, dim) of positions pos0..pos0+n-1, cache K/V (after RoPE) of
-// positions 0..pos0+n-1 at `layer`; out: o (n, dim); scratch: att (pos0+n).
+// in: q (n, dim) of positions pos[0..n-1], cache K/V (after RoPE) of
+// positions 0..pos[t] at `layer`; out: o (n, dim); scratch: att (pos[n-1]+1).
 // Query head h reads kv head h / (n_heads / n_kv_heads); position p takes
 // a softmax over keys 0..p (scaled by 1/sqrt(head_size)) and sums their V
 // rows in order 0..p.
-void Attention(const float* q, const KvCache& cache, int layer, uint32_t pos0, int n, const Config& c, float* att,
+void Attention(const float* q, const KvCache& cache, int layer, const uint32_t* pos, int n, const Config& c, float* att,
                float* o) {
   const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size(), group = c.n_heads / c.n_kv_heads;
   const uint32_t bt = cache.block_tokens();
   const float sqrt_hs = std::sqrt(static_cast<float>(hs));
   for (int t = 0; t < n; ++t) {
-    const uint32_t p = pos0 + t;
+    const uint32_t p = pos[t];
     for (int h = 0; h < c.n_heads; ++h) {
       const float* qh = q + static_cast<size_t>(t) * dim + h * hs;
       const int kv_off = (h / group) * hs;
@@ -173,18 +173,55 @@ void Transformer::Embed(std::span<const int> tokens, float* x) {
 }
 
 void Transformer::Layer(int layer, uint32_t pos0, uint32_t n, float* x, KvCache& cache) {
+  assert(uint64_t{pos0} + n <= cache.max_positions());
+  pos_.resize(n);
+  for (uint32_t t = 0; t < n; ++t) pos_[t] = pos0 + t;
+  LayerImpl(layer, pos_.data(), n, x, cache);
+}
+
+void Transformer::LayerAt(int layer, std::span<const uint32_t> positions, float* x, KvCache& cache) {
+  assert(!attention_hook_);
+  assert(std::is_sorted(positions.begin(), positions.end()));
+  assert(positions.empty() || positions.back() < cache.max_positions());
+  LayerImpl(layer, positions.data(), static_cast<uint32_t>(positions.size()), x, cache);
+}
+
+void Transformer::RotateKeys(float* k, std::span<const uint32_t> positions) const {
+  const Config& c = model_.config;
+  Rope(nullptr, k, static_cast<int>(positions.size()), c.dim, c.kv_dim(), c.head_size(), positions.data(), c.rope_theta);
+}
+
+void Transformer::KeysValuesAt(int layer, std::span<const uint32_t> positions, const float* x, KvCache& cache) {
+  const Config& c = model_.config;
+  const LayerWeights& w = model_.weights.layers[layer];
+  const int dim = c.dim, kv_dim = c.kv_dim(), nn = static_cast<int>(positions.size());
+  if (nn == 0) return;
+  Grow(xb_, positions.size() * dim);
+  Grow(k_, positions.size() * kv_dim);
+  Grow(v_, positions.size() * kv_dim);
+  RmsNorm(x, w.rms_att.data(), nn, dim, c.norm_eps, xb_.data());
+  MatMul(xb_.data(), w.wk.data(), nn, dim, kv_dim, k_.data());
+  MatMul(xb_.data(), w.wv.data(), nn, dim, kv_dim, v_.data());
+  Rope(nullptr, k_.data(), nn, dim, kv_dim, c.head_size(), positions.data(), c.rope_theta);
+  for (int t = 0; t < nn; ++t) {
+    std::memcpy(cache.k(layer, positions[t]), k_.data() + size_t(t) * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(cache.v(layer, positions[t]), v_.data() + size_t(t) * kv_dim, kv_dim * sizeof(float));
+  }
+}
+
+void Transformer::LayerImpl(int layer, const uint32_t* pos, uint32_t n, float* x, KvCache& cache) {
   const Config& c = model_.config;
   assert(layer >= 0 && layer < c.n_layers);
   assert(cache.layers() == c.n_layers && cache.kv_dim() == c.kv_dim());
-  assert(uint64_t{pos0} + n <= cache.max_positions());
   if (n == 0) return;
+  const uint32_t pos0 = pos[0];
   const LayerWeights& w = model_.weights.layers[layer];
   const int dim = c.dim, kv_dim = c.kv_dim(), hidden = c.hidden_dim, nn = static_cast<int>(n);
   Grow(xb_, size_t{n} * dim);
   Grow(q_, size_t{n} * dim);
   Grow(k_, size_t{n} * kv_dim);
   Grow(v_, size_t{n} * kv_dim);
-  Grow(att_, size_t{pos0} + n);
+  Grow(att_, size_t{pos[n - 1]} + 1);
   Grow(hb_, size_t{n} * hidden);
   Grow(hb2_, size_t{n} * hidden);
 
@@ -193,17 +230,19 @@ void Transformer::Layer(int layer, uint32_t pos0, uint32_t n, float* x, KvCache&
   MatMul(xb_.data(), w.wq.data(), nn, dim, dim, q_.data());
   MatMul(xb_.data(), w.wk.data(), nn, dim, kv_dim, k_.data());
   MatMul(xb_.data(), w.wv.data(), nn, dim, kv_dim, v_.data());
-  Rope(q_.data(), k_.data(), nn, dim, kv_dim, c.head_size(), pos0, c.rope_theta);
+  if (key_sink_)
+    for (uint32_t t = 0; t < n; ++t) key_sink_(layer, pos[t], k_.data() + size_t{t} * kv_dim);
+  Rope(q_.data(), k_.data(), nn, dim, kv_dim, c.head_size(), pos, c.rope_theta);
   if (query_sink_)
-    for (uint32_t t = 0; t < n; ++t) query_sink_(layer, pos0 + t, q_.data() + size_t{t} * dim);
+    for (uint32_t t = 0; t < n; ++t) query_sink_(layer, pos[t], q_.data() + size_t{t} * dim);
   for (uint32_t t = 0; t < n; ++t) {
-    std::memcpy(cache.k(layer, pos0 + t), k_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
-    std::memcpy(cache.v(layer, pos0 + t), v_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(cache.k(layer, pos[t]), k_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(cache.v(layer, pos[t]), v_.data() + size_t{t} * kv_dim, kv_dim * sizeof(float));
   }
   if (attention_hook_) {
     attention_hook_(layer, pos0, n, q_.data(), cache, xb_.data());
   } else {
-    Attention(q_.data(), cache, layer, pos0, nn, c, att_.data(), xb_.data());  // xb_ is free again
+    Attention(q_.data(), cache, layer, pos, nn, c, att_.data(), xb_.data());  // xb_ is free again
   }
   MatMul(xb_.data(), w.wo.data(), nn, dim, dim, q_.data());                  // and now q_
   Add(x, q_.data(), size_t{n} * dim);

@@ -36,6 +36,20 @@ class Transformer {
   // x (n, dim) -> x (n, dim). Writes K (after RoPE) and V of those positions
   // into `cache` at layer `layer`; attends over positions 0..pos0+i.
   void Layer(int layer, uint32_t pos0, uint32_t n, float* x, KvCache& cache);
+  // The same block for tokens at arbitrary ascending `positions` (selective
+  // recompute, engine/blend.cc): x (n, dim) -> x (n, dim); writes their K and
+  // V; token t attends over cache positions 0..positions[t], whatever wrote
+  // them. Bit-identical to Layer for contiguous positions. Not with an
+  // attention hook.
+  void LayerAt(int layer, std::span<const uint32_t> positions, float* x, KvCache& cache);
+  // RoPE of n key rows k (n, kv_dim), given before RoPE, at `positions`:
+  // the exact rotation Layer applies, so restoring pre-RoPE keys at new
+  // positions gives the bytes a prefill would have written for them.
+  void RotateKeys(float* k, std::span<const uint32_t> positions) const;
+  // Only the K (after RoPE) and V a layer would write for tokens x (n, dim)
+  // at `positions`, into `cache`: the bytes LayerAt writes, without the
+  // attention and FFN (CacheBlend's check layer). x is unchanged.
+  void KeysValuesAt(int layer, std::span<const uint32_t> positions, const float* x, KvCache& cache);
   // Final RMSNorm and classifier of one position: x (dim) -> logits (vocab).
   void Logits(const float* x, float* logits);
 
@@ -48,6 +62,10 @@ class Transformer {
   // floats, head-major). Used by `flatkv dump-kv`.
   using QuerySink = std::function<void(int layer, uint32_t pos, const float* q)>;
   void set_query_sink(QuerySink sink) { query_sink_ = std::move(sink); }
+  // Optional observer of the keys before RoPE (kv_dim floats per position),
+  // what a chunk keeps in the store (docs/blend.md).
+  using KeySink = std::function<void(int layer, uint32_t pos, const float* k)>;
+  void set_key_sink(KeySink sink) { key_sink_ = std::move(sink); }
 
   // Optional replacement of the attention step, for attention over a
   // compacted KV (attention/compact.h). Layer calls it after writing the new
@@ -59,10 +77,13 @@ class Transformer {
   void set_attention_hook(AttentionHook hook) { attention_hook_ = std::move(hook); }
 
  private:
+  void LayerImpl(int layer, const uint32_t* pos, uint32_t n, float* x, KvCache& cache);
   QuerySink query_sink_;
+  KeySink key_sink_;
   AttentionHook attention_hook_;
   const Model& model_;
   std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, out_;  // scratch
+  std::vector<uint32_t> pos_;                                 // Layer's positions
 };
 
 // Sampling: greedy when temperature == 0, otherwise temperature then top-p

@@ -1,10 +1,11 @@
-// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench codecs`,
+// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench codecs`,
 // `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `serve`, `stats`,
 // `generate`, `perplexity`, `dump-kv`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
 
 #include "tools/bench_attention.h"
+#include "tools/bench_blend.h"
 #include "tools/bench_codecs.h"
 #include "tools/bench_engine.h"
 #include "tools/bench_metadata.h"
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_codecs = AddBenchCodecsCommand(*bench, codecs_args);
   BenchEngineArgs engine_args;
   CLI::App* bench_engine = AddBenchEngineCommand(*bench, engine_args);
+  BenchBlendArgs blend_args;
+  CLI::App* bench_blend = AddBenchBlendCommand(*bench, blend_args);
   BenchAttentionArgs attention_args;
   CLI::App* bench_attention = AddBenchAttentionCommand(*bench, attention_args);
   BenchServeArgs serve_bench_args;
@@ -60,6 +63,7 @@ int main(int argc, char** argv) {
   }
   if (restore->parsed()) return RunBenchRestore(restore_args);
   if (bench_engine->parsed()) return RunBenchEngine(engine_args);
+  if (bench_blend->parsed()) return RunBenchBlend(blend_args);
   if (bench_attention->parsed()) return RunBenchAttention(attention_args);
   if (bench_codecs->parsed()) return RunBenchCodecs(codecs_args);
   if (stats->parsed()) return RunStats(stats_args);

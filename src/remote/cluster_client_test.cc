@@ -3,6 +3,7 @@
 // (scripts/redis-cluster.sh; CMakeLists.txt) and stopped by it, on failure
 // too. Also: the slot hash, and malformed replies from a fake server.
 #include "remote/cluster_client.h"
+#include "remote/cluster_test_util.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -111,19 +112,8 @@ TEST(ClusterClientFakeTest, BadSeedsAreRefusedByName) {
   EXPECT_NE(c.status().message().find("localhost"), std::string::npos);
 }
 
-// The cluster the RedisCluster fixture started: its directory holds `seeds`
-// and one folder per node (redis.pid, redis.conf).
-std::string ClusterDir() { return FLATKV_REDIS_CLUSTER_DIR; }
-
-std::vector<std::string> Seeds() {
-  std::ifstream in(ClusterDir() + "/seeds");
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string s; std::getline(ss, s, ',');) out.push_back(s);
-  return out;
-}
+using cluster_testing::ClusterDir;
+std::vector<std::string> Seeds() { return cluster_testing::LocalClusterSeeds(); }
 
 class ClusterClientTest : public ::testing::Test {
  protected:

@@ -2,6 +2,7 @@
 // (ctest's RedisCluster fixture): round trips, shared prefixes published
 // once, evicted, corrupted and stale objects as misses, never wrong bytes.
 #include "remote/remote_tier.h"
+#include "remote/cluster_test_util.h"
 
 #include <unistd.h>
 
@@ -20,15 +21,7 @@ namespace {
 constexpr uint32_t kLayers = 4;
 constexpr uint64_t kSlice = 64 << 10;  // bytes per block per layer
 
-std::vector<std::string> Seeds() {
-  std::ifstream in(std::string(FLATKV_REDIS_CLUSTER_DIR) + "/seeds");
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string s; std::getline(ss, s, ',');) out.push_back(s);
-  return out;
-}
+std::vector<std::string> Seeds() { return cluster_testing::LocalClusterSeeds(); }
 
 // A chain of `blocks` keys whose first `shared` equal `base`'s (chained
 // hashing: same tokens, same keys).

@@ -323,6 +323,89 @@ flatkv_status* flatkv_store_stats_json(flatkv_store* store, char* buf, uint64_t 
  * convention as flatkv_store_stats_json. */
 flatkv_status* flatkv_store_options_json(flatkv_store* store, char* buf, uint64_t capacity, uint64_t* needed);
 
+/* ---------------------------------------------------------------- chunks */
+
+/* Reuse of a chunk (a retrieved document, a tool output, a file) wherever
+ * it sits in a prompt, behind any prefix (docs/blend.md, "The C and Python
+ * API"). A chunk's keys hash the namespace and the chunk's own tokens only,
+ * and its trailing partial block gets a key too. Its KV is computed on its
+ * own, at positions 0..n-1, and stored with K *before* RoPE, so that a
+ * restore can place it at any positions by rotating K there. Which of the
+ * placed tokens to recompute (CacheBlend's selection) is the engine's work.
+ *
+ * A chunk's KV in caller memory ("chunk rows", the layout of every call
+ * below): layer l of an n-token chunk starts at l * n * token_layer_bytes,
+ * where token_layer_bytes = flatkv_store_token_layer_bytes(store); in it,
+ * MHA/GQA: n rows of K, then n rows of V, each row one token's
+ * kv_heads * head_dim elements (head-major) in the store's dtype;
+ * MLA: n rows of latent_dim + rope_dim elements, the RoPE key last. In the
+ * store a chunk block's layer slice holds its block_tokens rows the same way
+ * (K rows then V rows), the tail of a partial block zero-filled. */
+
+/* Keys of a chunk of n_tokens (>= 1): ceil(n_tokens / block_tokens) of
+ * them, the last covering the partial block. Fails with INVALID_ARGUMENT
+ * when keys_capacity is too small. */
+flatkv_status* flatkv_namespace_chunk_keys(const flatkv_namespace* ns, const uint32_t* tokens, uint64_t n_tokens,
+                                           uint32_t block_tokens, flatkv_key* keys, uint64_t keys_capacity,
+                                           uint64_t* n_keys);
+/* The session a chunk is stored under, from its first chunk key (its low
+ * word with the top bit set); flatkv_store_drop_session frees the chunk. */
+uint64_t flatkv_chunk_session(flatkv_key first_chunk_key);
+
+/* Bytes of one token's slice of one layer (2 * kv_heads * head_dim or
+ * latent_dim + rope_dim elements); 0 for NULL. A chunk of n tokens takes
+ * layers * n * this many bytes in chunk rows. */
+uint64_t flatkv_store_token_layer_bytes(const flatkv_store* store);
+
+/* Stores a chunk: `tokens` (n_tokens >= 1) and its KV in chunk rows,
+ * exactly layers * n_tokens * token_layer_bytes bytes, computed on its own
+ * at positions 0..n_tokens-1 with K before RoPE. Put flags as
+ * flatkv_store_put. Blocks already stored are skipped. */
+flatkv_status* flatkv_store_put_chunk(flatkv_store* store, const flatkv_namespace* ns, const uint32_t* tokens,
+                                      uint64_t n_tokens, const void* data, uint64_t data_bytes, uint32_t flags);
+
+/* One chunk of a prompt: tokens[begin, begin + length). */
+typedef struct flatkv_chunk {
+  uint64_t begin;
+  uint64_t length;
+} flatkv_chunk;
+
+/* Which chunks of a prompt are cached (no data I/O): cached_tokens[i] is
+ * chunks[i].length when all of chunk i is stored, else the tokens of its
+ * leading stored whole blocks (a multiple of block_tokens; 0 on a miss).
+ * Chunks must lie inside tokens[0, n_tokens) and be non-empty; they may
+ * overlap and come in any order. */
+flatkv_status* flatkv_store_lookup_chunks(flatkv_store* store, const flatkv_namespace* ns, const uint32_t* tokens,
+                                          uint64_t n_tokens, const flatkv_chunk* chunks, uint64_t n_chunks,
+                                          uint64_t* cached_tokens);
+
+/* How the model applies RoPE to keys, for re-rotation. Frequency f of a
+ * head rotates a pair by pos * theta^(-2f / rotary_dim). */
+typedef enum flatkv_rope_style {
+  FLATKV_ROPE_INTERLEAVED = 1, /* pairs (2f, 2f + 1): llama2.c, Meta's llama, GPT-J */
+  FLATKV_ROPE_NEOX = 2         /* pairs (f, f + rotary_dim / 2): GPT-NeoX, Hugging Face / vLLM llama */
+} flatkv_rope_style;
+
+typedef struct flatkv_rope {
+  double theta;        /* base, > 0 (10000 for llama 2, 500000 for llama 3) */
+  uint32_t rotary_dim; /* leading elements of each head rotated, even; 0: the whole head (MLA: the RoPE key) */
+  int32_t style;       /* flatkv_rope_style */
+} flatkv_rope;
+/* Frequency scaling (llama 3.1's, YaRN, NTK) is not modelled: for such a
+ * model restore with rope NULL and rotate with the model's own kernel. */
+
+/* Restores a chunk into `dst` (chunk rows of n_tokens, at least layers *
+ * n_tokens * token_layer_bytes bytes) with its keys rotated to positions
+ * pos0 .. pos0 + n_tokens - 1 by `rope`; rope NULL delivers K as stored,
+ * before RoPE. V is delivered as stored. In f16/bf16 a rotated key is
+ * computed in float and rounded to nearest; in f32 it is bit for bit the
+ * key a prefill with the same RoPE writes. *n_restored: the leading tokens
+ * valid in dst (n_tokens when the chunk is wholly stored, whole blocks
+ * otherwise, 0 on a miss); rows past them are left as they were. */
+flatkv_status* flatkv_store_restore_chunk(flatkv_store* store, const flatkv_namespace* ns, const uint32_t* tokens,
+                                          uint64_t n_tokens, const flatkv_rope* rope, uint64_t pos0, void* dst,
+                                          uint64_t dst_bytes, uint64_t* n_restored);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -88,6 +88,10 @@ class KeyHasher {
   uint64_t seed_;
 };
 
+// The session a chunk's blocks are stored under (contiguous, layer-major, as
+// every session): its first chunk key's low word with the top bit set.
+inline uint64_t ChunkSession(const BlockKey& first_chunk_key) { return first_chunk_key.lo | (uint64_t{1} << 63); }
+
 }  // namespace flatkv
 
 template <>

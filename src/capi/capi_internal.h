@@ -17,6 +17,7 @@
 #include "flatkv/keys.h"
 #include "flatkv/options.h"
 #include "flatkv/placement.h"
+#include "flatkv/shape.h"
 #include "flatkv/stats.h"
 #include "flatkv/status.h"
 #include "flatkv/store.h"
@@ -48,6 +49,7 @@ struct Geometry {
   uint32_t block_tokens = 0;
   uint64_t block_layer_bytes = 0;
   uint64_t block_bytes = 0;
+  KvShape shape;  // what the bytes of a token's layer slice are (the chunk calls read it)
 };
 
 // A restore in flight, consumed in layer order (flatkv_restore_*).
@@ -95,6 +97,9 @@ inline std::byte* Destination(std::byte* dst, flatkv_layout layout, const Geomet
   if (layout == FLATKV_LAYOUT_LAYER_MAJOR) return dst + (uint64_t{layer} * n + block) * g.block_layer_bytes;
   return dst + uint64_t{block} * g.block_bytes + uint64_t{layer} * g.block_layer_bytes;
 }
+
+// The placement hint of flatkv_store_put's flags (at most one hint).
+Result<PutHint> PutHintOf(uint32_t flags);
 
 // Parses a daemon's or a store's stats JSON (StoreStats::ToJson's keys, at
 // the top level or under "store").

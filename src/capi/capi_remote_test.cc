@@ -203,3 +203,57 @@ TEST_F(CapiRemoteTest, TenantsAreIsolatedAndErrorsCarryMessages) {
 
 }  // namespace
 }  // namespace flatkv
+
+// The chunk calls through a daemon: the geometry (shape, dtype) comes from
+// the daemon, a chunk put by one client is found and re-rotated for
+// another, and the tenant salt keeps it from a second tenant.
+namespace flatkv {
+namespace {
+
+TEST_F(CapiRemoteTest, ChunksThroughTheDaemon) {
+  flatkv_store* a = Open(server_->unix_address(), kTokenA);
+  flatkv_store* a_tcp = Open(server_->tcp_address(), kTokenA);
+  flatkv_store* b = Open(server_->unix_address(), kTokenB);
+  ASSERT_TRUE(a && a_tcp && b);
+  flatkv_namespace* ns = nullptr;
+  ASSERT_EQ(Err(flatkv_namespace_create(FLATKV_HASH_XXH3, FLATKV_DEFAULT_HASH_SEED, "m", nullptr, nullptr, &ns)), "");
+  const uint64_t n = 100, tlb = flatkv_store_token_layer_bytes(a), layers = flatkv_store_layers(a);
+  EXPECT_EQ(tlb * 64, flatkv_store_block_layer_bytes(a));  // stories260K: f32, 2 x 4 heads x 8
+  std::vector<uint32_t> tokens(n);
+  for (uint64_t i = 0; i < n; ++i) tokens[i] = 7 + uint32_t(i * 3);
+  std::vector<float> rows(layers * n * tlb / sizeof(float));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(i % 97) / 13.0f - 3.0f;
+  ASSERT_EQ(Err(flatkv_store_put_chunk(a, ns, tokens.data(), n, rows.data(), rows.size() * 4, 0)), "");
+  const flatkv_chunk whole = {0, n};
+  uint64_t cached = 0;
+  EXPECT_EQ(Err(flatkv_store_lookup_chunks(a_tcp, ns, tokens.data(), n, &whole, 1, &cached)), "");
+  EXPECT_EQ(cached, n);
+  EXPECT_EQ(Err(flatkv_store_lookup_chunks(b, ns, tokens.data(), n, &whole, 1, &cached)), "");
+  EXPECT_EQ(cached, 0u) << "another tenant must not see tenant a's chunk";
+  // Re-rotated over TCP: the rows as an embedded re-rotation gives them.
+  const flatkv_rope rope = {10000.0, 0, FLATKV_ROPE_INTERLEAVED};
+  std::vector<float> remote(rows.size()), plain(rows.size());
+  uint64_t restored = 0;
+  ASSERT_EQ(Err(flatkv_store_restore_chunk(a_tcp, ns, tokens.data(), n, &rope, 300, remote.data(), remote.size() * 4,
+                                           &restored)), "");
+  EXPECT_EQ(restored, n);
+  ASSERT_EQ(Err(flatkv_store_restore_chunk(a, ns, tokens.data(), n, nullptr, 0, plain.data(), plain.size() * 4,
+                                           &restored)), "");
+  EXPECT_EQ(plain, rows);
+  const uint64_t kv = tlb / 2 / sizeof(float);
+  EXPECT_NE(std::memcmp(remote.data(), rows.data(), n * kv * 4), 0) << "K must be rotated";
+  EXPECT_EQ(std::memcmp(remote.data() + n * kv, rows.data() + n * kv, n * kv * 4), 0) << "V must be as stored";
+  // The chunk is a session of its own: dropping it frees it.
+  flatkv_key first;
+  uint64_t nk = 0;
+  ASSERT_EQ(Err(flatkv_namespace_chunk_keys(ns, tokens.data(), n, 64, &first, 1, &nk)), "InvalidArgument: flatkv_namespace_chunk_keys: 100 tokens make 2 chunk blocks of 64, keys holds 1");
+  std::vector<flatkv_key> keys(2);
+  ASSERT_EQ(Err(flatkv_namespace_chunk_keys(ns, tokens.data(), n, 64, keys.data(), 2, &nk)), "");
+  EXPECT_EQ(Err(flatkv_store_drop_session(a, flatkv_chunk_session(keys[0]))), "");
+  EXPECT_EQ(Err(flatkv_store_lookup_chunks(a, ns, tokens.data(), n, &whole, 1, &cached)), "");
+  EXPECT_EQ(cached, 0u);
+  flatkv_namespace_destroy(ns);
+}
+
+}  // namespace
+}  // namespace flatkv

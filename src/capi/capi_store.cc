@@ -78,6 +78,8 @@ Status CopyOut(const std::string& json, char* buf, uint64_t capacity, uint64_t* 
 
 }  // namespace
 
+flatkv::Result<flatkv::PutHint> flatkv::capi::PutHintOf(uint32_t flags) { return HintOf(flags); }
+
 extern "C" {
 
 flatkv_status* flatkv_store_open(const flatkv_options* options, flatkv_store** out) {

@@ -23,6 +23,7 @@ class EmbeddedBackend : public Backend {
  public:
   explicit EmbeddedBackend(std::unique_ptr<Store> store) : store_(std::move(store)) {
     geometry_.layers = store_->options().shape.layers;
+    geometry_.shape = store_->options().shape;
     geometry_.block_tokens = store_->options().block_tokens;
     geometry_.block_layer_bytes = store_->BlockLayerBytes();
     geometry_.block_bytes = store_->BlockBytes();

@@ -196,6 +196,7 @@ class RemoteBackend : public Backend {
  public:
   RemoteBackend(std::unique_ptr<Pool> pool, const service::ServerInfo& info) : pool_(std::move(pool)) {
     g_.layers = info.shape.layers;
+    g_.shape = info.shape;
     g_.block_tokens = info.block_tokens;
     g_.block_layer_bytes = info.block_layer_bytes;
     g_.block_bytes = info.block_bytes;

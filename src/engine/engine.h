@@ -153,7 +153,7 @@ class Engine {
   // The prefix's new full blocks are stored under `session` (after the logits).
   Result<BlendResult> Blend(SessionId session, const BlendPrompt& prompt, const BlendOptions& options);
   // The session a chunk is stored under: its first chunk key, top bit set.
-  static SessionId ChunkSession(const BlockKey& first_chunk_key) { return first_chunk_key.lo | (1ull << 63); }
+  static SessionId ChunkSession(const BlockKey& first_chunk_key) { return flatkv::ChunkSession(first_chunk_key); }
   const model::KvCache& kv_cache() const { return cache_; }
 
   const BlockKey& namespace_digest() const { return ns_; }

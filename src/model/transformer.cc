@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "model/fp_math.h"
+#include "model/rope.h"
 
 // Fused multiply-add rounds differently from a multiply then an add, and a
 // compiler may fuse one copy of an expression (a vector loop body) but not
@@ -59,38 +60,15 @@ void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, flo
   }
 }
 
-// in/out: q (n, dim) (or null), k (n, kv_dim) of positions pos[0..n-1].
-// Rotates each head's pairs (v[2f], v[2f+1]) by pos * theta^(-2f/head_size).
-// Angles and their cos/sin are computed in double and rounded once to
-// float, so they stay accurate at large positions (run.c uses float angles).
+// in/out: q (n, dim) (or null), k (n, kv_dim) of positions pos[0..n-1]:
+// llama2.c's interleaved RoPE over whole heads (model/rope.h), with angles
+// and their cos/sin in double, rounded once to float, so they stay accurate
+// at large positions (run.c uses float angles).
 void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, const uint32_t* pos, float theta) {
-  constexpr int kChunk = 32;  // frequencies handled per pass, on the stack
-  const int half = head_size / 2;
-  for (int f0 = 0; f0 < half; f0 += kChunk) {
-    const int m = std::min(kChunk, half - f0);
-    double freq[kChunk];
-    for (int f = 0; f < m; ++f) freq[f] = std::pow(static_cast<double>(theta), -2.0 * (f0 + f) / head_size);
-    for (int t = 0; t < n; ++t) {
-      const double p = static_cast<double>(pos[t]);
-      float cr[kChunk], ci[kChunk];
-      for (int f = 0; f < m; ++f) {
-        cr[f] = static_cast<float>(std::cos(p * freq[f]));
-        ci[f] = static_cast<float>(std::sin(p * freq[f]));
-      }
-      auto rotate = [&](float* vec, int width) {
-        for (int h = 0; h < width; h += head_size) {
-          float* p = vec + h + 2 * f0;
-          for (int f = 0; f < m; ++f) {
-            const float v0 = p[2 * f], v1 = p[2 * f + 1];
-            p[2 * f] = v0 * cr[f] - v1 * ci[f];
-            p[2 * f + 1] = v0 * ci[f] + v1 * cr[f];
-          }
-        }
-      };
-      if (q != nullptr) rotate(q + static_cast<size_t>(t) * dim, dim);
-      rotate(k + static_cast<size_t>(t) * kv_dim, kv_dim);
-    }
-  }
+  const RopeSpec spec{static_cast<double>(theta), 0, RopeStyle::kInterleaved};
+  const auto hs = static_cast<uint32_t>(head_size);
+  if (q != nullptr) ApplyRope(q, static_cast<uint32_t>(n), dim, 0, static_cast<uint32_t>(dim) / hs, hs, pos, spec);
+  ApplyRope(k, static_cast<uint32_t>(n), kv_dim, 0, static_cast<uint32_t>(kv_dim) / hs, hs, pos, spec);
 }
 
 // in: q (n, dim) of positions pos[0..n-1], cache K/V (after RoPE) of

@@ -228,6 +228,33 @@ OptionsPtr NewOptions() {
   return o;
 }
 
+// Token ids from a 1-D sequence or array, each checked to fit a uint32.
+std::vector<uint32_t> ToTokens(const py::object& obj) {
+  auto t = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+  if (!t || t.ndim() != 1) throw py::type_error("tokens must be a 1-D sequence of token ids");
+  std::vector<uint32_t> tokens(static_cast<size_t>(t.size()));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int64_t v = t.data()[i];
+    if (v < 0 || v > int64_t{UINT32_MAX})
+      throw py::value_error("token " + std::to_string(i) + " is " + std::to_string(v) + ", outside 0..2^32-1");
+    tokens[i] = static_cast<uint32_t>(v);
+  }
+  return tokens;
+}
+
+// RoPE styles by name, one row per C constant.
+constexpr std::pair<const char*, int32_t> kRopeStyles[] = {
+    {"interleaved", FLATKV_ROPE_INTERLEAVED},
+    {"neox", FLATKV_ROPE_NEOX},
+};
+
+// flatkv.Rope: how the model rotates keys (flatkv_rope).
+struct Rope {
+  double theta = 10000.0;
+  uint32_t rotary_dim = 0;
+  std::string style = "interleaved";
+};
+
 class Namespace {
  public:
   Namespace(const std::string& model_fingerprint, const std::string& adapter, const std::string& tenant,
@@ -247,16 +274,10 @@ class Namespace {
 
   py::array_t<uint64_t> Digest() const { return FromKeys({flatkv_namespace_digest(ns_)}); }
 
+  const flatkv_namespace* get() const { return ns_; }
+
   py::array_t<uint64_t> Keys(const py::object& tokens_obj, uint32_t block_tokens, const py::object& parent) const {
-    auto t = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(tokens_obj);
-    if (!t || t.ndim() != 1) throw py::type_error("tokens must be a 1-D sequence of token ids");
-    std::vector<uint32_t> tokens(static_cast<size_t>(t.size()));
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const int64_t v = t.data()[i];
-      if (v < 0 || v > int64_t{UINT32_MAX})
-        throw py::value_error("token " + std::to_string(i) + " is " + std::to_string(v) + ", outside 0..2^32-1");
-      tokens[i] = static_cast<uint32_t>(v);
-    }
+    const std::vector<uint32_t> tokens = ToTokens(tokens_obj);
     std::optional<flatkv_key> p;
     if (!parent.is_none()) {
       auto k = ToKeys(parent);
@@ -270,6 +291,20 @@ class Namespace {
       py::gil_scoped_release release;
       st = flatkv_namespace_keys(ns_, p ? &*p : nullptr, tokens.data(), tokens.size(), block_tokens, keys.data(),
                                  keys.size(), &n);
+    }
+    Check(st);
+    keys.resize(n);
+    return FromKeys(keys);
+  }
+
+  py::array_t<uint64_t> ChunkKeys(const py::object& tokens_obj, uint32_t block_tokens) const {
+    const std::vector<uint32_t> tokens = ToTokens(tokens_obj);
+    std::vector<flatkv_key> keys(block_tokens ? (tokens.size() + block_tokens - 1) / block_tokens : 0);
+    uint64_t n = 0;
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_namespace_chunk_keys(ns_, tokens.data(), tokens.size(), block_tokens, keys.data(), keys.size(), &n);
     }
     Check(st);
     keys.resize(n);
@@ -523,6 +558,65 @@ class Store {
     Check(st);
   }
 
+  uint64_t token_layer_bytes() const { return flatkv_store_token_layer_bytes(s_); }
+
+  void PutChunk(const Namespace& ns, const py::object& tokens_obj, const py::object& data, const py::object& hint) {
+    const uint32_t flags = hint.is_none() ? 0 : static_cast<uint32_t>(ToEnum(hint, "hint", kPutHints));
+    const std::vector<uint32_t> tokens = ToTokens(tokens_obj);
+    Buffer buf(data, false, "data");
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_store_put_chunk(s_, ns.get(), tokens.data(), tokens.size(), buf.data(), buf.bytes(), flags);
+    }
+    Check(st);
+  }
+
+  std::vector<uint64_t> LookupChunks(const Namespace& ns, const py::object& tokens_obj, const py::object& chunks_obj) {
+    const std::vector<uint32_t> tokens = ToTokens(tokens_obj);
+    if (py::isinstance<py::str>(chunks_obj) || !py::isinstance<py::sequence>(chunks_obj))
+      throw py::type_error("chunks must be a list of (begin, length) pairs, got " + TypeName(chunks_obj));
+    std::vector<flatkv_chunk> chunks;
+    for (const auto& c : chunks_obj.cast<py::sequence>()) {
+      if (!py::isinstance<py::sequence>(c) || py::len(c) != 2)
+        throw py::type_error("chunks[" + std::to_string(chunks.size()) + "] must be a (begin, length) pair, got " +
+                             Repr(c));
+      auto pair = c.cast<py::sequence>();
+      chunks.push_back({ToU64(pair[0], "chunk begin"), ToU64(pair[1], "chunk length")});
+    }
+    std::vector<uint64_t> cached(chunks.size());
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_store_lookup_chunks(s_, ns.get(), tokens.data(), tokens.size(), chunks.data(), chunks.size(),
+                                      cached.data());
+    }
+    Check(st);
+    return cached;
+  }
+
+  uint64_t RestoreChunk(const Namespace& ns, const py::object& tokens_obj, const py::object& out, uint64_t pos0,
+                        const py::object& rope_obj) {
+    const std::vector<uint32_t> tokens = ToTokens(tokens_obj);
+    std::optional<flatkv_rope> rope;
+    if (!rope_obj.is_none()) {
+      if (!py::isinstance<Rope>(rope_obj))
+        throw py::type_error("rope must be a flatkv.Rope or None, got " + TypeName(rope_obj));
+      const Rope& r = rope_obj.cast<const Rope&>();
+      rope = flatkv_rope{r.theta, r.rotary_dim, ToEnum(py::str(r.style), "rope.style", kRopeStyles)};
+    }
+    Buffer buf(out, true, "out");
+    uint64_t n = 0;
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_store_restore_chunk(s_, ns.get(), tokens.data(), tokens.size(), rope ? &*rope : nullptr, pos0,
+                                      buf.data(), buf.bytes(), &n);
+    }
+    Check(st);
+    return n;
+  }
+
  private:
   // One of the *_json calls, parsed.
   py::object Json(flatkv_status* (*call)(flatkv_store*, char*, uint64_t, uint64_t*)) {
@@ -564,7 +658,27 @@ PYBIND11_MODULE(flatkv, m) {
       .def_property_readonly("digest", &Namespace::Digest, "The parent key of every chain, shape (1, 2).")
       .def("keys", &Namespace::Keys, py::arg("tokens"), py::arg("block_tokens"), py::arg("parent") = py::none(),
            "Keys (uint64 array, shape (n, 2)) of the full blocks of `tokens`, chained from `parent` "
-           "(default: the namespace digest).");
+           "(default: the namespace digest).")
+      .def("chunk_keys", &Namespace::ChunkKeys, py::arg("tokens"), py::arg("block_tokens"),
+           "Chunk keys (shape (ceil(n / block_tokens), 2)) of a chunk's tokens: position-independent, the "
+           "trailing partial block included (docs/blend.md).");
+
+  m.def("chunk_session", [](const py::object& key) {
+        auto k = ToKeys(key);
+        if (k.size() != 1) throw py::value_error("key must be one key, shape (1, 2) or (2,)");
+        return flatkv_chunk_session(k[0]);
+      }, py::arg("first_chunk_key"), "The session a chunk is stored under (drop_session frees it).");
+
+  py::class_<Rope>(m, "Rope", "How a model applies RoPE to keys: theta, rotary_dim (0: the whole head), "
+                              "style \"interleaved\" (llama2.c, Meta llama) or \"neox\" (Hugging Face / vLLM llama).")
+      .def(py::init([](double theta, uint32_t rotary_dim, const std::string& style) {
+             ToEnum(py::str(style), "style", kRopeStyles);
+             return Rope{theta, rotary_dim, style};
+           }),
+           py::arg("theta") = 10000.0, py::arg("rotary_dim") = 0, py::arg("style") = "interleaved")
+      .def_readonly("theta", &Rope::theta)
+      .def_readonly("rotary_dim", &Rope::rotary_dim)
+      .def_readonly("style", &Rope::style);
 
   py::class_<Restore>(m, "Restore", "A restore in flight, consumed layer by layer.")
       .def_property_readonly("hit_blocks", &Restore::hit_blocks)
@@ -586,6 +700,18 @@ PYBIND11_MODULE(flatkv, m) {
       .def_property_readonly("block_tokens", &Store::block_tokens)
       .def_property_readonly("block_layer_bytes", &Store::block_layer_bytes)
       .def_property_readonly("block_bytes", &Store::block_bytes)
+      .def_property_readonly("token_layer_bytes", &Store::token_layer_bytes,
+                             "Bytes of one token's slice of one layer; a chunk of n tokens is layers x n x this.")
+      .def("put_chunk", &Store::PutChunk, py::arg("ns"), py::arg("tokens"), py::arg("data"),
+           py::arg("hint") = py::none(),
+           "Stores a chunk's KV, computed on its own at positions 0.. with K before RoPE, in chunk rows: per layer "
+           "n rows of K then n rows of V (docs/c_api.md).")
+      .def("lookup_chunks", &Store::LookupChunks, py::arg("ns"), py::arg("tokens"), py::arg("chunks"),
+           "For each (begin, length) chunk of the prompt `tokens`, how many of its leading tokens are stored.")
+      .def("restore_chunk", &Store::RestoreChunk, py::arg("ns"), py::arg("tokens"), py::arg("out"),
+           py::arg("pos0") = 0, py::arg("rope") = py::none(),
+           "Restores a chunk into `out` (chunk rows) with K rotated to positions pos0.. by `rope` (None: K as "
+           "stored, before RoPE); returns the leading tokens restored.")
       .def("match", &Store::Match, py::arg("keys"))
       .def("put", &Store::Put, py::arg("session"), py::arg("keys"), py::arg("data"), py::arg("one_shot") = false,
            py::arg("hint") = py::none(),

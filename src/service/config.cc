@@ -243,7 +243,7 @@ Status ApplyShape(const toml::node& n, const std::string& where, KvShape* shape)
 }
 
 Status ApplyTable(const toml::table& root, const std::string& origin, ServerConfig* c) {
-  FLATKV_RETURN_IF_ERROR(CheckKeys(root, origin, {"store", "listen", "tls", "limits", "tenants", "metrics"}));
+  FLATKV_RETURN_IF_ERROR(CheckKeys(root, origin, {"store", "server", "listen", "tls", "limits", "tenants", "metrics"}));
   if (const toml::table* s = root["store"].as_table()) {
     const std::string w = origin + ": store";
     std::set<std::string_view> known = {"shape", "dram_bytes", "dram_fraction", "ssd_dir", "ssd_dirs", "ssd_bytes"};
@@ -267,6 +267,19 @@ Status ApplyTable(const toml::table& root, const std::string& origin, ServerConf
         if (!p) return Status::InvalidArgument(w + ".ssd_dirs: expected strings, got " + Show(e));
         c->store.ssd_dirs.push_back(*p);
       }
+    }
+  }
+  if (const toml::table* t = root["server"].as_table()) {
+    const std::string w = origin + ": server";
+    FLATKV_RETURN_IF_ERROR(CheckKeys(*t, w, {"loop_threads", "workers"}));
+    for (auto [key, out] : {std::pair{"loop_threads", &c->loop_threads}, std::pair{"workers", &c->workers}}) {
+      const toml::node* n = t->get(key);
+      if (!n) continue;
+      const std::string k = w + "." + key;
+      if (!n->is_integer()) return Status::InvalidArgument(k + ": expected an integer, got " + Show(*n));
+      const int64_t v = *n->value<int64_t>();
+      if (v < 1 || v > 256) return Status::InvalidArgument(k + ": " + std::to_string(v) + " is outside 1..256");
+      *out = static_cast<uint32_t>(v);
     }
   }
   if (const toml::table* l = root["listen"].as_table()) {

@@ -56,6 +56,12 @@ struct ServerConfig {
   std::string tls_cert_file;
   std::string tls_key_file;
 
+  // [server] Event-loop threads (each waits on its share of the connections
+  // and answers small requests), and the worker threads kept ready for
+  // requests that can block (more start while all are busy).
+  uint32_t loop_threads = 2;
+  uint32_t workers = 2;
+
   // Largest frame payload accepted or sent, bytes (a put is split by clients to fit).
   uint64_t max_frame_bytes = 64ull << 20;
   // Deadline of a request that names none.

@@ -105,6 +105,15 @@ TEST(ServerConfigTest, InsecureConfigurationsAreRefusedSayingWhatToSet) {
   EXPECT_PRED3(has, msg("[limits]\nmax_unauthenticated_per_peer = 0\n"), "limits.max_unauthenticated_per_peer",
                "0 is outside 1..1048576");
   EXPECT_PRED3(has, msg("[limits]\nmax_restore_ms = \"3s\"\n"), "limits.max_restore_ms", "expected an integer of milliseconds");
+
+  // [server]: the event loops and the workers kept ready.
+  EXPECT_EQ(base.loop_threads, 2u);
+  EXPECT_EQ(base.workers, 2u);
+  ASSERT_TRUE(ApplyConfigToml("[server]\nloop_threads = 4\nworkers = 8\n", "f.toml", &c).ok());
+  EXPECT_EQ(c.loop_threads, 4u);
+  EXPECT_EQ(c.workers, 8u);
+  EXPECT_PRED3(has, msg("[server]\nloop_threads = 0\n"), "server.loop_threads", "0 is outside 1..256");
+  EXPECT_PRED3(has, msg("[server]\nthreads = 2\n"), "server", "threads");
 }
 
 TEST(ServerConfigTest, TomlOverlaysEverySection) {

@@ -1,7 +1,6 @@
 #include "service/connection.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,12 +29,27 @@ struct InFlight {
 }  // namespace
 
 Connection::Connection(Server* server, std::unique_ptr<Conn> conn, bool tls, std::string peer)
-    : server_(server), conn_(std::move(conn)), tls_(tls), peer_(std::move(peer)) {}
+    : server_(server),
+      conn_(std::move(conn)),
+      tls_(tls),
+      peer_(std::move(peer)),
+      login_deadline_(Clock::now() + server->config_.login_timeout) {
+  server_->metrics_.connections_total.fetch_add(1, std::memory_order_relaxed);
+  server_->metrics_.connections_active.fetch_add(1, std::memory_order_relaxed);
+}
 
 Connection::~Connection() {
+  LeaveLogin();
   for (const Window& w : windows_) ::munmap(w.base, w.bytes);
   server_->metrics_.shm_windows.fetch_sub(windows_.size(), std::memory_order_relaxed);
   server_->metrics_.shm_bytes.fetch_sub(window_bytes_, std::memory_order_relaxed);
+  server_->metrics_.connections_active.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Connection::LeaveLogin() {
+  if (!in_login_) return;
+  in_login_ = false;
+  server_->LoggedInOrGone(peer_);
 }
 
 Clock::time_point Connection::WriteDeadline() const { return Clock::now() + server_->config_.io_timeout; }
@@ -46,51 +60,102 @@ Clock::time_point Connection::DeadlineOf(uint32_t deadline_ms, Clock::time_point
                                 : c.default_deadline);
 }
 
-Status Connection::Reply(const std::vector<std::byte>& frame) { return conn_->Write(frame, WriteDeadline()); }
+Status Connection::Send(const std::vector<std::byte>& frame, Clock::time_point deadline) {
+  if (!on_loop_) return conn_->Write(frame, deadline);
+  size_t sent = 0;
+  if (pending_.empty()) {
+    FLATKV_ASSIGN_OR_RETURN(sent, conn_->WriteNow(frame));
+  }
+  pending_.insert(pending_.end(), frame.begin() + static_cast<ptrdiff_t>(sent), frame.end());
+  return Status::Ok();
+}
 
 Status Connection::Error(uint32_t id, const Status& status) {
   if (metrics_) metrics_->errors.fetch_add(1, std::memory_order_relaxed);
   return Reply(wire::EncodeError(id, status));
 }
 
-void Connection::Run() {
+bool Connection::ServeRequest() {
   ServerMetrics& m = server_->metrics_;
-  m.connections_total.fetch_add(1, std::memory_order_relaxed);
-  m.connections_active.fetch_add(1, std::memory_order_relaxed);
-  Status hello = Handshake();
-  server_->LoggedInOrGone(peer_);
-  if (!hello.ok()) {
-    if (hello.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + hello.ToString());
-  } else {
-    std::vector<std::byte> payload;
-    while (WaitForRequest()) {
-      auto h = conn_->ReadFrame(&payload, server_->config_.max_frame_bytes, WriteDeadline());
-      const auto arrival = Clock::now();
-      if (!h.ok()) {
-        const Status& st = h.status();
-        if (st.code() == Code::kInvalidArgument || st.code() == Code::kNotSupported) {
-          // A malformed or oversized header: answer, then close (the stream cannot be resynchronized).
-          m.frame_errors.fetch_add(1, std::memory_order_relaxed);
-          (void)Error(0, st);
-        }
-        break;
-      }
-      InFlight in_flight(m.requests_in_flight);
-      Status st = Dispatch(*h, payload, arrival);
-      conn_->DropFds();
-      if (!st.ok()) break;
-      if (payload.capacity() > (4u << 20)) payload = {};  // do not pin a large put's buffer while idle
+  auto h = conn_->ReadFrame(&payload_, server_->config_.max_frame_bytes, WriteDeadline());
+  const auto arrival = Clock::now();
+  if (!h.ok()) {
+    const Status& st = h.status();
+    if (st.code() == Code::kInvalidArgument || st.code() == Code::kNotSupported) {
+      // A malformed or oversized header: answer, then close (the stream cannot be resynchronized).
+      m.frame_errors.fetch_add(1, std::memory_order_relaxed);
+      (void)Error(0, st);
     }
+    return false;
   }
-  m.connections_active.fetch_sub(1, std::memory_order_relaxed);
+  InFlight in_flight(m.requests_in_flight);
+  Status st = Dispatch(*h, payload_, arrival);
+  conn_->DropFds();
+  if (payload_.capacity() > (4u << 20)) payload_ = {};  // do not pin a large put's buffer while idle
+  return st.ok();
+}
+
+Connection::Next Connection::OnReadable() {
+  if (tls_) return Next::kWorker;  // OpenSSL does its own reads: the blocking path
+  on_loop_ = true;
+  auto got = conn_->FillBuffer();
+  if (!got.ok() && got.status().code() != Code::kAborted) return Next::kClose;  // a transport error
+  if (got.ok() && *got == 0 && !conn_->BufferFull()) return Next::kClose;         // EOF
+  const uint64_t max_payload = logged_in() ? server_->config_.max_frame_bytes : wire::kMaxStringBytes * 2 + 64;
+  // A few pipelined frames at most, then a worker takes the rest.
+  for (int served = 0; served < 8; ++served) {
+    wire::Header h{wire::Type::kPing, 0, 0};
+    if (!conn_->FrameBuffered(max_payload, &h)) return conn_->Buffered() ? Next::kWorker : Next::kWait;
+    if (!logged_in()) {
+      Status hello = Handshake();
+      LeaveLogin();
+      if (!hello.ok()) {
+        if (hello.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + hello.ToString());
+        return Next::kClose;
+      }
+    } else {
+      if (h.type == wire::Type::kPut || h.type == wire::Type::kRestore) return Next::kWorker;
+      if (!ServeRequest()) return Next::kClose;
+    }
+    if (!pending_.empty()) return Next::kWorker;
+    if (server_->stopping_.load()) return Next::kClose;
+  }
+  return conn_->Buffered() ? Next::kWorker : Next::kWait;
+}
+
+Connection::Next Connection::ServeOnWorker() {
+  on_loop_ = false;
+  if (!pending_.empty()) {
+    Status st = conn_->Write(pending_, WriteDeadline());
+    pending_.clear();
+    if (!st.ok()) return Next::kClose;
+  }
+  // TLS: the socket is readable and OpenSSL reads it; else the loop buffered bytes.
+  bool serve = tls_ || conn_->Buffered();
+  if (serve && !logged_in()) {
+    Status hello = Handshake();
+    LeaveLogin();
+    if (!hello.ok()) {
+      if (hello.code() != Code::kAborted) LogInfo("flatkv serve: connection refused at hello: " + hello.ToString());
+      return Next::kClose;
+    }
+    serve = conn_->Buffered();
+  }
+  while (serve && !server_->stopping_.load()) {
+    if (!ServeRequest()) return Next::kClose;
+    serve = conn_->Buffered();
+  }
+  return Next::kWait;
 }
 
 Status Connection::Handshake() {
   // The TLS handshake and the hello together, and the hello_ok reply.
-  const auto deadline = Clock::now() + server_->config_.login_timeout;
+  const auto deadline = login_deadline_;
   if (tls_) FLATKV_RETURN_IF_ERROR(conn_->TlsAccept(server_->tls_.get(), deadline));
   std::vector<std::byte> payload;
   auto read = conn_->ReadFrame(&payload, wire::kMaxStringBytes * 2 + 64, deadline);
+  // Counted out before any reply: a client that reads its hello_ok may connect again at once.
+  LeaveLogin();
   if (!read.ok()) {
     const Code code = read.status().code();
     if (code == Code::kInvalidArgument || code == Code::kNotSupported) {
@@ -136,19 +201,7 @@ Status Connection::Handshake() {
   ok.block_layer_bytes = store.BlockLayerBytes();
   ok.max_frame_bytes = server_->config_.max_frame_bytes;
   ok.tenant = tenant_->name;
-  return conn_->Write(wire::EncodeHelloOk(h.request_id, ok), deadline);
-}
-
-bool Connection::WaitForRequest() {
-  if (conn_->Buffered()) return true;
-  pollfd p[2] = {{conn_->fd(), POLLIN, 0}, {server_->stop_fd_, POLLIN, 0}};
-  for (;;) {
-    const int rc = ::poll(p, 2, -1);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return false;
-    if (p[1].revents) return false;  // stopping: an idle connection closes now
-    return (p[0].revents & POLLIN) != 0;
-  }
+  return Send(wire::EncodeHelloOk(h.request_id, ok), deadline);
 }
 
 Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> payload, Clock::time_point arrival) {

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,12 +13,109 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <functional>
+#include <list>
 
 #include "common/log.h"
 #include "service/connection.h"
 
 namespace flatkv::service {
+
+// The threads for work that can block. `keep` stay ready; a task that finds
+// none idle starts another, and a thread that finishes when `keep` others
+// are already idle leaves, so the pool is as large as the blocking work in
+// flight (a stalled client holds one thread, as it always did).
+class WorkerPool {
+ public:
+  explicit WorkerPool(uint32_t keep) : keep_(keep) {}
+  ~WorkerPool() { Shutdown(); }
+
+  void Submit(std::function<void()> task) FLATKV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    JoinExited();
+    tasks_.push_back(std::move(task));
+    if (idle_ < tasks_.size()) {
+      auto it = threads_.emplace(threads_.end());
+      *it = std::thread([this, it] { Work(it); });
+    } else {
+      cv_.Signal();
+    }
+  }
+
+  // Runs what is queued, then joins every thread.
+  void Shutdown() FLATKV_EXCLUDES(mu_) {
+    std::list<std::thread> all;
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+      cv_.SignalAll();
+      JoinExited();
+      all.swap(threads_);
+    }
+    for (auto& t : all) t.join();
+  }
+
+ private:
+  using Iter = std::list<std::thread>::iterator;
+
+  void Work(Iter self) FLATKV_EXCLUDES(mu_) {
+    for (;;) {
+      std::function<void()> task;
+      {
+        MutexLock lock(&mu_);
+        while (tasks_.empty() && !stop_) {
+          ++idle_;
+          cv_.Wait(&mu_);
+          --idle_;
+        }
+        if (tasks_.empty()) return;  // stopping; Shutdown joins this thread
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+      MutexLock lock(&mu_);
+      if (!stop_ && tasks_.empty() && idle_ >= keep_) {
+        exited_.push_back(self);  // joined by the next Submit or Shutdown
+        return;
+      }
+    }
+  }
+
+  void JoinExited() FLATKV_REQUIRES(mu_) {
+    // An exited thread released mu_ last; joining it here cannot wait long.
+    for (Iter it : exited_) {
+      it->join();
+      threads_.erase(it);
+    }
+    exited_.clear();
+  }
+
+  const uint32_t keep_;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> tasks_ FLATKV_GUARDED_BY(mu_);
+  size_t idle_ FLATKV_GUARDED_BY(mu_) = 0;
+  bool stop_ FLATKV_GUARDED_BY(mu_) = false;
+  std::list<std::thread> threads_ FLATKV_GUARDED_BY(mu_);
+  std::vector<Iter> exited_ FLATKV_GUARDED_BY(mu_);
+};
+
+// One event loop: an epoll set of connections (one-shot, so a connection is
+// with one thread at a time) and the stop eventfd. Connections that have
+// not logged in are also listed with their login deadlines.
+struct Server::Loop {
+  int epfd = -1;
+  int wake_fd = -1;  // eventfd: a new login deadline, for the loop's timer
+  std::thread thread;
+  Mutex mu;
+  std::unordered_map<Connection*, Clock::time_point> logins FLATKV_GUARDED_BY(mu);
+  ~Loop() {
+    if (epfd >= 0) ::close(epfd);
+    if (wake_fd >= 0) ::close(wake_fd);
+  }
+};
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   std::unique_ptr<Server> s(new Server());
@@ -53,6 +151,27 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   s->stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (s->stop_fd_ < 0) return Status::FromErrno(errno, "eventfd");
   IgnoreSigpipe();
+  s->pool_ = std::make_unique<WorkerPool>(config.workers);
+  for (uint32_t i = 0; i < std::max<uint32_t>(1, config.loop_threads); ++i) {
+    auto loop = std::make_unique<Loop>();
+    loop->epfd = ::epoll_create1(EPOLL_CLOEXEC);
+    loop->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (loop->epfd < 0 || loop->wake_fd < 0) {
+      const int err = errno;
+      (void)s->Stop();
+      return Status::FromErrno(err, "epoll_create1");
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;  // the stop eventfd: level-triggered, wakes every loop
+    ::epoll_ctl(loop->epfd, EPOLL_CTL_ADD, s->stop_fd_, &ev);
+    ev.data.ptr = &loop->wake_fd;
+    ::epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->wake_fd, &ev);
+    Loop* raw = loop.get();
+    Server* self = s.get();
+    loop->thread = std::thread([self, raw] { self->EventLoop(raw); });
+    s->loops_.push_back(std::move(loop));
+  }
   if (Status st = s->Listen(); !st.ok()) {
     (void)s->Stop();
     return st;
@@ -188,7 +307,19 @@ Status Server::Stop() {
   for (int fd : listen_fds_) ::close(fd);
   listen_fds_.clear();
   if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
-  ReapConnections(true);  // each finishes the request it is serving
+  for (auto& loop : loops_) {
+    if (loop->thread.joinable()) loop->thread.join();
+  }
+  if (pool_) pool_->Shutdown();  // each connection on a worker finishes the request it is serving
+  {
+    // What is left was idle in a loop: closed now.
+    std::unordered_map<Connection*, std::unique_ptr<Connection>> idle;
+    {
+      MutexLock lock(&conns_mu_);
+      idle.swap(conns_);
+    }
+  }
+  loops_.clear();
   if (store_) close_status_ = store_->Close();
   if (stop_fd_ >= 0) ::close(stop_fd_);
   stop_fd_ = -1;
@@ -196,17 +327,108 @@ Status Server::Stop() {
   return close_status_;
 }
 
-void Server::ReapConnections(bool all) {
-  std::list<ConnSlot> finished;
+void Server::EventLoop(Loop* loop) {
+  epoll_event events[64];
+  while (!stopping_.load()) {
+    int timeout_ms = -1;
+    {
+      MutexLock lock(&loop->mu);
+      if (!loop->logins.empty()) {
+        Clock::time_point first = Clock::time_point::max();
+        for (const auto& [c, deadline] : loop->logins) first = std::min(first, deadline);
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(first - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 60000));
+      }
+    }
+    const int n = ::epoll_wait(loop->epfd, events, 64, timeout_ms);
+    if (n < 0 && errno != EINTR) {
+      LogInfo("flatkv serve: epoll_wait: " + Status::FromErrno(errno, "event loop").ToString());
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.ptr == nullptr) continue;  // stopping
+      if (events[i].data.ptr == &loop->wake_fd) {  // a new login deadline: the timeout is recomputed
+        uint64_t n_wakes;
+        (void)!::read(loop->wake_fd, &n_wakes, sizeof n_wakes);
+        continue;
+      }
+      auto* c = static_cast<Connection*>(events[i].data.ptr);
+      {
+        MutexLock lock(&loop->mu);
+        loop->logins.erase(c);
+      }
+      Route(c, c->OnReadable());
+    }
+    // Connections that have not logged in within login_timeout are closed.
+    std::vector<Connection*> expired;
+    {
+      MutexLock lock(&loop->mu);
+      const auto now = Clock::now();
+      for (auto it = loop->logins.begin(); it != loop->logins.end();) {
+        if (it->second <= now) {
+          expired.push_back(it->first);
+          it = loop->logins.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Connection* c : expired) CloseConnection(c);
+  }
+}
+
+void Server::Park(Connection* c, bool add) {
+  Loop& loop = *loops_[c->loop()];
+  if (!c->logged_in()) {
+    {
+      MutexLock lock(&loop.mu);
+      loop.logins[c] = c->login_deadline();
+    }
+    const uint64_t one = 1;
+    (void)!::write(loop.wake_fd, &one, sizeof one);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.ptr = c;
+  if (::epoll_ctl(loop.epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd(), &ev) != 0) {
+    LogInfo("flatkv serve: epoll_ctl: " + Status::FromErrno(errno, "registering a connection").ToString());
+    {
+      MutexLock lock(&loop.mu);
+      loop.logins.erase(c);
+    }
+    CloseConnection(c);
+  }
+}
+
+void Server::Route(Connection* c, Connection::Next next) {
+  switch (next) {
+    case Connection::Next::kWait:
+      // A connection a worker finishes with while stopping is closed, not parked.
+      if (stopping_.load()) {
+        CloseConnection(c);
+      } else {
+        Park(c, false);
+      }
+      return;
+    case Connection::Next::kWorker:
+      pool_->Submit([this, c] { Route(c, c->ServeOnWorker()); });
+      return;
+    case Connection::Next::kClose:
+      CloseConnection(c);
+      return;
+  }
+}
+
+void Server::CloseConnection(Connection* c) {
+  std::unique_ptr<Connection> gone;
   {
     MutexLock lock(&conns_mu_);
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      auto next = std::next(it);
-      if (all || it->done.load()) finished.splice(finished.end(), conns_, it);
-      it = next;
-    }
+    auto it = conns_.find(c);
+    if (it == conns_.end()) return;
+    gone = std::move(it->second);
+    conns_.erase(it);
   }
-  for (auto& slot : finished) slot.thread.join();
+  // Destroyed outside the lock: closing the socket also leaves the epoll set.
 }
 
 void Server::AcceptLoop(int listen_fd, bool unix_socket, bool tls) {
@@ -214,7 +436,6 @@ void Server::AcceptLoop(int listen_fd, bool unix_socket, bool tls) {
   while (!stopping_.load()) {
     const int rc = ::poll(p, 2, 1000);
     if (rc < 0 && errno != EINTR) break;
-    ReapConnections(false);
     if (rc <= 0 || p[1].revents) continue;
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
@@ -237,14 +458,14 @@ void Server::AcceptLoop(int listen_fd, bool unix_socket, bool tls) {
              std::to_string(config_.max_unauthenticated_per_peer) + ")");
       continue;
     }
-    MutexLock lock(&conns_mu_);
-    ConnSlot& slot = conns_.emplace_back();
-    slot.conn = std::make_unique<Connection>(this, std::move(conn), tls, std::move(peer));
-    slot.thread = std::thread([&slot] {
-      slot.conn->Run();
-      slot.conn.reset();
-      slot.done.store(true);
-    });
+    auto owned = std::make_unique<Connection>(this, std::move(conn), tls, std::move(peer));
+    Connection* c = owned.get();
+    c->set_loop(next_loop_.fetch_add(1, std::memory_order_relaxed) % static_cast<uint32_t>(loops_.size()));
+    {
+      MutexLock lock(&conns_mu_);
+      conns_.emplace(c, std::move(owned));
+    }
+    Park(c, true);
   }
 }
 

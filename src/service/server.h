@@ -3,12 +3,19 @@
 // TCP (optionally TLS), and HTTP (/metrics, /healthz, /stats) on a
 // separate loopback port.
 //
-// Design: one accept thread per listener and one thread per connection. A
-// connection serves one request at a time (the protocol has no pipelining),
-// so a slow or stalled client only ever holds its own thread; its writes
-// time out after io_timeout and the connection is dropped. Store calls are
-// thread-safe and never hold the store's lock across I/O, so connections
-// proceed in parallel. 64 clients are 64 mostly idle threads.
+// Threads (docs/service.md, "Threads"): one accept thread per listener
+// hands each connection, round robin, to one of `loop_threads` event loops
+// (epoll, one thread each). A loop waits for all its connections at once:
+// an idle connection costs no thread. When one is readable the loop reads
+// what is there without blocking and answers whole small frames (hello,
+// lookup, ping, stats, register_shm) itself, with no handoff. Work that
+// can block -- TLS, puts, restores, a frame still arriving, a reply the
+// socket would not take -- goes to a worker pool that keeps `workers`
+// threads ready and starts more while all are busy (so a slow or stalled
+// client only ever holds one thread, as before; its writes time out after
+// io_timeout and the connection is dropped), then gives the connection
+// back to its loop. Store calls are thread-safe and never hold the store's
+// lock across I/O, so requests proceed in parallel.
 //
 // Stop(): stop accepting, let every connection finish the request it is
 // serving (idle connections are closed at once), then Close() the store,
@@ -20,7 +27,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,13 +36,14 @@
 #include "common/mutex.h"
 #include "flatkv/store.h"
 #include "service/config.h"
+#include "service/connection.h"
 #include "service/metrics.h"
 #include "service/tenants.h"
 #include "service/transport.h"
 
 namespace flatkv::service {
 
-class Connection;
+class WorkerPool;
 
 class Server {
  public:
@@ -77,7 +84,13 @@ class Server {
   void AcceptLoop(int listen_fd, bool unix_socket, bool tls);
   void HttpLoop(int listen_fd);
   void ServeHttp(int fd);
-  void ReapConnections(bool all) FLATKV_EXCLUDES(conns_mu_);
+  // The event loops (server.cc): each runs EventLoop on its own thread.
+  struct Loop;
+  void EventLoop(Loop* loop);
+  // Acts on what a connection asked for next (wait, a worker, close).
+  void Route(Connection* c, Connection::Next next);
+  void Park(Connection* c, bool add);  // waits for it to become readable
+  void CloseConnection(Connection* c) FLATKV_EXCLUDES(conns_mu_);
   // The per-peer count of connections that have not logged in: false when
   // `peer` is at limits.max_unauthenticated_per_peer. Every admitted
   // connection calls LoggedInOrGone once, after its hello (either outcome).
@@ -101,13 +114,12 @@ class Server {
   std::vector<int> listen_fds_;
   std::vector<std::thread> acceptors_;
 
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::atomic<uint32_t> next_loop_{0};
+  std::unique_ptr<WorkerPool> pool_;
+
   Mutex conns_mu_;
-  struct ConnSlot {
-    std::unique_ptr<Connection> conn;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-  std::list<ConnSlot> conns_ FLATKV_GUARDED_BY(conns_mu_);
+  std::unordered_map<Connection*, std::unique_ptr<Connection>> conns_ FLATKV_GUARDED_BY(conns_mu_);
 
   Mutex peers_mu_;
   std::unordered_map<std::string, uint32_t> unauthenticated_ FLATKV_GUARDED_BY(peers_mu_);

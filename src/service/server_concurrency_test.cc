@@ -4,6 +4,8 @@
 // clients still connected. Run under ThreadSanitizer in CI.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -59,6 +61,42 @@ TEST(ServerConcurrencyTest, ClientsInParallelThenStopWithClientsConnected) {
   // Stop with every connection still open and idle: they are closed, the store is closed.
   EXPECT_TRUE(server->Stop().ok());
   for (auto& c : clients) EXPECT_FALSE(c->Health().ok());
+}
+
+// Threads in this process (/proc/self/task).
+int ThreadCount() {
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+TEST(ServerConcurrencyTest, IdleConnectionsCostNoThreads) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.loop_threads = 2;
+  c.workers = 2;
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  const int before = ThreadCount();
+  ASSERT_GT(before, 0);
+  // 64 logged-in connections, each with a lookup answered and a put (a
+  // worker's) done, then idle: the event loops hold them, not threads.
+  std::vector<std::unique_ptr<Client>> clients;
+  auto keys = ChainKeys(77, 1);
+  for (int i = 0; i < 64; ++i) {
+    clients.push_back(ConnectOrNull(i % 2 ? server->unix_address() : server->tcp_address(), i % 3 ? kTokenA : kTokenB));
+    ASSERT_NE(clients.back(), nullptr);
+    ASSERT_TRUE(clients.back()->Lookup(keys).ok());
+  }
+  auto data = Blocks(clients[0]->info().block_bytes, 1, 77);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(clients[i]->Put(i, keys, data, PutHint::kAuto).ok());
+  EXPECT_TRUE(WaitFor([&] { return server->metrics().connections_active.load() == 64; }));
+  const int after = ThreadCount();
+  EXPECT_LE(after - before, 8) << before << " threads before 64 connections, " << after << " with them";
+  for (auto& cl : clients) EXPECT_EQ(*cl->Lookup(keys), 1u);
 }
 
 }  // namespace

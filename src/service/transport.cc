@@ -529,6 +529,66 @@ Result<wire::Header> Conn::ReadFrame(std::vector<std::byte>* payload, uint64_t m
   return h;
 }
 
+Result<size_t> Conn::FillBuffer() {
+  if (rbuf_.empty()) rbuf_.resize(kBufferBytes);
+  if (rpos_ == rend_) {
+    rpos_ = rend_ = 0;
+  } else if (rpos_ > 0) {
+    std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rend_ - rpos_);
+    rend_ -= rpos_;
+    rpos_ = 0;
+  }
+  if (rend_ == rbuf_.size()) return size_t{0};
+  for (;;) {
+    iovec iov{rbuf_.data() + rend_, rbuf_.size() - rend_};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    if (unix_) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+    }
+    const ssize_t rc = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Aborted("would block");
+      return Status::IoError(Status::FromErrno(errno, "reading from the peer").message());
+    }
+    if (unix_) {
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+          fds_.push_back(fd);
+        }
+      }
+    }
+    rend_ += static_cast<size_t>(rc);
+    return static_cast<size_t>(rc);
+  }
+}
+
+bool Conn::FrameBuffered(uint64_t max_payload, wire::Header* h) const {
+  if (rend_ - rpos_ < wire::kHeaderBytes) return false;
+  auto parsed = wire::ParseHeader(std::span(rbuf_.data() + rpos_, wire::kHeaderBytes), max_payload);
+  if (!parsed.ok()) return true;
+  *h = *parsed;
+  return rend_ - rpos_ >= wire::kHeaderBytes + uint64_t{parsed->payload_bytes};
+}
+
+Result<size_t> Conn::WriteNow(std::span<const std::byte> a) {
+  for (;;) {
+    const ssize_t rc = ::send(fd_, a.data(), a.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (rc >= 0) return static_cast<size_t>(rc);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    return Status::IoError(Status::FromErrno(errno, "writing to the peer").message());
+  }
+}
+
 int Conn::TakeFd() {
   if (fds_.empty()) return -1;
   const int fd = fds_.front();

@@ -83,6 +83,20 @@ class Conn {
   Result<wire::Header> ReadFrame(std::vector<std::byte>* payload, uint64_t max_payload, Clock::time_point deadline,
                                  bool idle_ok = false);
 
+  // --- non-blocking use, for an event loop (plain sockets only, no TLS) ---
+  // Reads what the socket has, without waiting, into the read buffer (at
+  // most its 16 KiB); received descriptors are kept for TakeFd. Returns the
+  // bytes read: 0 on EOF or when the buffer is full (see BufferFull), and
+  // Aborted("would block") when nothing was there.
+  Result<size_t> FillBuffer();
+  bool BufferFull() const { return rpos_ == 0 && rend_ == rbuf_.size() && !rbuf_.empty(); }
+  // Whether the buffer holds one whole frame: its header in `*h` when it
+  // does; a header that does not parse is reported as complete too, for
+  // ReadFrame to refuse.
+  bool FrameBuffered(uint64_t max_payload, wire::Header* h) const;
+  // Writes what the socket takes now; returns how many bytes that was.
+  Result<size_t> WriteNow(std::span<const std::byte> a);
+
   // A file descriptor received with the data read so far, or -1. The
   // caller owns it. Unclaimed ones are closed by DropFds().
   int TakeFd();

@@ -323,6 +323,18 @@ Result<size_t> Conn::ReadSome(void* buf, size_t n, Clock::time_point deadline, b
   return ReadSomeV(&iov, 1, deadline);
 }
 
+void Conn::KeepFds(msghdr& msg) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < nfd; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds_.push_back(fd);
+    }
+  }
+}
+
 Result<size_t> Conn::ReadSomeV(iovec* iov, int cnt, Clock::time_point deadline) {
   for (;;) {
     msghdr msg{};
@@ -342,17 +354,7 @@ Result<size_t> Conn::ReadSomeV(iovec* iov, int cnt, Clock::time_point deadline) 
       }
       return Status::IoError(Status::FromErrno(errno, "reading from the peer").message());
     }
-    if (unix_) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < nfd; ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-          fds_.push_back(fd);
-        }
-      }
-    }
+    if (unix_) KeepFds(msg);
     return static_cast<size_t>(rc);
   }
 }
@@ -555,17 +557,7 @@ Result<size_t> Conn::FillBuffer() {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Aborted("would block");
       return Status::IoError(Status::FromErrno(errno, "reading from the peer").message());
     }
-    if (unix_) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < nfd; ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-          fds_.push_back(fd);
-        }
-      }
-    }
+    if (unix_) KeepFds(msg);
     rend_ += static_cast<size_t>(rc);
     return static_cast<size_t>(rc);
   }

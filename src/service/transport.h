@@ -7,6 +7,7 @@
 // which any thread may call to wake a blocked reader.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <chrono>
@@ -119,6 +120,8 @@ class Conn {
 
   // Copies buffered bytes into `dst`; returns how many.
   size_t FromBuffer(void* dst, size_t n);
+  // Keeps the descriptors a recvmsg received with SCM_RIGHTS.
+  void KeepFds(msghdr& msg);
 
   // Small reads (frame headers, lookups) go through a buffer, so a frame
   // usually costs one read; large payloads are read in place.

@@ -25,6 +25,7 @@
 
 #include "common/log.h"
 #include "engine/engine.h"
+#include "model/chunk_kv.h"
 
 namespace flatkv::engine {
 namespace {
@@ -77,11 +78,14 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
   const uint32_t bt = options_.block_tokens, n = static_cast<uint32_t>(chunk.size());
   const int layers = c.n_layers, kv_dim = c.kv_dim();
   const uint64_t page = cache_.page_bytes(), page_floats = page / sizeof(float);
+  // The chunk's KV as chunk rows (model/chunk_kv.h: per layer n K rows, K
+  // before RoPE, then n V rows), whether restored or computed here.
+  const model::ChunkLayout layout(ShapeFor(c), bt, page);
+  std::vector<float> rows(layout.rows_bytes(n) / sizeof(float));
+  auto* row_bytes = reinterpret_cast<std::byte*>(rows.data());
   auto t = Clock::now();
   const auto keys = hasher_.ChunkKeys(ns_, AsTokens(chunk), bt);
   const uint32_t blocks = static_cast<uint32_t>(keys.size());
-  // Put's layout, block-major: block b's layer l page at (b * layers + l) * page.
-  std::vector<float> data(uint64_t{blocks} * layers * page_floats, 0.0f);
   bool restored = false;
   if (store_ != nullptr && store_->Match(keys) == blocks) {
     auto started = store_->StartRestore(keys);
@@ -89,6 +93,8 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
     if (started.ok() && started.value()->hit_blocks() == blocks) {
       Restore& restore = *started.value();
       auto tw = Clock::now();
+      // Put's layout, block-major: block b's layer l page at (b * layers + l) * page.
+      std::vector<float> data(uint64_t{blocks} * layers * page_floats);
       restored = true;
       for (int l = 0; l < layers; ++l) {
         auto view = restore.WaitLayer(static_cast<uint32_t>(l));
@@ -102,6 +108,7 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
         restore.ReleaseLayer(static_cast<uint32_t>(l));
       }
       restored = restore.Finish() == blocks && restored;
+      if (restored) layout.BlocksToRows(reinterpret_cast<const std::byte*>(data.data()), n, n, row_bytes);
       result.timing.restore_ms += MsSince(tw);
       if (!restored) LogWarning("engine: blend: a chunk lost blocks while loading; recomputing it");
     }
@@ -114,9 +121,9 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
     // Prefill the chunk alone at positions 0..n-1, keeping K before RoPE.
     auto tc = Clock::now();
     model::KvCache scratch(c, bt, blocks * bt);
+    const uint64_t layer_floats = uint64_t{n} * 2 * kv_dim;
     transformer_.set_key_sink([&](int l, uint32_t p, const float* k) {
-      std::memcpy(data.data() + (uint64_t{p / bt} * layers + l) * page_floats + uint64_t{p % bt} * kv_dim, k,
-                  kv_dim * sizeof(float));
+      std::memcpy(rows.data() + l * layer_floats + uint64_t{p} * kv_dim, k, kv_dim * sizeof(float));
     });
     std::vector<float> x(size_t{n} * c.dim);
     transformer_.Embed(chunk, x.data());
@@ -124,32 +131,29 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
     transformer_.set_key_sink(nullptr);
     for (int l = 0; l < layers; ++l)
       for (uint32_t p = 0; p < n; ++p)
-        std::memcpy(data.data() + (uint64_t{p / bt} * layers + l) * page_floats + uint64_t{bt + p % bt} * kv_dim,
-                    scratch.v(l, p), kv_dim * sizeof(float));
+        std::memcpy(rows.data() + l * layer_floats + uint64_t{n + p} * kv_dim, scratch.v(l, p), kv_dim * sizeof(float));
     result.prefilled_chunk_tokens += n;
     result.computed_token_layers += uint64_t{n} * layers;
     result.timing.prefill_ms += MsSince(tc);
     if (store_ != nullptr && store_chunk) {
-      const auto bytes = std::as_bytes(std::span<const float>(data));
-      Status put = store_->Put(ChunkSession(keys[0]), keys, bytes, {PutHint::kAuto, codec_, 0});
+      std::vector<std::byte> data(uint64_t{blocks} * layout.block_bytes());  // a partial block's tail stays zero
+      layout.RowsToBlocks(row_bytes, n, data.data());
+      Status put = store_->Put(ChunkSession(keys[0]), keys, data, {PutHint::kAuto, codec_, 0});
       if (!put.ok()) LogWarning("engine: blend: storing a chunk failed (the response is unaffected): " + put.ToString());
     }
   }
-  // Place the chunk at pos0.., rotating its keys to their new positions.
+  // Place the chunk at pos0.., rotating its keys to their new positions with
+  // the rotation Layer applies (exact: a prefill's bytes for these keys).
   auto tc = Clock::now();
-  std::vector<uint32_t> pos(n);
-  std::iota(pos.begin(), pos.end(), pos0);
-  std::vector<float> k(size_t{n} * kv_dim);
-  for (int l = 0; l < layers; ++l) {
+  auto rope = model::PlanChunkRope({c.rope_theta, 0, model::RopeStyle::kInterleaved}, layout.shape, pos0, n);
+  if (!rope.ok()) return rope.status();
+  model::RotateChunkKeys(row_bytes, layout, n, n, pos0, *rope);
+  const uint64_t layer_floats = uint64_t{n} * 2 * kv_dim;
+  for (int l = 0; l < layers; ++l)
     for (uint32_t p = 0; p < n; ++p) {
-      const float* pg = data.data() + (uint64_t{p / bt} * layers + l) * page_floats;
-      std::memcpy(k.data() + size_t{p} * kv_dim, pg + uint64_t{p % bt} * kv_dim, kv_dim * sizeof(float));
-      std::memcpy(cache_.v(l, pos0 + p), pg + uint64_t{bt + p % bt} * kv_dim, kv_dim * sizeof(float));
+      std::memcpy(cache_.k(l, pos0 + p), rows.data() + l * layer_floats + uint64_t{p} * kv_dim, kv_dim * sizeof(float));
+      std::memcpy(cache_.v(l, pos0 + p), rows.data() + l * layer_floats + uint64_t{n + p} * kv_dim, kv_dim * sizeof(float));
     }
-    transformer_.RotateKeys(k.data(), pos);
-    for (uint32_t p = 0; p < n; ++p)
-      std::memcpy(cache_.k(l, pos0 + p), k.data() + size_t{p} * kv_dim, kv_dim * sizeof(float));
-  }
   result.timing.restore_ms += MsSince(tc);
   return Status::Ok();
 }

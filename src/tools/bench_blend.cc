@@ -12,6 +12,14 @@
 //             first half; --workload greedy: a bridge sentence naming both
 //             stories' characters, then the continuation the full-prefill
 //             model gives greedily (24 tokens, easier: low perplexity);
+//   --workload serial: 24 stories (12 committed openings, 2 each) continued by
+//             stories260K (temperature 0.8, seed 1000 s + the first try whose
+//             story does not end, i.e. holds no BOS/EOS, before the scored
+//             tokens), each cut into 3 consecutive chunks of 64..80 tokens
+//             (mid-sentence: each continues the one before); 48 prompts:
+//             each story behind two prefixes, the second time after another
+//             story's last chunk (3 or 4 chunks); scored: the story's own next
+//             25 tokens as sampled, which continue all three of its chunks;
 // all within the 512-token context. Modes per recompute ratio: 0 is naive
 // reuse (chunks' KV as stored, re-rotated; only the tail computed), 1.0 is
 // CacheBlend at 100%; `full` is a full prefill behind the restored prefix.
@@ -20,7 +28,9 @@
 // to full's), computed_fraction (full token-layers run over prompt tokens x layers; kv_only_fraction: the check layer's K/V-only projections), ttft_ms (all chunks and prefixes cached,
 // median of --reps), selection_recall (the share of the truly most-deviating
 // chunk tokens, by KV distance between naive reuse and full prefill summed
-// over the layers after the check layer, that the selection picked).
+// over the layers after the check layer, that the selection picked), and
+// under "context" how much the earlier chunks matter at all: the KL and ppl
+// change of a full prefill with only the last chunk (or no chunk) kept.
 // Goals (reported, not asserted): at 0.15 kl_vs_full <= 0.1 x naive's and
 // ppl_delta < 1%; TTFT <= 0.45 x full's when all chunks are cached; at 1.0
 // identical to full.
@@ -29,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -51,8 +62,24 @@ constexpr const char* kPrefixes[] = {
     "This is a story about friends who help each other.",
     "It was a sunny morning and everyone was happy.",
 };
+constexpr const char* kSerialOpenings[] = {
+    "Lily had a big red ball. She liked to play with it in the park.",
+    "Tom had a little dog named Max. Max liked to run and jump.",
+    "Ben found a shiny box in the garden. He wanted to open it.",
+    "Sue and her mom baked a cake. The cake was sweet and warm.",
+    "Anna had a blue kite. One windy day, she took it to the hill with her friend Sam.",
+    "Tim saw a little bird in a tree. The bird could not fly.",
+    "Mia had a doll named Rose. She took Rose everywhere she went.",
+    "Jack and his dad went to the lake in a small boat.",
+    "Lucy found a big green frog near the pond. The frog wanted to play.",
+    "Max the cat liked to sleep in the sun. One day, a mouse came to his house.",
+    "Sara got a new red bike for her birthday. She wanted to ride it to the park.",
+    "Ben and his sister Amy made a big castle of sand at the beach.",
+};
 constexpr const char* kNames[] = {"Lily", "Tom", "Ben", "Sue"};
-constexpr uint32_t kPrompts = 12;
+constexpr uint32_t kPrompts = 12;  // story and greedy; serial has 48
+constexpr uint32_t kSerialStoriesPerOpening = 2;
+constexpr uint32_t kSerialChunks = 3;
 constexpr uint32_t kContinuation = 24;
 constexpr float kRatios[] = {0.0f, 0.05f, 0.15f, 0.3f, 1.0f};
 
@@ -86,7 +113,11 @@ struct Workload {
   std::vector<engine::BlendPrompt> prompts;
 };
 
-Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens, bool story_tails) {
+Result<Workload> MakeSerialWorkload(const model::Model& m, uint32_t block_tokens);
+
+Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens, const std::string& kind) {
+  if (kind == "serial") return MakeSerialWorkload(m, block_tokens);
+  const bool story_tails = kind == "story";
   const model::Tokenizer& tok = *m.tokenizer;
   engine::EngineOptions eo;
   eo.block_tokens = block_tokens;
@@ -144,6 +175,65 @@ Result<Workload> MakeWorkload(const model::Model& m, uint32_t block_tokens, bool
   return w;
 }
 
+// --workload serial: each story is one passage cut into consecutive chunks,
+// so every chunk continues the one before it (mid-sentence) and the scored
+// continuation, the story's own next tokens, continues all of them.
+Result<Workload> MakeSerialWorkload(const model::Model& m, uint32_t block_tokens) {
+  const model::Tokenizer& tok = *m.tokenizer;
+  engine::EngineOptions eo;
+  eo.block_tokens = block_tokens;
+  FLATKV_ASSIGN_OR_RETURN(auto gen, engine::Engine::Create(m, nullptr, eo));
+  const uint32_t openings = static_cast<uint32_t>(std::size(kSerialOpenings));
+  const uint32_t stories = openings * kSerialStoriesPerOpening;
+  std::vector<std::vector<std::vector<int>>> chunks(stories);
+  std::vector<std::vector<int>> endings(stories);
+  for (uint32_t s = 0; s < stories; ++s) {
+    FLATKV_ASSIGN_OR_RETURN(auto opening, tok.Encode(kSerialOpenings[s % openings], true));
+    std::vector<uint32_t> lens;
+    uint32_t total = 0;
+    for (uint32_t c = 0; c < kSerialChunks; ++c) {
+      lens.push_back(64 + (s * 13 + c * 29) % 17);  // 64..80 tokens
+      total += lens.back();
+    }
+    engine::GenerateOptions go;
+    go.max_new_tokens = total + kContinuation + 2 - static_cast<uint32_t>(opening.size());
+    go.temperature = 0.8f;
+    go.stop_at_eos = false;
+    // The first seed (1000 s, 1000 s + 1, ...) whose story runs on through
+    // every chunk and the continuation: no BOS or EOS, after which the model
+    // starts a new story that depends on nothing before it. A rule on the
+    // story's length alone, independent of how any mode scores it.
+    engine::GenerateResult r;
+    for (uint32_t tries = 0;; ++tries) {
+      go.seed = 1000ull * s + tries;
+      FLATKV_ASSIGN_OR_RETURN(r, gen.Generate(1, opening, go));
+      if (std::none_of(r.tokens.begin(), r.tokens.end(), [&](int t) { return t == tok.eos_id() || t == tok.bos_id(); })) break;
+      if (tries == 999) return Status::NotFound("serial workload: no seed continues story " + std::to_string(s) + " far enough");
+    }
+    std::vector<int> story(opening.begin() + 1, opening.end());  // no BOS: chunks sit mid-prompt
+    story.insert(story.end(), r.tokens.begin(), r.tokens.end());
+    uint32_t at = 0;
+    for (uint32_t len : lens) {
+      chunks[s].emplace_back(story.begin() + at, story.begin() + at + len);
+      at += len;
+    }
+    endings[s].assign(story.begin() + at, story.begin() + at + kContinuation + 1);
+  }
+  // Each story twice: its chunks in order behind one prefix, then behind
+  // another prefix after another story's last chunk (4 chunks).
+  Workload w;
+  for (uint32_t p = 0; p < 2 * stories; ++p) {
+    const uint32_t s = p % stories, round = p / stories;
+    engine::BlendPrompt bp;
+    FLATKV_ASSIGN_OR_RETURN(bp.prefix, tok.Encode(kPrefixes[(s + round) % std::size(kPrefixes)], true));
+    if (round == 1) bp.chunks.push_back(chunks[(s + 5) % stories].back());  // another opening's story
+    for (const auto& c : chunks[s]) bp.chunks.push_back(c);
+    bp.tail = endings[s];
+    w.prompts.push_back(std::move(bp));
+  }
+  return w;
+}
+
 struct Snapshot {
   std::vector<float> kv;  // [layer][chunk token][K then V]
 };
@@ -170,8 +260,8 @@ CLI::App* AddBenchBlendCommand(CLI::App& bench, BenchBlendArgs& a) {
   c->add_option("--first-factor", a.first_factor, "the check layer keeps first-factor x ratio, the next layer filters to ratio")
       ->check(CLI::Range(1.0f, 100.0f));
   c->add_option("--reps", a.reps, "TTFT repetitions (median reported)")->check(CLI::Range(1, 1000));
-  c->add_option("--workload", a.workload, "greedy: a bridge and the full model's greedy continuation are scored; story: the second story's own sampled next tokens are")
-      ->check(CLI::IsMember({"greedy", "story"}));
+  c->add_option("--workload", a.workload, "story: the second story's own sampled next tokens are scored; greedy: a bridge and the full model's greedy continuation are; serial: one story cut into 3 consecutive chunks (a 4th from another story first in half the prompts), its own next tokens scored")
+      ->check(CLI::IsMember({"greedy", "serial", "story"}));
   c->add_flag("--json", a.json, "print one JSON object");
   return c;
 }
@@ -183,7 +273,7 @@ int RunBenchBlend(const BenchBlendArgs& a) {
   if (!loaded.ok()) return Fail(kExitUsage, "--model " + model_path + ": " + loaded.status().ToString());
   const model::Model& m = loaded.value();
   if (!m.tokenizer) return Fail(kExitUsage, "the workload needs a tokenizer");
-  auto workload = MakeWorkload(m, a.block_tokens, a.workload == "story");
+  auto workload = MakeWorkload(m, a.block_tokens, a.workload);
   if (!workload.ok()) return Fail(kExitFailure, "workload: " + workload.status().ToString());
 
   StoreOptions so;
@@ -228,6 +318,7 @@ int RunBenchBlend(const BenchBlendArgs& a) {
   Acc full_acc;
   std::vector<Acc> acc(std::size(kRatios));
   uint32_t total_tokens = 0, chunk_tokens_all = 0;
+  double ablation_kl[2] = {0, 0}, ablation_nll[2] = {0, 0};
   for (const auto& p : workload->prompts) {
     auto full = run(p, engine::BlendMode::kFull, 0);
     if (!full.ok()) return Fail(kExitFailure, full.status().ToString());
@@ -243,6 +334,23 @@ int RunBenchBlend(const BenchBlendArgs& a) {
     }
     full_acc.positions += kContinuation;
     full_acc.computed += full->computed_fraction;
+    // How much the earlier chunks matter at all: full prefill of the prompt
+    // with only its last chunk, and with none (the tail behind the prefix).
+    for (int drop = 0; drop < 2; ++drop) {
+      engine::BlendPrompt q;
+      q.prefix = p.prefix;
+      if (drop == 0) q.chunks.push_back(p.chunks.back());
+      q.tail = p.tail;
+      auto ablated = run(q, engine::BlendMode::kFull, 0);
+      if (!ablated.ok()) return Fail(kExitFailure, ablated.status().ToString());
+      for (uint32_t i = 0; i < kContinuation; ++i) {
+        const auto lp = LogSoftmax(ablated->logits[i]);
+        double kl = 0;
+        for (size_t v = 0; v < lp.size(); ++v) kl += std::exp(full_lp[i][v]) * (full_lp[i][v] - lp[v]);
+        ablation_kl[drop] += kl;
+        ablation_nll[drop] -= lp[tail_tokens[i]];
+      }
+    }
     // The true deviation of each chunk token: naive reuse vs full, layers after the check layer.
     auto naive = run(p, engine::BlendMode::kNaive, 0);
     if (!naive.ok()) return Fail(kExitFailure, naive.status().ToString());
@@ -304,8 +412,8 @@ int RunBenchBlend(const BenchBlendArgs& a) {
         t[ri] += r->timing.ttft_ms;
       }
     }
-    full_acc.ttft.push_back(f / kPrompts);
-    for (size_t ri = 0; ri < std::size(kRatios); ++ri) acc[ri].ttft.push_back(t[ri] / kPrompts);
+    full_acc.ttft.push_back(f / double(workload->prompts.size()));
+    for (size_t ri = 0; ri < std::size(kRatios); ++ri) acc[ri].ttft.push_back(t[ri] / double(workload->prompts.size()));
   }
 
   const double prompts = double(workload->prompts.size());
@@ -333,6 +441,11 @@ int RunBenchBlend(const BenchBlendArgs& a) {
       {"ratios", ratios},
       {"full", {{"ppl", full_ppl}, {"computed_fraction", full_acc.computed / prompts}, {"ttft_ms", full_ttft}}},
       {"cold_naive_ttft_ms", cold_ms / prompts},
+      {"context",
+       {{"last_chunk_only_kl", ablation_kl[0] / double(full_acc.positions)},
+        {"last_chunk_only_ppl_delta", std::exp(ablation_nll[0] / double(full_acc.positions)) / full_ppl - 1},
+        {"no_chunks_kl", ablation_kl[1] / double(full_acc.positions)},
+        {"no_chunks_ppl_delta", std::exp(ablation_nll[1] / double(full_acc.positions)) / full_ppl - 1}}},
       {"goals",
        {{"kl_at_0.15_over_naive", ratios[2]["kl_vs_full"].get<double>() / naive_kl},
         {"kl_goal_met", ratios[2]["kl_vs_full"].get<double>() <= 0.1 * naive_kl},
@@ -355,7 +468,9 @@ int RunBenchBlend(const BenchBlendArgs& a) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("%u prompts, %.0f tokens each (%.0f in chunks), continuation %u scored; full ppl %.3f, TTFT %.2f ms\n",
-                kPrompts, total_tokens / prompts, chunk_tokens_all / prompts, kContinuation, full_ppl, full_ttft);
+                static_cast<unsigned>(workload->prompts.size()), total_tokens / prompts, chunk_tokens_all / prompts, kContinuation, full_ppl, full_ttft);
+    std::printf("  earlier chunks dropped (full prefill of the last chunk and the tail only): kl %.5f, ppl %+.2f%%\n",
+                out["context"]["last_chunk_only_kl"].get<double>(), 100 * out["context"]["last_chunk_only_ppl_delta"].get<double>());
     std::printf("  %-6s %-6s %10s %10s %9s %9s %8s %7s\n", "ratio", "mode", "kl_vs_full", "ppl_delta", "computed", "ttft_ms",
                 "vs_full", "recall");
     for (const auto& j : ratios)

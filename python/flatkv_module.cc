@@ -487,6 +487,18 @@ class Store {
     return hit;
   }
 
+  uint32_t Prefetch(const py::object& keys_obj) {
+    auto keys = ToKeys(keys_obj);
+    uint32_t found = 0;
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_store_prefetch(s_, keys.data(), keys.size(), &found);
+    }
+    Check(st);
+    return found;
+  }
+
   void Put(uint64_t session, const py::object& keys_obj, const py::object& data, bool one_shot,
            const py::object& hint) {
     uint32_t flags = one_shot ? FLATKV_PUT_ONE_SHOT : 0;
@@ -713,6 +725,9 @@ PYBIND11_MODULE(flatkv, m) {
            "Restores a chunk into `out` (chunk rows) with K rotated to positions pos0.. by `rope` (None: K as "
            "stored, before RoPE); returns the leading tokens restored.")
       .def("match", &Store::Match, py::arg("keys"))
+      .def("prefetch", &Store::Prefetch, py::arg("keys"),
+           "Starts bringing the stored prefix's DRAM copies in (blocks on SSD alone are read in the background); "
+           "returns the leading blocks found without waiting.")
       .def("put", &Store::Put, py::arg("session"), py::arg("keys"), py::arg("data"), py::arg("one_shot") = false,
            py::arg("hint") = py::none(),
            "Stores blocks for `session`. hint: \"auto\" (the store decides), \"one-shot\" (not reused soon) or "

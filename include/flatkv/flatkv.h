@@ -277,6 +277,15 @@ void flatkv_restore_destroy(flatkv_restore* restore);
 /* Frees every block of `session`. */
 flatkv_status* flatkv_store_drop_session(flatkv_store* store, uint64_t session);
 
+/* Starts bringing the DRAM copies of the longest stored prefix of `keys` in
+ * ahead of the restore that will need them, and returns without waiting:
+ * *n_found is the leading blocks stored. Blocks held on SSD alone are read
+ * in the background into their session's DRAM copy where DRAM has room;
+ * those already in DRAM cost nothing. A hint: when too many prefetches run
+ * it only counts ("prefetch_skipped" in the stats). Against a daemon it
+ * needs protocol version 3 (NOT_SUPPORTED names the daemon's version). */
+flatkv_status* flatkv_store_prefetch(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t* n_found);
+
 /* Counters of one medium (flatkv::MediumStats). */
 typedef struct flatkv_medium_stats {
   uint64_t capacity_bytes;

@@ -155,6 +155,15 @@ class Store {
   virtual Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain,
                                                         const RestoreTarget& target = {}) = 0;
 
+  // Brings the DRAM copies of the stored prefix of `chain` in ahead of the
+  // restore that will need it, without waiting for them. Returns the
+  // leading blocks found. Those held on SSD alone are read by a background
+  // restore and re-admitted as their session's DRAM copy (as a restore does
+  // with readmit_on_restore, whatever that option says), where DRAM has
+  // room; blocks already in DRAM cost nothing. At most a few prefetches run
+  // at once: past them a prefetch only counts (StoreStats::prefetch_skipped).
+  virtual Result<uint32_t> Prefetch(std::span<const BlockKey> chain) = 0;
+
   // Frees every extent of `session`, on both media, except those holding
   // blocks another live session references (they pass to that session),
   // and drops the session's own references.

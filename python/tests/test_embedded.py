@@ -153,3 +153,23 @@ def test_threads_release_the_gil(store, ns):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_prefetch_brings_ssd_blocks_into_dram(tmp_path, ns):
+    import time
+    s = open_store(tmp_path / "ssd", dram_bytes=1 << 20)
+    keys = ns.keys(np.arange(4 * BLOCK_TOKENS), BLOCK_TOKENS)
+    data = payload(4, s.block_bytes, seed=5)
+    s.put(7, keys, data, hint="one-shot")  # SSD homes only
+    assert s.stats()["dram"]["blocks"] == 0
+    assert s.prefetch(keys) == 4
+    for _ in range(500):
+        if s.stats()["readmitted_blocks"] == 4:
+            break
+        time.sleep(0.01)
+    assert s.stats()["readmitted_blocks"] == 4 and s.stats()["prefetches"] == 1
+    out = np.zeros_like(data)
+    ssd_hits = s.stats()["ssd"]["hit_blocks"]
+    assert s.restore(keys, out) == 4 and np.array_equal(out, data)
+    assert s.stats()["ssd"]["hit_blocks"] == ssd_hits  # served from DRAM
+    s.close()

@@ -81,6 +81,9 @@ class Backend {
   // returns the blocks valid in every layer.
   virtual Result<uint32_t> Restore(std::span<const BlockKey> keys, std::byte* dst, flatkv_layout layout) = 0;
   virtual Status DropSession(uint64_t session) = 0;
+  // Store::Prefetch: the leading blocks found; their DRAM copies come in
+  // the background.
+  virtual Result<uint32_t> Prefetch(std::span<const BlockKey> keys) = 0;
   virtual Result<StoreStats> Stats() = 0;
   virtual Result<std::string> StatsJson() = 0;
   // The store's options (StoreOptionsToJson; a daemon's, from its stats).

@@ -252,6 +252,13 @@ TEST_F(CapiRemoteTest, ChunksThroughTheDaemon) {
   EXPECT_EQ(Err(flatkv_store_drop_session(a, flatkv_chunk_session(keys[0]))), "");
   EXPECT_EQ(Err(flatkv_store_lookup_chunks(a, ns, tokens.data(), n, &whole, 1, &cached)), "");
   EXPECT_EQ(cached, 0u);
+  // Prefetch through the daemon answers with the blocks found.
+  std::vector<flatkv_key> chain(3);
+  ASSERT_EQ(Err(flatkv_namespace_keys(ns, nullptr, tokens.data(), 64 + 36, 64, chain.data(), 3, &nk)), "");
+  uint32_t found = 9;
+  EXPECT_EQ(Err(flatkv_store_prefetch(a, chain.data(), nk, &found)), "");
+  EXPECT_EQ(found, 0u);
+  EXPECT_EQ(Err(flatkv_store_prefetch(a, chain.data(), nk, nullptr)), "InvalidArgument: flatkv_store_prefetch: n_found is NULL");
   flatkv_namespace_destroy(ns);
 }
 

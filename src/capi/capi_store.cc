@@ -232,6 +232,17 @@ void flatkv_restore_destroy(flatkv_restore* restore) {
   }
 }
 
+flatkv_status* flatkv_store_prefetch(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t* n_found) {
+  return Guard(__func__, [&]() -> Status {
+    if (n_found) *n_found = 0;
+    FLATKV_RETURN_IF_ERROR(CheckStore(store));
+    if (n_found == nullptr) return Status::InvalidArgument("n_found is NULL");
+    FLATKV_ASSIGN_OR_RETURN(auto k, Keys(keys, n_keys));
+    FLATKV_ASSIGN_OR_RETURN(*n_found, store->backend->Prefetch(k));
+    return Status::Ok();
+  });
+}
+
 flatkv_status* flatkv_store_drop_session(flatkv_store* store, uint64_t session) {
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckStore(store));

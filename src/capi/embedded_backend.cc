@@ -62,6 +62,7 @@ class EmbeddedBackend : public Backend {
     return r->Finish();
   }
 
+  Result<uint32_t> Prefetch(std::span<const BlockKey> keys) override { return store_->Prefetch(keys); }
   Status DropSession(uint64_t session) override { return store_->DropSession(session); }
   Result<StoreStats> Stats() override { return store_->Stats(); }
   Result<std::string> StatsJson() override { return store_->Stats().ToJson(); }

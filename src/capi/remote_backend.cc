@@ -258,6 +258,9 @@ class RemoteBackend : public Backend {
     });
   }
 
+  Result<uint32_t> Prefetch(std::span<const BlockKey> keys) override {
+    return With<uint32_t>([&](Connection& c) { return c.client->Prefetch(keys); });
+  }
   Status DropSession(uint64_t session) override {
     return With<bool>([&](Connection& c) -> Result<bool> {
              FLATKV_RETURN_IF_ERROR(c.client->DropSession(session));

@@ -195,6 +195,18 @@ class ClientImpl final : public Client {
         .status();
   }
 
+  Result<uint32_t> Prefetch(std::span<const BlockKey> chain) override {
+    MutexLock lock(&mu_);
+    if (info_.protocol_version < 3)
+      return Status::NotSupported("prefetch: the daemon speaks protocol version " +
+                                  std::to_string(info_.protocol_version) + "; prefetch needs 3 (a newer flatkv serve)");
+    wire::Lookup m;
+    m.deadline_ms = DeadlineMs();
+    m.keys.assign(chain.begin(), chain.end());
+    FLATKV_ASSIGN_OR_RETURN(auto reply, Call(wire::EncodePrefetch(NextId(), m), wire::Type::kPrefetchOk, Deadline()));
+    return wire::DecodeU32(reply);
+  }
+
   Status Health() override {
     MutexLock lock(&mu_);
     return Call(wire::EncodeEmpty(wire::Type::kPing, NextId()), wire::Type::kPong, Deadline()).status();

@@ -133,6 +133,9 @@ class Client {
   // another live session references them (protocol 2; NotSupported, naming
   // the version, against a daemon that speaks only 1).
   virtual Status DropSession(SessionId session) = 0;
+  // Starts bringing the chain's DRAM copies in (Store::Prefetch); returns
+  // the leading blocks found without waiting for them. Needs protocol 3.
+  virtual Result<uint32_t> Prefetch(std::span<const BlockKey> chain) = 0;
   // The daemon's /stats JSON (store and this server's counters).
   virtual Result<std::string> StatsJson() = 0;
   // A round trip: OK when the daemon answers and its store is open.

@@ -242,6 +242,13 @@ Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> pa
       auto session = wire::DecodeU64(payload);
       return session.ok() ? DropSession(id, *session) : bad(session.status().WithContext("drop_session"));
     }
+    case wire::Type::kPrefetch: {
+      if (protocol_ < 3)
+        return bad(Status::NotSupported("prefetch needs protocol version 3; this connection negotiated " +
+                                        std::to_string(protocol_)));
+      auto m = wire::DecodePrefetch(payload);
+      return m.ok() ? Prefetch(id, *m) : bad(m.status());
+    }
     default:
       // Reserved requests (pin, unpin, delete) and reply types.
       return bad(wire::ValidateRequest(h.type, payload).ok()
@@ -260,6 +267,13 @@ Status Connection::DropSession(uint32_t id, uint64_t session) {
   }
   server_->tenants_->Release(*tenant_, *salted);
   return Reply(wire::EncodeEmpty(wire::Type::kDropSessionOk, id));
+}
+
+Status Connection::Prefetch(uint32_t id, const wire::Lookup& m) {
+  if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
+  auto hit = server_->store_->Prefetch(salted_);
+  if (!hit.ok()) return Error(id, hit.status().WithContext("prefetch"));
+  return Reply(wire::EncodeU32(wire::Type::kPrefetchOk, id, *hit));
 }
 
 Status Connection::Lookup(uint32_t id, const wire::Lookup& m, Clock::time_point arrival) {

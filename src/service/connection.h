@@ -74,6 +74,7 @@ class Connection {
   // Drops one of the tenant's sessions (protocol 2): its blocks leave the
   // store unless another live session references them; its quota use is released.
   Status DropSession(uint32_t id, uint64_t session);
+  Status Prefetch(uint32_t id, const wire::Lookup& m);
   Status Restore(uint32_t id, const wire::Restore& m, Clock::time_point arrival);
   Status RegisterShm(uint32_t id, const wire::RegisterShm& m);
   // Sends a reply frame: on a worker, a blocking write until `deadline`; on

@@ -77,6 +77,7 @@ Result<std::unique_ptr<flatkv::Restore>> RemoteStore::StartRestore(std::span<con
 }
 
 Status RemoteStore::DropSession(SessionId session) { return client_->DropSession(session); }
+Result<uint32_t> RemoteStore::Prefetch(std::span<const BlockKey> chain) { return client_->Prefetch(chain); }
 
 Status RemoteStore::Close() {
   if (closed_) return Status::FailedPrecondition("remote store: already closed");

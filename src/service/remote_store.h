@@ -8,8 +8,8 @@
 // socket and are copied to the destinations, otherwise the whole restored
 // prefix is held in memory until the Restore is destroyed. locations()
 // report Medium::kNone (the daemon does not say where blocks live).
-// DropSession is NotSupported (reserved in the protocol); Stats() carries
-// no counters (ask the daemon: Client::StatsJson).
+// DropSession and Prefetch are the daemon's (protocol versions 2 and 3);
+// Stats() carries no counters (ask the daemon: Client::StatsJson).
 //
 // Thread-safety: as the Client's: calls are serialized on its connection.
 #pragma once
@@ -31,6 +31,7 @@ class RemoteStore final : public Store {
   Result<std::unique_ptr<flatkv::Restore>> StartRestore(std::span<const BlockKey> chain,
                                                         const RestoreTarget& target = {}) override;
   Status DropSession(SessionId session) override;
+  Result<uint32_t> Prefetch(std::span<const BlockKey> chain) override;
   Status Close() override;
   StoreStats Stats() const override;
   const StoreOptions& options() const override { return options_; }

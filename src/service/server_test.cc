@@ -372,7 +372,7 @@ TEST(ServerTest, DropSessionOverTheWire) {
   auto b = ConnectOrNull(server->tcp_address(), kTokenB);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(a->info().protocol_version, 2u);
+  EXPECT_EQ(a->info().protocol_version, 3u);
   const uint64_t bb = a->info().block_bytes;
   auto shared = ChainKeys(11, 2), own = ChainKeys(12, 2);
   ASSERT_TRUE(a->Put(1, shared, Blocks(bb, 2, 11)).ok());
@@ -390,6 +390,49 @@ TEST(ServerTest, DropSessionOverTheWire) {
   const Status again = a->DropSession(1);
   EXPECT_EQ(again.code(), Code::kNotFound) << again.ToString();
   EXPECT_NE(again.message().find("session 1 has no blocks"), std::string::npos) << again.ToString();
+}
+
+// Prefetch over the wire: the tenant's SSD-only blocks come into DRAM in
+// the background, the reply says how many were found, another tenant's
+// keys find nothing, and a protocol-2 connection is told what it needs.
+TEST(ServerTest, PrefetchOverTheWire) {
+  TempDir dir;
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  auto b = ConnectOrNull(server->tcp_address(), kTokenB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const uint64_t bb = a->info().block_bytes;
+  const auto keys = ChainKeys(21, 4);
+  ASSERT_TRUE(a->Put(1, keys, Blocks(bb, 4, 21), PutHint::kOneShot).ok());
+  const uint64_t readmitted = server->store().Stats().readmitted_blocks;
+  auto found = a->Prefetch(ChainKeys(21, 6));
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(*found, 4u);
+  EXPECT_TRUE(WaitFor([&] { return server->store().Stats().readmitted_blocks == readmitted + 4; }));
+  EXPECT_EQ(*b->Prefetch(keys), 0u) << "tenant b's keys are salted apart";
+  // A connection that negotiated protocol 2.
+  const int fd = RawConnect(server->tcp_address());
+  ASSERT_GE(fd, 0);
+  wire::Hello hello;
+  hello.token = kTokenA;
+  hello.max_version = 2;
+  ASSERT_TRUE(SendAll(fd, wire::EncodeHello(1, hello)));
+  wire::Header h;
+  std::vector<std::byte> p;
+  ASSERT_TRUE(ReadRaw(fd, &h, &p));
+  ASSERT_EQ(h.type, wire::Type::kHelloOk);
+  wire::Lookup m;
+  m.keys = keys;
+  ASSERT_TRUE(SendAll(fd, wire::EncodePrefetch(2, m)));
+  ASSERT_TRUE(ReadRaw(fd, &h, &p));
+  EXPECT_EQ(h.type, wire::Type::kError);
+  const Status st = wire::ErrorStatus(p);
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_NE(st.message().find("prefetch needs protocol version 3; this connection negotiated 2"), std::string::npos)
+      << st.ToString();
+  ::close(fd);
 }
 
 }  // namespace

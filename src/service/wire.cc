@@ -121,6 +121,7 @@ std::string_view TypeName(Type t) {
     case Type::kUnpin: return "unpin";
     case Type::kDelete: return "delete";
     case Type::kDropSession: return "drop_session";
+    case Type::kPrefetch: return "prefetch";
     case Type::kHelloOk: return "hello_ok";
     case Type::kLookupOk: return "lookup_ok";
     case Type::kPutOk: return "put_ok";
@@ -131,14 +132,15 @@ std::string_view TypeName(Type t) {
     case Type::kStatsOk: return "stats_ok";
     case Type::kPong: return "pong";
     case Type::kDropSessionOk: return "drop_session_ok";
+    case Type::kPrefetchOk: return "prefetch_ok";
     case Type::kError: return "error";
   }
   return "unknown";
 }
 
-bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 11; }
+bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 12; }
 
-static bool KnownType(uint8_t t) { return (t >= 1 && t <= 11) || (t >= 64 && t <= 73) || t == 127; }
+static bool KnownType(uint8_t t) { return (t >= 1 && t <= 12) || (t >= 64 && t <= 74) || t == 127; }
 
 Result<Header> ParseHeader(std::span<const std::byte> b, uint64_t max_payload) {
   if (b.size() < kHeaderBytes) {
@@ -192,12 +194,24 @@ std::vector<std::byte> EncodeHello(uint32_t id, const Hello& m) {
   return w.Finish();
 }
 
-std::vector<std::byte> EncodeLookup(uint32_t id, const Lookup& m) {
-  Writer w(Type::kLookup, id);
+namespace {
+std::vector<std::byte> EncodeKeys(Type type, uint32_t id, const Lookup& m) {
+  Writer w(type, id);
   w.U32(m.deadline_ms);
   w.Keys(m.keys);
   return w.Finish();
 }
+Result<Lookup> DecodeKeys(std::span<const std::byte> p, const char* what) {
+  Reader r(p, what);
+  Lookup m;
+  (void)(r.U32(&m.deadline_ms) && r.Keys(&m.keys));
+  FLATKV_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+}  // namespace
+
+std::vector<std::byte> EncodeLookup(uint32_t id, const Lookup& m) { return EncodeKeys(Type::kLookup, id, m); }
+std::vector<std::byte> EncodePrefetch(uint32_t id, const Lookup& m) { return EncodeKeys(Type::kPrefetch, id, m); }
 
 std::vector<std::byte> EncodePutHead(uint32_t id, const Put& m, uint64_t data_bytes) {
   Writer w(Type::kPut, id);
@@ -292,13 +306,8 @@ Result<Hello> DecodeHello(std::span<const std::byte> p) {
   return m;
 }
 
-Result<Lookup> DecodeLookup(std::span<const std::byte> p) {
-  Reader r(p, "lookup");
-  Lookup m;
-  (void)(r.U32(&m.deadline_ms) && r.Keys(&m.keys));
-  FLATKV_RETURN_IF_ERROR(r.Done());
-  return m;
-}
+Result<Lookup> DecodeLookup(std::span<const std::byte> p) { return DecodeKeys(p, "lookup"); }
+Result<Lookup> DecodePrefetch(std::span<const std::byte> p) { return DecodeKeys(p, "prefetch"); }
 
 namespace {
 // The PutHint values the wire carries (docs/format_wire.md), one row each.
@@ -418,10 +427,11 @@ Status ValidateRequest(Type type, std::span<const std::byte> p) {
     case Type::kPing:
       return p.empty() ? Status::Ok() : Status::InvalidArgument(std::string(TypeName(type)) + ": payload must be empty");
     case Type::kDropSession: return DecodeU64(p).status();
+    case Type::kPrefetch: return DecodePrefetch(p).status();
     case Type::kPin:
     case Type::kUnpin:
     case Type::kDelete:
-      return Status::NotSupported(std::string(TypeName(type)) + " is reserved in protocol versions 1 and 2");
+      return Status::NotSupported(std::string(TypeName(type)) + " is reserved in protocol versions 1 to 3");
     default:
       return Status::InvalidArgument("frame type " + std::string(TypeName(type)) + " is not a request");
   }

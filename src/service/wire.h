@@ -24,9 +24,9 @@ namespace flatkv::service::wire {
 inline constexpr uint32_t kMagic = 0x31564B46;  // "FKV1" as little-endian bytes
 inline constexpr uint8_t kVersion = 1;  // the frame format (every frame's header)
 // Protocol versions, negotiated by hello: 1 the first set of requests; 2
-// adds drop_session. A request newer than the connection's version is
-// answered NotSupported naming the version it needs.
-inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 2;
+// adds drop_session; 3 adds prefetch. A request newer than the
+// connection's version is answered NotSupported naming the version it needs.
+inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 3;
 inline constexpr size_t kHeaderBytes = 16;
 // The most keys one request may carry, and the longest token or name.
 inline constexpr uint32_t kMaxKeys = 1u << 20;
@@ -47,6 +47,7 @@ enum class Type : uint8_t {
   kUnpin = 9,   // reserved: answered NotSupported
   kDelete = 10, // reserved: answered NotSupported
   kDropSession = 11,  // protocol 2
+  kPrefetch = 12,     // protocol 3: a Lookup's payload
   // server -> client
   kHelloOk = 64,
   kLookupOk = 65,
@@ -58,6 +59,7 @@ enum class Type : uint8_t {
   kStatsOk = 71,
   kPong = 72,
   kDropSessionOk = 73,  // protocol 2
+  kPrefetchOk = 74,     // protocol 3: u32, the leading blocks found
   kError = 127,
 };
 std::string_view TypeName(Type t);
@@ -129,6 +131,7 @@ struct Error {
 // with payload_bytes already counting it.
 std::vector<std::byte> EncodeHello(uint32_t id, const Hello& m);
 std::vector<std::byte> EncodeLookup(uint32_t id, const Lookup& m);
+std::vector<std::byte> EncodePrefetch(uint32_t id, const Lookup& m);  // a Lookup's payload
 std::vector<std::byte> EncodePutHead(uint32_t id, const Put& m, uint64_t data_bytes);
 std::vector<std::byte> EncodeRestore(uint32_t id, const Restore& m);
 std::vector<std::byte> EncodeRegisterShm(uint32_t id, const RegisterShm& m);
@@ -142,6 +145,7 @@ std::vector<std::byte> EncodeError(uint32_t id, const Status& status);
 
 Result<Hello> DecodeHello(std::span<const std::byte> p);
 Result<Lookup> DecodeLookup(std::span<const std::byte> p);
+Result<Lookup> DecodePrefetch(std::span<const std::byte> p);
 Result<Put> DecodePut(std::span<const std::byte> p);
 Result<Restore> DecodeRestore(std::span<const std::byte> p);
 Result<RegisterShm> DecodeRegisterShm(std::span<const std::byte> p);

@@ -49,7 +49,8 @@ std::string StoreStats::ToString() const {
                 "checksum_failures=%llu decode_failures=%llu io_errors=%llu dropped_blocks=%llu recovered_blocks=%llu lost_blocks=%llu manifest_bytes=%llu manifest_checkpoints=%llu\n"
                 "ssd_read_amplification=%.3f compression_ratio=%.3f ssd_direct_io=%s ssd_engine=%s\n"
                 "restore_latency_us p50=%.0f p90=%.0f p99=%.0f max=%.0f\n"
-                "dram_only_blocks=%llu dram_only_lost_blocks=%llu readmitted_blocks=%llu ssd_write_waits=%llu shared_extents=%llu\n",
+                "dram_only_blocks=%llu dram_only_lost_blocks=%llu readmitted_blocks=%llu ssd_write_waits=%llu shared_extents=%llu\n"
+                "prefetches=%llu prefetch_skipped=%llu\n",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
                 (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
@@ -58,7 +59,8 @@ std::string StoreStats::ToString() const {
                 ssd_engine.c_str(), restore_p50_us, restore_p90_us, restore_p99_us, restore_max_us,
                 (unsigned long long)dram_only_blocks, (unsigned long long)dram_only_lost_blocks,
                 (unsigned long long)readmitted_blocks, (unsigned long long)ssd_write_waits,
-                (unsigned long long)shared_extents);
+                (unsigned long long)shared_extents, (unsigned long long)prefetches,
+                (unsigned long long)prefetch_skipped);
   return out + buf;
 }
 
@@ -75,7 +77,8 @@ std::string StoreStats::ToJson() const {
                 "\"lost_blocks\":%llu,\"manifest_bytes\":%llu,\"manifest_checkpoints\":%llu,\"ssd_read_amplification\":%.6f,\"compression_ratio\":%.6f,\"ssd_direct_io\":%s,"
                 "\"ssd_engine\":\"%s\",\"restore_p50_us\":%.1f,\"restore_p90_us\":%.1f,\"restore_p99_us\":%.1f,"
                 "\"restore_max_us\":%.1f,\"dram_only_blocks\":%llu,\"dram_only_lost_blocks\":%llu,"
-                "\"readmitted_blocks\":%llu,\"ssd_write_waits\":%llu,\"shared_extents\":%llu}",
+                "\"readmitted_blocks\":%llu,\"ssd_write_waits\":%llu,\"shared_extents\":%llu,\"prefetches\":%llu,"
+                "\"prefetch_skipped\":%llu}",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
                 (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
@@ -84,7 +87,8 @@ std::string StoreStats::ToJson() const {
                 ssd_engine.c_str(), restore_p50_us, restore_p90_us, restore_p99_us, restore_max_us,
                 (unsigned long long)dram_only_blocks, (unsigned long long)dram_only_lost_blocks,
                 (unsigned long long)readmitted_blocks, (unsigned long long)ssd_write_waits,
-                (unsigned long long)shared_extents);
+                (unsigned long long)shared_extents, (unsigned long long)prefetches,
+                (unsigned long long)prefetch_skipped);
   return out + buf;
 }
 

@@ -219,6 +219,7 @@ StoreImpl::~StoreImpl() {
 }
 
 Status StoreImpl::Close() {
+  StopPrefetches();  // their restores end before the store does
   std::vector<std::pair<uint32_t, persist::ManifestContents>> snapshots;
   {
     MutexLock lock(&mu_);
@@ -796,6 +797,8 @@ StoreStats StoreImpl::Stats() const {
   st.lost_blocks = counters_.lost_blocks;
   st.dram_only_lost_blocks = counters_.dram_only_lost_blocks;
   st.readmitted_blocks = counters_.readmitted_blocks;
+  st.prefetches = counters_.prefetches;
+  st.prefetch_skipped = counters_.prefetch_skipped;
   st.ssd_write_waits = counters_.ssd_write_waits;
   st.restore_p50_us = counters_.restore_latency.Percentile(0.5);
   st.restore_p90_us = counters_.restore_latency.Percentile(0.9);

@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -36,6 +37,7 @@
 #include <optional>
 #include <functional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -142,7 +144,7 @@ struct Counters {
   MediumCounters dram, ssd;
   std::atomic<uint64_t> restores{0}, lookup_blocks{0}, miss_blocks{0}, put_blocks{0}, dedup_blocks{0},
       checksum_failures{0}, decode_failures{0}, io_errors{0}, dropped_blocks{0}, recovered_blocks{0}, lost_blocks{0},
-      dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0};
+      dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0}, prefetches{0}, prefetch_skipped{0};
   LatencyHistogram restore_latency;
   MediumCounters& of(Medium m) { return m == Medium::kDram ? dram : ssd; }
 };
@@ -156,6 +158,7 @@ class StoreImpl final : public Store {
              const PutOptions& options) override;
   uint32_t Match(std::span<const BlockKey> chain) const override;
   Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain, const RestoreTarget& target) override;
+  Result<uint32_t> Prefetch(std::span<const BlockKey> chain) override;
   Status DropSession(SessionId session) override;
   Status Close() override;
   StoreStats Stats() const override;
@@ -187,6 +190,14 @@ class StoreImpl final : public Store {
   explicit StoreImpl(const StoreOptions& options) : options_(options) {}
   Status Init();
   Status Recover(uint32_t device, const persist::ManifestContents& contents);
+
+  // StartRestore, re-admitting SSD blocks into DRAM copies when `readmit`.
+  Result<std::unique_ptr<Restore>> StartRestoreImpl(std::span<const BlockKey> chain, const RestoreTarget& target,
+                                                    bool readmit);
+  // Waits for the prefetches in flight (Close).
+  void StopPrefetches() FLATKV_EXCLUDES(prefetch_mu_);
+  // The prefetch thread: finishes queued prefetch restores until stopped.
+  void RunPrefetches() FLATKV_EXCLUDES(prefetch_mu_);
 
   Session& TouchSession(SessionId id) FLATKV_REQUIRES(mu_);
   // Gives SSD extent `e` (no copy yet) a DRAM copy to re-admit restored
@@ -335,6 +346,15 @@ class StoreImpl final : public Store {
 
   mutable Mutex mu_;
   bool closed_ FLATKV_GUARDED_BY(mu_) = false;
+  // Prefetches (Prefetch): restores into the window that one thread
+  // finishes in the background, so their blocks land in DRAM copies.
+  static constexpr size_t kMaxPrefetches = 4;
+  Mutex prefetch_mu_;
+  CondVar prefetch_cv_;
+  std::deque<std::unique_ptr<Restore>> prefetch_queue_ FLATKV_GUARDED_BY(prefetch_mu_);
+  size_t prefetch_running_ FLATKV_GUARDED_BY(prefetch_mu_) = 0;
+  bool prefetch_stop_ FLATKV_GUARDED_BY(prefetch_mu_) = false;
+  std::thread prefetch_thread_ FLATKV_GUARDED_BY(prefetch_mu_);  // started by the first prefetch; joined by Close
   uint64_t next_extent_id_ FLATKV_GUARDED_BY(mu_) = 1;
   uint32_t next_device_ FLATKV_GUARDED_BY(mu_) = 0;  // SSD round robin
   BlockIndex index_ FLATKV_GUARDED_BY(mu_);

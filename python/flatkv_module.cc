@@ -475,28 +475,21 @@ class Store {
   uint64_t block_layer_bytes() const { return flatkv_store_block_layer_bytes(s_); }
   uint64_t block_bytes() const { return flatkv_store_block_bytes(s_); }
 
-  uint32_t Match(const py::object& keys_obj) {
-    auto keys = ToKeys(keys_obj);
-    uint32_t hit = 0;
-    flatkv_status* st;
-    {
-      py::gil_scoped_release release;
-      st = flatkv_store_match(s_, keys.data(), keys.size(), &hit);
-    }
-    Check(st);
-    return hit;
-  }
+  uint32_t Match(const py::object& keys_obj) { return CountOf(flatkv_store_match, keys_obj); }
+  uint32_t Prefetch(const py::object& keys_obj) { return CountOf(flatkv_store_prefetch, keys_obj); }
 
-  uint32_t Prefetch(const py::object& keys_obj) {
+  // A call over keys that answers a block count (match, prefetch).
+  uint32_t CountOf(flatkv_status* (*call)(flatkv_store*, const flatkv_key*, uint64_t, uint32_t*),
+                   const py::object& keys_obj) {
     auto keys = ToKeys(keys_obj);
-    uint32_t found = 0;
+    uint32_t n = 0;
     flatkv_status* st;
     {
       py::gil_scoped_release release;
-      st = flatkv_store_prefetch(s_, keys.data(), keys.size(), &found);
+      st = call(s_, keys.data(), keys.size(), &n);
     }
     Check(st);
-    return found;
+    return n;
   }
 
   void Put(uint64_t session, const py::object& keys_obj, const py::object& data, bool one_shot,

@@ -379,24 +379,32 @@ void Server::EventLoop(Loop* loop) {
 
 void Server::Park(Connection* c, bool add) {
   Loop& loop = *loops_[c->loop()];
-  if (!c->logged_in()) {
-    {
-      MutexLock lock(&loop.mu);
-      loop.logins[c] = c->login_deadline();
-    }
-    const uint64_t one = 1;
-    (void)!::write(loop.wake_fd, &one, sizeof one);
-  }
+  const bool login = !c->logged_in();
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.ptr = c;
-  if (::epoll_ctl(loop.epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd(), &ev) != 0) {
-    LogInfo("flatkv serve: epoll_ctl: " + Status::FromErrno(errno, "registering a connection").ToString());
-    {
-      MutexLock lock(&loop.mu);
+  bool armed;
+  {
+    // Armed under loop.mu, which the loop takes before it serves the event:
+    // everything this thread did to c (and the epoll_ctl itself) happens
+    // before the loop thread touches c again, as a thread sanitizer sees it
+    // too (it does not see the ordering epoll gives through the kernel).
+    // Once armed, c may be served, even closed: it is not touched after.
+    MutexLock lock(&loop.mu);
+    if (login) loop.logins[c] = c->login_deadline();
+    armed = ::epoll_ctl(loop.epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd(), &ev) == 0;
+    if (!armed) {
+      LogInfo("flatkv serve: epoll_ctl: " + Status::FromErrno(errno, "registering a connection").ToString());
       loop.logins.erase(c);
     }
+  }
+  if (!armed) {
     CloseConnection(c);
+    return;
+  }
+  if (login) {
+    const uint64_t one = 1;  // a new login deadline: the loop recomputes its timeout
+    (void)!::write(loop.wake_fd, &one, sizeof one);
   }
 }
 

@@ -77,7 +77,7 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
   const model::Config& c = model_->config;
   const uint32_t bt = options_.block_tokens, n = static_cast<uint32_t>(chunk.size());
   const int layers = c.n_layers, kv_dim = c.kv_dim();
-  const uint64_t page = cache_.page_bytes(), page_floats = page / sizeof(float);
+  const uint64_t page = cache_.page_bytes();
   // The chunk's KV as chunk rows (model/chunk_kv.h: per layer n K rows, K
   // before RoPE, then n V rows), whether restored or computed here.
   const model::ChunkLayout layout(ShapeFor(c), bt, page);
@@ -93,8 +93,6 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
     if (started.ok() && started.value()->hit_blocks() == blocks) {
       Restore& restore = *started.value();
       auto tw = Clock::now();
-      // Put's layout, block-major: block b's layer l page at (b * layers + l) * page.
-      std::vector<float> data(uint64_t{blocks} * layers * page_floats);
       restored = true;
       for (int l = 0; l < layers; ++l) {
         auto view = restore.WaitLayer(static_cast<uint32_t>(l));
@@ -103,12 +101,11 @@ Status Engine::LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_c
           restore.ReleaseLayer(static_cast<uint32_t>(l));
           break;
         }
-        for (uint32_t b = 0; b < blocks; ++b)
-          std::memcpy(data.data() + (uint64_t{b} * layers + l) * page_floats, view->data.data() + uint64_t{b} * page, page);
+        // Straight from the window into chunk rows (the view: one slice per block).
+        layout.LayerToRows(static_cast<uint32_t>(l), view->data.data(), page, n, n, row_bytes);
         restore.ReleaseLayer(static_cast<uint32_t>(l));
       }
       restored = restore.Finish() == blocks && restored;
-      if (restored) layout.BlocksToRows(reinterpret_cast<const std::byte*>(data.data()), n, n, row_bytes);
       result.timing.restore_ms += MsSince(tw);
       if (!restored) LogWarning("engine: blend: a chunk lost blocks while loading; recomputing it");
     }

@@ -34,14 +34,17 @@ void ChunkLayout::RowsToBlocks(const std::byte* rows, uint64_t n, std::byte* blo
 }
 
 void ChunkLayout::BlocksToRows(const std::byte* blocks, uint64_t n, uint64_t count, std::byte* rows) const {
-  const uint64_t layer_rows = n * token_layer_bytes();
-  for (uint32_t l = 0; l < shape.layers; ++l)
-    for (uint32_t part = 0; part < parts_; ++part)
-      for (uint64_t t = 0; t < count; ++t)
-        std::memcpy(rows + l * layer_rows + (part * n + t) * row_bytes_,
-                    blocks + (t / block_tokens) * block_bytes() + l * block_layer_bytes +
-                        (part * block_tokens + t % block_tokens) * row_bytes_,
-                    row_bytes_);
+  for (uint32_t l = 0; l < shape.layers; ++l) LayerToRows(l, blocks + l * block_layer_bytes, block_bytes(), n, count, rows);
+}
+
+void ChunkLayout::LayerToRows(uint32_t layer, const std::byte* slices, uint64_t stride, uint64_t n, uint64_t count,
+                              std::byte* rows) const {
+  std::byte* out = rows + layer * n * token_layer_bytes();
+  for (uint32_t part = 0; part < parts_; ++part)
+    for (uint64_t t = 0; t < count; ++t)
+      std::memcpy(out + (part * n + t) * row_bytes_,
+                  slices + (t / block_tokens) * stride + (part * block_tokens + t % block_tokens) * row_bytes_,
+                  row_bytes_);
 }
 
 Result<ChunkRope> PlanChunkRope(const RopeSpec& spec, const KvShape& shape, uint64_t pos0, uint64_t n) {

@@ -38,6 +38,10 @@ struct ChunkLayout {
   void RowsToBlocks(const std::byte* rows, uint64_t n, std::byte* blocks) const;
   // blocks -> the first `count` tokens of rows laid out for n tokens.
   void BlocksToRows(const std::byte* blocks, uint64_t n, uint64_t count, std::byte* rows) const;
+  // One layer of it: block b's slice of `layer` at slices + b * stride (a
+  // restore's window view has stride block_layer_bytes).
+  void LayerToRows(uint32_t layer, const std::byte* slices, uint64_t stride, uint64_t n, uint64_t count,
+                   std::byte* rows) const;
 
  private:
   uint64_t row_bytes_ = 0;

@@ -6,6 +6,7 @@
 // C-contiguous buffer in place. Every call that may wait on I/O releases the
 // GIL. C errors become flatkv.Error with the C status message and a `code`
 // attribute ("InvalidArgument", "NotFound", ...).
+#include <cmath>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -542,6 +543,32 @@ class Store {
     return std::make_unique<Restore>(r, layers(), block_layer_bytes(), std::move(buf));
   }
 
+  uint32_t TruncateSession(uint64_t session, uint32_t keep_blocks) {
+    uint32_t released = 0;
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_store_truncate_session(s_, session, keep_blocks, &released);
+    }
+    Check(st);
+    return released;
+  }
+
+  uint32_t Retain(const py::object& keys_obj, double ttl) {
+    if (!(ttl >= 0) || ttl * 1000.0 > 4294967295.0)
+      throw py::value_error("retain: ttl " + std::to_string(ttl) + " s is outside 0..4294967 seconds");
+    auto keys = ToKeys(keys_obj);
+    const uint32_t ttl_ms = static_cast<uint32_t>(std::llround(ttl * 1000.0));
+    uint32_t n = 0;
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_store_retain(s_, keys.data(), keys.size(), ttl_ms, &n);
+    }
+    Check(st);
+    return n;
+  }
+
   void DropSession(uint64_t session) {
     flatkv_status* st;
     {
@@ -730,6 +757,12 @@ PYBIND11_MODULE(flatkv, m) {
       .def("restore_start", &Store::RestoreStart, py::arg("keys"), py::arg("out") = py::none(),
            py::arg("layout") = "block")
       .def("drop_session", &Store::DropSession, py::arg("session"))
+      .def("truncate_session", &Store::TruncateSession, py::arg("session"), py::arg("keep_blocks"),
+           "Releases the session's blocks beyond the first keep_blocks of its chain (shared blocks stay); "
+           "returns the blocks released.")
+      .def("retain", &Store::Retain, py::arg("keys"), py::arg("ttl"),
+           "Keeps the stored prefix of `keys` and its DRAM copies from eviction for `ttl` seconds (0 releases); "
+           "returns the leading blocks retained (fewer when the budget runs out).")
       .def("stats", &Store::Stats)
       .def("options", &Store::Options,
            "The options the store runs with, a dict keyed by StoreOptions' field names (a daemon's: its store's, "

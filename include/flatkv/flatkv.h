@@ -277,6 +277,25 @@ void flatkv_restore_destroy(flatkv_restore* restore);
 /* Frees every block of `session`. */
 flatkv_status* flatkv_store_drop_session(flatkv_store* store, uint64_t session);
 
+/* Releases the blocks of `session` beyond the first `keep_blocks` of its
+ * chain (the order its puts carried them, blocks it shares included), for
+ * an agent that rewrote its history; blocks another live session references
+ * stay. *n_released (may be NULL): the blocks taken out of the index. Its
+ * next put goes on from `keep_blocks`. NOT_FOUND for a session with no
+ * blocks. Against a daemon it needs protocol version 4. */
+flatkv_status* flatkv_store_truncate_session(flatkv_store* store, uint64_t session, uint32_t keep_blocks,
+                                             uint32_t* n_released);
+
+/* Keeps the stored prefix of `keys` (and its DRAM copies) from eviction for
+ * `ttl_ms` from now; a later, longer retain extends it, ttl_ms 0 releases
+ * it. *n_retained: the leading blocks retained, fewer than stored when
+ * retained extents would pass half of a medium or, against a daemon, when
+ * the tenant's pin budget (limits.tenant_pinned_bytes, shared with its
+ * restores in flight) runs out; the daemon also caps ttl_ms at
+ * limits.max_retain_ms. Against a daemon it needs protocol version 4. */
+flatkv_status* flatkv_store_retain(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t ttl_ms,
+                                   uint32_t* n_retained);
+
 /* Starts bringing the DRAM copies of the longest stored prefix of `keys` in
  * ahead of the restore that will need them, and returns without waiting:
  * *n_found is the leading blocks stored. Blocks held on SSD alone are read

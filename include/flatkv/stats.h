@@ -40,6 +40,9 @@ struct StoreStats {
   uint64_t readmitted_blocks = 0;  // SSD blocks a restore copied back into DRAM (readmit_on_restore)
   uint64_t prefetches = 0;         // Prefetch calls that started a background read of SSD blocks
   uint64_t prefetch_skipped = 0;   // Prefetch calls that found SSD blocks but too many prefetches running
+  uint64_t truncated_blocks = 0;   // blocks TruncateSession took out of the index
+  uint64_t retained_extents = 0;   // extents a Retain keeps from eviction now
+  uint64_t retain_refused_blocks = 0;  // blocks a Retain left unretained (retained extents at half a medium)
   uint64_t ssd_write_waits = 0;    // puts that waited for earlier SSD writes (ssd_write_buffer_bytes)
   uint64_t shared_extents = 0;     // extents other sessions than their owner reference
   uint64_t dedup_blocks = 0;    // blocks put that were already stored

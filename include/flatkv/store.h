@@ -17,6 +17,7 @@
 // one consumer thread at a time.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -168,6 +169,25 @@ class Store {
   // blocks another live session references (they pass to that session),
   // and drops the session's own references.
   virtual Status DropSession(SessionId session) = 0;
+
+  // Releases the blocks of `session` beyond the first `keep_blocks` of its
+  // chain, for an agent that rewrote its history: its chain is its blocks in
+  // the order its puts carried them (PutOptions::first_block where given,
+  // else each put going on from the last), blocks it shares with other
+  // sessions included. Blocks another live session references stay, and
+  // the session's references to other sessions' blocks at those positions
+  // go. Returns the blocks taken out of the index. Its next put without a
+  // first_block goes on from `keep_blocks`. NotFound for an unknown session.
+  virtual Result<uint32_t> TruncateSession(SessionId session, uint32_t keep_blocks) = 0;
+
+  // Keeps the stored prefix of `chain` (its extents, and their DRAM copies)
+  // from eviction for `ttl` from now (a later, longer retain extends it;
+  // ttl 0 releases it). Returns the leading blocks now retained: fewer
+  // than stored when retained extents would pass half of a medium
+  // (rounded up)
+  // (StoreStats::retain_refused_blocks counts the rest). Eviction that
+  // finds only retained extents fails as it would with every extent in use.
+  virtual Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) = 0;
 
   // Writes a compact manifest and closes files. Further calls fail.
   virtual Status Close() = 0;

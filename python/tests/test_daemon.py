@@ -133,6 +133,18 @@ def test_client_round_trip_tenants_and_warm_restart(daemon):
     with pytest.raises(flatkv.Error, match="session 9 has no blocks") as e:
         store.drop_session(9)
     assert e.value.code == "NotFound"
+    # retain and truncate_session through the daemon (protocol 4).
+    tail = ns.keys(np.arange(2000, 2000 + 4 * 16), 16)
+    store.put(11, tail, payload(4, store.block_bytes, seed=7))
+    assert store.retain(tail, 30.0) == 4 and other.retain(tail, 30.0) == 0
+    assert store.retain(tail, 0) == 0
+    with pytest.raises(ValueError, match="ttl"):
+        store.retain(tail, -1)
+    assert store.truncate_session(11, 1) == 3
+    assert store.match(tail) == 1
+    with pytest.raises(flatkv.Error) as e:
+        other.truncate_session(11, 0)
+    assert e.value.code == "NotFound"
     for s in (store, shm, other):
         s.close()
 

@@ -173,3 +173,22 @@ def test_prefetch_brings_ssd_blocks_into_dram(tmp_path, ns):
     assert s.restore(keys, out) == 4 and np.array_equal(out, data)
     assert s.stats()["ssd"]["hit_blocks"] == ssd_hits  # served from DRAM
     s.close()
+
+
+def test_truncate_session_and_retain(tmp_path, ns):
+    s = open_store(tmp_path / "ssd", dram_bytes=1 << 20)
+    keys = ns.keys(np.arange(6 * BLOCK_TOKENS), BLOCK_TOKENS)
+    data = payload(6, s.block_bytes, seed=9)
+    s.put(3, keys, data)
+    assert s.retain(keys, 60) == 6
+    assert s.stats()["retained_extents"] >= 1
+    assert s.retain(keys, 0) == 0
+    # The agent rewrites its history after block 2: the tail goes.
+    assert s.truncate_session(3, 2) == 4
+    assert s.match(keys) == 2 and s.stats()["truncated_blocks"] == 4
+    out = np.zeros_like(data[:2])
+    assert s.restore(keys[:2], out) == 2 and np.array_equal(out, data[:2])
+    with pytest.raises(flatkv.Error) as e:
+        s.truncate_session(99, 0)
+    assert e.value.code == "NotFound"
+    s.close()

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
 #include <new>
 #include <span>
@@ -84,6 +85,9 @@ class Backend {
   // Store::Prefetch: the leading blocks found; their DRAM copies come in
   // the background.
   virtual Result<uint32_t> Prefetch(std::span<const BlockKey> keys) = 0;
+  // Store::TruncateSession and Store::Retain.
+  virtual Result<uint32_t> TruncateSession(uint64_t session, uint32_t keep_blocks) = 0;
+  virtual Result<uint32_t> Retain(std::span<const BlockKey> keys, std::chrono::milliseconds ttl) = 0;
   virtual Result<StoreStats> Stats() = 0;
   virtual Result<std::string> StatsJson() = 0;
   // The store's options (StoreOptionsToJson; a daemon's, from its stats).

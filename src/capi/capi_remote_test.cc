@@ -182,6 +182,18 @@ TEST_F(CapiRemoteTest, TenantsAreIsolatedAndErrorsCarryMessages) {
   EXPECT_NE(Err(flatkv_store_drop_session(b, 1)).find("NotFound"), std::string::npos);
   EXPECT_EQ(Err(flatkv_store_match(a, keys.data(), 3, &hit)), "");
   EXPECT_EQ(hit, 3u);
+  // Retain and truncate through the daemon, in tenant a's namespace.
+  uint32_t n = 9;
+  EXPECT_EQ(Err(flatkv_store_retain(a, keys.data(), 3, 60000, &n)), "");
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(Err(flatkv_store_retain(b, keys.data(), 3, 60000, &n)), "");
+  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(Err(flatkv_store_retain(a, keys.data(), 3, 0, nullptr)), "InvalidArgument: flatkv_store_retain: n_retained is NULL");
+  EXPECT_EQ(Err(flatkv_store_truncate_session(a, 1, 1, &n)), "");
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(Err(flatkv_store_match(a, keys.data(), 3, &hit)), "");
+  EXPECT_EQ(hit, 1u);
+  EXPECT_NE(Err(flatkv_store_truncate_session(b, 1, 0, nullptr)).find("NotFound"), std::string::npos);
   EXPECT_EQ(Err(flatkv_store_drop_session(a, 1)), "");
   EXPECT_EQ(Err(flatkv_store_match(a, keys.data(), 3, &hit)), "");
   EXPECT_EQ(hit, 0u);

@@ -243,6 +243,29 @@ flatkv_status* flatkv_store_prefetch(flatkv_store* store, const flatkv_key* keys
   });
 }
 
+flatkv_status* flatkv_store_truncate_session(flatkv_store* store, uint64_t session, uint32_t keep_blocks,
+                                             uint32_t* n_released) {
+  return Guard(__func__, [&]() -> Status {
+    if (n_released) *n_released = 0;
+    FLATKV_RETURN_IF_ERROR(CheckStore(store));
+    FLATKV_ASSIGN_OR_RETURN(uint32_t released, store->backend->TruncateSession(session, keep_blocks));
+    if (n_released) *n_released = released;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_store_retain(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t ttl_ms,
+                                   uint32_t* n_retained) {
+  return Guard(__func__, [&]() -> Status {
+    if (n_retained) *n_retained = 0;
+    FLATKV_RETURN_IF_ERROR(CheckStore(store));
+    if (n_retained == nullptr) return Status::InvalidArgument("n_retained is NULL");
+    FLATKV_ASSIGN_OR_RETURN(auto k, Keys(keys, n_keys));
+    FLATKV_ASSIGN_OR_RETURN(*n_retained, store->backend->Retain(k, std::chrono::milliseconds(ttl_ms)));
+    return Status::Ok();
+  });
+}
+
 flatkv_status* flatkv_store_drop_session(flatkv_store* store, uint64_t session) {
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckStore(store));

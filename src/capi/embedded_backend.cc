@@ -64,6 +64,12 @@ class EmbeddedBackend : public Backend {
 
   Result<uint32_t> Prefetch(std::span<const BlockKey> keys) override { return store_->Prefetch(keys); }
   Status DropSession(uint64_t session) override { return store_->DropSession(session); }
+  Result<uint32_t> TruncateSession(uint64_t session, uint32_t keep_blocks) override {
+    return store_->TruncateSession(session, keep_blocks);
+  }
+  Result<uint32_t> Retain(std::span<const BlockKey> keys, std::chrono::milliseconds ttl) override {
+    return store_->Retain(keys, ttl);
+  }
   Result<StoreStats> Stats() override { return store_->Stats(); }
   Result<std::string> StatsJson() override { return store_->Stats().ToJson(); }
   Result<std::string> OptionsJson() override { return StoreOptionsToJson(store_->options()); }

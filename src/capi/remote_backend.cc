@@ -261,6 +261,12 @@ class RemoteBackend : public Backend {
   Result<uint32_t> Prefetch(std::span<const BlockKey> keys) override {
     return With<uint32_t>([&](Connection& c) { return c.client->Prefetch(keys); });
   }
+  Result<uint32_t> TruncateSession(uint64_t session, uint32_t keep_blocks) override {
+    return With<uint32_t>([&](Connection& c) { return c.client->TruncateSession(session, keep_blocks); });
+  }
+  Result<uint32_t> Retain(std::span<const BlockKey> keys, std::chrono::milliseconds ttl) override {
+    return With<uint32_t>([&](Connection& c) { return c.client->Retain(keys, ttl); });
+  }
   Status DropSession(uint64_t session) override {
     return With<bool>([&](Connection& c) -> Result<bool> {
              FLATKV_RETURN_IF_ERROR(c.client->DropSession(session));

@@ -15,7 +15,7 @@ constexpr char kMagic[8] = {'F', 'L', 'A', 'T', 'K', 'V', 'M', 'F'};
 constexpr uint32_t kMaxRecordBytes = 1u << 20;
 constexpr uint32_t kHeaderBodyBytes = 68;
 enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3, kExtentCreateCoded = 4, kBlockPutCoded = 5,
-                         kExtentSessions = 6 };
+                         kExtentSessions = 6, kBlockPositions = 7, kBlocksDropped = 8 };
 constexpr uint32_t kMaxCodecSpecBytes = 256;
 
 void PutU8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
@@ -186,6 +186,27 @@ void EncodeExtentSessions(std::vector<uint8_t>& out, ExtentRef ref, uint64_t own
   FinishRecord(out, start);
 }
 
+void EncodeBlockPositions(std::vector<uint8_t>& out, ExtentRef ref, std::span<const std::pair<uint32_t, uint32_t>> runs) {
+  size_t start = BeginRecord(out, kBlockPositions);
+  PutU32(out, ref.segment);
+  PutU32(out, ref.slot);
+  PutU32(out, static_cast<uint32_t>(runs.size()));
+  for (const auto& [index, position] : runs) {
+    PutU32(out, index);
+    PutU32(out, position);
+  }
+  FinishRecord(out, start);
+}
+
+void EncodeBlocksDropped(std::vector<uint8_t>& out, ExtentRef ref, std::span<const uint32_t> indices) {
+  size_t start = BeginRecord(out, kBlocksDropped);
+  PutU32(out, ref.segment);
+  PutU32(out, ref.slot);
+  PutU32(out, static_cast<uint32_t>(indices.size()));
+  for (uint32_t i : indices) PutU32(out, i);
+  FinishRecord(out, start);
+}
+
 Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
   ManifestContents c;
   Reader r(bytes);
@@ -215,6 +236,41 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
       problem = "coded record type " + std::to_string(type) + " in a version " + std::to_string(c.version) + " log";
     } else if (type == kExtentSessions && c.version < kManifestVersionShared) {
       problem = "shared-extent record type 6 in a version " + std::to_string(c.version) + " log";
+    } else if ((type == kBlockPositions || type == kBlocksDropped) && c.version < kManifestVersionPositions) {
+      problem = "record type " + std::to_string(type) + " in a version " + std::to_string(c.version) + " log";
+    } else if ((type == kBlockPositions || type == kBlocksDropped) && p.remaining() >= 12) {
+      ExtentRef ref{p.U32(), p.U32()};
+      const uint32_t n = p.U32();
+      auto it = c.extents.find(ref);
+      const uint64_t max_index = uint64_t{c.header.extent_blocks} * kCodedBlocksPerSlot;
+      const uint64_t each = type == kBlockPositions ? 8 : 4;
+      if (n > max_index || !need(each * n)) problem = "record type " + std::to_string(type) + " with " + std::to_string(n) + " entries";
+      else if (it == c.extents.end())
+        problem = "record type " + std::to_string(type) + " for unknown extent " + std::to_string(ref.segment) + "/" +
+                  std::to_string(ref.slot);
+      else if (type == kBlockPositions) {
+        auto& runs = it->second.positions;
+        for (uint32_t i = 0; i < n && problem.empty(); ++i) {
+          const uint32_t index = p.U32(), position = p.U32();
+          if (index >= max_index) problem = "position of block index " + std::to_string(index) + " beyond extent";
+          else if (!runs.empty() && index <= runs.back().first) {
+            // A later record restates a run (a snapshot's runs, then the
+            // live ones): the newer one wins from its index on.
+            while (!runs.empty() && runs.back().first >= index) runs.pop_back();
+          }
+          if (problem.empty()) runs.push_back({index, position});
+        }
+        if (runs.size() > kMaxPositionRuns) problem = "extent with more than " + std::to_string(kMaxPositionRuns) + " position runs";
+      } else {
+        std::vector<uint32_t> drop(n);
+        for (uint32_t i = 0; i < n; ++i) drop[i] = p.U32();
+        std::sort(drop.begin(), drop.end());
+        auto& blocks = it->second.blocks;
+        blocks.erase(std::remove_if(blocks.begin(), blocks.end(),
+                                    [&](const BlockRecord& b) { return std::binary_search(drop.begin(), drop.end(), b.index); }),
+                     blocks.end());
+        it->second.sequence = ++sequence;
+      }
     } else if (type == kExtentSessions && p.remaining() >= 20) {
       ExtentRef ref{p.U32(), p.U32()};
       const uint64_t owner = p.U64();
@@ -389,6 +445,7 @@ std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t m
   for (const auto& [ref, e] : contents.extents) {
     if (!e.codec.empty()) *version = std::max(*version, kManifestVersionCoded);
     if (!e.sharers.empty()) *version = std::max(*version, kManifestVersionShared);
+    if (!e.positions.empty()) *version = std::max(*version, kManifestVersionPositions);
   }
   std::vector<uint8_t> bytes;
   EncodeHeader(bytes, contents.header, *version);
@@ -399,6 +456,7 @@ std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t m
     const ExtentRecord& e = contents.extents.at(ref);
     EncodeExtentCreate(bytes, ref, e.session, e.codec);
     if (!e.sharers.empty()) EncodeExtentSessions(bytes, ref, e.session, e.sharers);
+    if (!e.positions.empty()) EncodeBlockPositions(bytes, ref, e.positions);
     for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);
   }
   return bytes;

@@ -33,10 +33,18 @@ namespace flatkv::persist {
 // 5); version 3 adds shared extents (record 6: an extent's owner and the
 // other sessions referencing it). A log is written at the lowest version
 // its records need, so a store without codecs or shared blocks keeps the
-// version 1 format; this build reads versions 1 to 3.
-inline constexpr uint32_t kManifestVersion = 3;
+// version 1 format. Version 4 adds chain positions (record 7: where a run
+// of an extent's block slots sits in its session's chain, for
+// TruncateSession) and dropped blocks (record 8: blocks taken out of the
+// index while their extent lives); a store writes them from its first put.
+// This build reads versions 1 to 4.
+inline constexpr uint32_t kManifestVersion = 4;
 inline constexpr uint32_t kManifestVersionCoded = 2;
 inline constexpr uint32_t kManifestVersionShared = 3;
+inline constexpr uint32_t kManifestVersionPositions = 4;
+// An extent records at most this many position runs (more: the extent is
+// treated as holding positions beyond every truncation point).
+inline constexpr uint32_t kMaxPositionRuns = 4096;
 // An extent records at most this many referencing sessions.
 inline constexpr uint32_t kMaxSharers = 4096;
 // A coded extent holds at most this many blocks per block slot of a raw
@@ -81,6 +89,10 @@ struct ExtentRecord {
   std::vector<BlockRecord> blocks;
   // Other sessions holding references to its blocks (ExtentSessions record).
   std::vector<uint64_t> sharers = {};
+  // Chain positions (BlockPositions records): run starts, as (block index,
+  // the owner's chain position of that block); the blocks after a run's
+  // start up to the next run's follow on one by one. Sorted by index.
+  std::vector<std::pair<uint32_t, uint32_t>> positions = {};
 };
 
 // The live state a log describes.
@@ -101,6 +113,10 @@ void EncodeBlockPut(std::vector<uint8_t>& out, ExtentRef ref, const BlockRecord&
 void EncodeExtentFree(std::vector<uint8_t>& out, ExtentRef ref);
 // The extent's owner and referencing sessions from now on (version 3 log).
 void EncodeExtentSessions(std::vector<uint8_t>& out, ExtentRef ref, uint64_t owner, std::span<const uint64_t> sharers);
+// Run starts of an extent's chain positions (version 4 log).
+void EncodeBlockPositions(std::vector<uint8_t>& out, ExtentRef ref, std::span<const std::pair<uint32_t, uint32_t>> runs);
+// Blocks of a live extent taken out of the index (version 4 log).
+void EncodeBlocksDropped(std::vector<uint8_t>& out, ExtentRef ref, std::span<const uint32_t> indices);
 void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& header, uint32_t version = 1);
 
 // Parses a whole log. A bad header is an error; a bad record ends the valid

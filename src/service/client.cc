@@ -207,12 +207,40 @@ class ClientImpl final : public Client {
     return wire::DecodeU32(reply);
   }
 
+  Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) override {
+    MutexLock lock(&mu_);
+    FLATKV_RETURN_IF_ERROR(NeedProtocol(4, "retain"));
+    if (ttl.count() < 0 || ttl.count() > UINT32_MAX)
+      return Status::InvalidArgument("retain: ttl " + std::to_string(ttl.count()) + " ms is outside 0..4294967295");
+    wire::Retain m;
+    m.ttl_ms = static_cast<uint32_t>(ttl.count());
+    m.chain.deadline_ms = DeadlineMs();
+    m.chain.keys.assign(chain.begin(), chain.end());
+    FLATKV_ASSIGN_OR_RETURN(auto reply, Call(wire::EncodeRetain(NextId(), m), wire::Type::kRetainOk, Deadline()));
+    return wire::DecodeU32(reply);
+  }
+
+  Result<uint32_t> TruncateSession(SessionId session, uint32_t keep_blocks) override {
+    MutexLock lock(&mu_);
+    FLATKV_RETURN_IF_ERROR(NeedProtocol(4, "truncate_session"));
+    FLATKV_ASSIGN_OR_RETURN(auto reply, Call(wire::EncodeTruncateSession(NextId(), {session, keep_blocks}),
+                                             wire::Type::kTruncateSessionOk, Deadline()));
+    return wire::DecodeU32(reply);
+  }
+
   Status Health() override {
     MutexLock lock(&mu_);
     return Call(wire::EncodeEmpty(wire::Type::kPing, NextId()), wire::Type::kPong, Deadline()).status();
   }
 
  private:
+  Status NeedProtocol(uint32_t version, const char* what) const FLATKV_REQUIRES(mu_) {
+    if (info_.protocol_version >= version) return Status::Ok();
+    return Status::NotSupported(std::string(what) + ": the daemon speaks protocol version " +
+                                std::to_string(info_.protocol_version) + "; " + what + " needs " + std::to_string(version) +
+                                " (a newer flatkv serve)");
+  }
+
   using Placer = std::function<std::vector<iovec>(uint32_t layer, uint32_t first, uint32_t blocks)>;
   using LayerDone = std::function<Status(uint32_t layer, uint32_t valid)>;
 

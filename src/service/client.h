@@ -136,6 +136,11 @@ class Client {
   // Starts bringing the chain's DRAM copies in (Store::Prefetch); returns
   // the leading blocks found without waiting for them. Needs protocol 3.
   virtual Result<uint32_t> Prefetch(std::span<const BlockKey> chain) = 0;
+  // Store::Retain and Store::TruncateSession in the daemon (protocol 4):
+  // the ttl is capped by the daemon's limits.max_retain_ms, and the blocks
+  // retained by what the tenant's pin budget leaves.
+  virtual Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) = 0;
+  virtual Result<uint32_t> TruncateSession(SessionId session, uint32_t keep_blocks) = 0;
   // The daemon's /stats JSON (store and this server's counters).
   virtual Result<std::string> StatsJson() = 0;
   // A round trip: OK when the daemon answers and its store is open.

@@ -301,7 +301,7 @@ Status ApplyTable(const toml::table& root, const std::string& origin, ServerConf
     FLATKV_RETURN_IF_ERROR(CheckKeys(*t, w, {"max_frame_bytes", "deadline_ms", "max_deadline_ms", "io_timeout_ms",
                                              "login_timeout_ms", "max_connections", "max_unauthenticated_per_peer",
                                              "max_shm_windows", "max_shm_bytes", "max_shm_total_bytes", "max_restore_ms",
-                                             "tenant_pinned_bytes"}));
+                                             "tenant_pinned_bytes", "max_retain_ms"}));
     auto bytes = [&](std::string_view key, uint64_t* out) -> Status {
       std::optional<uint64_t> v;
       FLATKV_RETURN_IF_ERROR(ReadBytes(*t, key, w, &v));
@@ -328,6 +328,7 @@ Status ApplyTable(const toml::table& root, const std::string& origin, ServerConf
     FLATKV_RETURN_IF_ERROR(ms("io_timeout_ms", &c->io_timeout));
     FLATKV_RETURN_IF_ERROR(ms("login_timeout_ms", &c->login_timeout));
     FLATKV_RETURN_IF_ERROR(ms("max_restore_ms", &c->max_restore_time));
+    FLATKV_RETURN_IF_ERROR(ms("max_retain_ms", &c->max_retain));
     // Counts: max_connections and max_unauthenticated_per_peer at least 1.
     auto count = [&](std::string_view key, int64_t least, uint32_t* out) -> Status {
       const toml::node* n = t->get(key);

@@ -90,6 +90,10 @@ struct ServerConfig {
   // at once (more: NoSpace). 0 bytes: no byte limit.
   std::chrono::milliseconds max_restore_time{30000};
   uint64_t tenant_pinned_bytes = 64ull << 30;
+  // A retain keeps a chain from eviction for at most this long (a longer
+  // ttl is cut to it); a tenant's unexpired retains share
+  // tenant_pinned_bytes with its restores in flight (these come first).
+  std::chrono::milliseconds max_retain{3600000};
 
   std::vector<TenantConfig> tenants;
 

@@ -249,8 +249,20 @@ Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> pa
       auto m = wire::DecodePrefetch(payload);
       return m.ok() ? Prefetch(id, *m) : bad(m.status());
     }
+    case wire::Type::kRetain:
+    case wire::Type::kTruncateSession: {
+      if (protocol_ < 4)
+        return bad(Status::NotSupported(std::string(wire::TypeName(h.type)) +
+                                        " needs protocol version 4; this connection negotiated " + std::to_string(protocol_)));
+      if (h.type == wire::Type::kRetain) {
+        auto m = wire::DecodeRetain(payload);
+        return m.ok() ? Retain(id, *m) : bad(m.status());
+      }
+      auto m = wire::DecodeTruncateSession(payload);
+      return m.ok() ? TruncateSession(id, *m) : bad(m.status());
+    }
     default:
-      // Reserved requests (pin, unpin, delete) and reply types.
+      // Reply types.
       return bad(wire::ValidateRequest(h.type, payload).ok()
                      ? Status::InvalidArgument("frame type " + std::string(wire::TypeName(h.type)) + " is not served")
                      : wire::ValidateRequest(h.type, payload));
@@ -274,6 +286,42 @@ Status Connection::Prefetch(uint32_t id, const wire::Lookup& m) {
   auto hit = server_->store_->Prefetch(salted_);
   if (!hit.ok()) return Error(id, hit.status().WithContext("prefetch"));
   return Reply(wire::EncodeU32(wire::Type::kPrefetchOk, id, *hit));
+}
+
+Status Connection::Retain(uint32_t id, const wire::Retain& m) {
+  if (Status st = salter_->SaltKeys(m.chain.keys, &salted_); !st.ok()) return Error(id, st);
+  Store& store = *server_->store_;
+  const auto ttl = std::min(std::chrono::milliseconds(m.ttl_ms), server_->config_.max_retain);
+  if (salted_.empty()) return Reply(wire::EncodeU32(wire::Type::kRetainOk, id, 0));
+  // The tenant's budget first (what it grants bounds the chain), then the store.
+  uint32_t blocks = ttl.count() == 0 ? 0 : store.Match(salted_);
+  const uint64_t bb = store.BlockBytes();
+  const uint64_t granted = server_->tenants_->Retain(*tenant_, salted_[0], blocks * bb, Clock::now() + ttl,
+                                                     server_->config_.tenant_pinned_bytes);
+  blocks = static_cast<uint32_t>(granted / bb);
+  auto retained = store.Retain(std::span(salted_).first(ttl.count() == 0 ? salted_.size() : blocks), ttl);
+  if (!retained.ok()) {
+    (void)server_->tenants_->Retain(*tenant_, salted_[0], 0, {}, 0);
+    return Error(id, retained.status().WithContext("retain"));
+  }
+  if (*retained < blocks)  // the store kept fewer: charge only those
+    (void)server_->tenants_->Retain(*tenant_, salted_[0], *retained * bb, Clock::now() + ttl,
+                                    server_->config_.tenant_pinned_bytes);
+  return Reply(wire::EncodeU32(wire::Type::kRetainOk, id, *retained));
+}
+
+Status Connection::TruncateSession(uint32_t id, const wire::TruncateSession& m) {
+  auto salted = salter_->SaltSession(m.session);
+  if (!salted.ok()) return Error(id, salted.status());
+  auto released = server_->store_->TruncateSession(*salted, m.keep_blocks);
+  if (!released.ok()) {
+    Status st = released.status();
+    if (st.code() == Code::kNotFound) st = Status::NotFound("session " + std::to_string(m.session) + " has no blocks");
+    return Error(id, st.WithContext("truncate_session"));
+  }
+  // The released blocks were the session's own puts: its quota use shrinks by them.
+  server_->tenants_->Refund(*tenant_, *salted, uint64_t{*released} * server_->store_->BlockBytes());
+  return Reply(wire::EncodeU32(wire::Type::kTruncateSessionOk, id, *released));
 }
 
 Status Connection::Lookup(uint32_t id, const wire::Lookup& m, Clock::time_point arrival) {

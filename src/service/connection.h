@@ -75,6 +75,10 @@ class Connection {
   // store unless another live session references them; its quota use is released.
   Status DropSession(uint32_t id, uint64_t session);
   Status Prefetch(uint32_t id, const wire::Lookup& m);
+  // Protocol 4: retain a chain for ttl (capped by limits.max_retain_ms,
+  // bounded by the tenant's pin budget), and drop a session's tail.
+  Status Retain(uint32_t id, const wire::Retain& m);
+  Status TruncateSession(uint32_t id, const wire::TruncateSession& m);
   Status Restore(uint32_t id, const wire::Restore& m, Clock::time_point arrival);
   Status RegisterShm(uint32_t id, const wire::RegisterShm& m);
   // Sends a reply frame: on a worker, a blocking write until `deadline`; on

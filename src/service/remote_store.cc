@@ -77,6 +77,14 @@ Result<std::unique_ptr<flatkv::Restore>> RemoteStore::StartRestore(std::span<con
 }
 
 Status RemoteStore::DropSession(SessionId session) { return client_->DropSession(session); }
+
+Result<uint32_t> RemoteStore::TruncateSession(SessionId session, uint32_t keep_blocks) {
+  return client_->TruncateSession(session, keep_blocks);
+}
+
+Result<uint32_t> RemoteStore::Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) {
+  return client_->Retain(chain, ttl);
+}
 Result<uint32_t> RemoteStore::Prefetch(std::span<const BlockKey> chain) { return client_->Prefetch(chain); }
 
 Status RemoteStore::Close() {

@@ -8,7 +8,8 @@
 // socket and are copied to the destinations, otherwise the whole restored
 // prefix is held in memory until the Restore is destroyed. locations()
 // report Medium::kNone (the daemon does not say where blocks live).
-// DropSession and Prefetch are the daemon's (protocol versions 2 and 3);
+// DropSession, Prefetch, Retain and TruncateSession are the daemon's
+// (protocol versions 2, 3 and 4);
 // Stats() carries no counters (ask the daemon: Client::StatsJson).
 //
 // Thread-safety: as the Client's: calls are serialized on its connection.
@@ -32,6 +33,8 @@ class RemoteStore final : public Store {
                                                         const RestoreTarget& target = {}) override;
   Status DropSession(SessionId session) override;
   Result<uint32_t> Prefetch(std::span<const BlockKey> chain) override;
+  Result<uint32_t> TruncateSession(SessionId session, uint32_t keep_blocks) override;
+  Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) override;
   Status Close() override;
   StoreStats Stats() const override;
   const StoreOptions& options() const override { return options_; }

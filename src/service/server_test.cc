@@ -372,7 +372,7 @@ TEST(ServerTest, DropSessionOverTheWire) {
   auto b = ConnectOrNull(server->tcp_address(), kTokenB);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(a->info().protocol_version, 3u);
+  EXPECT_EQ(a->info().protocol_version, 4u);
   const uint64_t bb = a->info().block_bytes;
   auto shared = ChainKeys(11, 2), own = ChainKeys(12, 2);
   ASSERT_TRUE(a->Put(1, shared, Blocks(bb, 2, 11)).ok());
@@ -433,6 +433,76 @@ TEST(ServerTest, PrefetchOverTheWire) {
   EXPECT_NE(st.message().find("prefetch needs protocol version 3; this connection negotiated 2"), std::string::npos)
       << st.ToString();
   ::close(fd);
+}
+
+TEST(ServerTest, RetainAndTruncateSessionOverTheWire) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  c.max_retain = std::chrono::milliseconds(60000);
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  auto b = ConnectOrNull(server->tcp_address(), kTokenB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const uint64_t bb = a->info().block_bytes;
+  ASSERT_TRUE(a->Put(1, ChainKeys(31, 8), Blocks(bb, 8, 31)).ok());
+  // Retain: the stored prefix, in tenant a's namespace only.
+  auto kept = a->Retain(ChainKeys(31, 10), std::chrono::milliseconds(30000));
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, 8u);
+  EXPECT_EQ(server->store().Stats().retained_extents, 2u);
+  EXPECT_EQ(*b->Retain(ChainKeys(31, 8), std::chrono::milliseconds(30000)), 0u) << "tenant b's keys are salted apart";
+  EXPECT_EQ(*a->Retain(ChainKeys(31, 8), std::chrono::milliseconds(0)), 0u);  // released
+  // Truncate: session 1 keeps 3 blocks; the quota use shrinks with it.
+  auto released = a->TruncateSession(1, 3);
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(*released, 5u);
+  EXPECT_EQ(*a->Lookup(ChainKeys(31, 8)), 3u);
+  EXPECT_EQ(server->tenants().UsedBytes(server->tenants().tenants()[0]), 3 * bb);
+  EXPECT_EQ(b->TruncateSession(1, 0).status().code(), Code::kNotFound) << "b has no session 1";
+  EXPECT_EQ(*a->Lookup(ChainKeys(31, 3)), 3u);
+  // A protocol-3 connection is told what it needs.
+  const int fd = RawConnect(server->tcp_address());
+  ASSERT_GE(fd, 0);
+  wire::Hello hello;
+  hello.token = kTokenA;
+  hello.max_version = 3;
+  ASSERT_TRUE(SendAll(fd, wire::EncodeHello(1, hello)));
+  wire::Header h;
+  std::vector<std::byte> p;
+  ASSERT_TRUE(ReadRaw(fd, &h, &p));
+  ASSERT_EQ(h.type, wire::Type::kHelloOk);
+  ASSERT_TRUE(SendAll(fd, wire::EncodeTruncateSession(2, {1, 0})));
+  ASSERT_TRUE(ReadRaw(fd, &h, &p));
+  EXPECT_EQ(h.type, wire::Type::kError);
+  const Status st = wire::ErrorStatus(p);
+  EXPECT_NE(st.message().find("truncate_session needs protocol version 4; this connection negotiated 3"), std::string::npos)
+      << st.ToString();
+  ::close(fd);
+}
+
+TEST(ServerTest, RetainsAreBoundedByTheTenantsPinBudgetAndTheTtlCap) {
+  TempDir dir;
+  ServerConfig c = SmallServerConfig(dir.path());
+  const uint64_t bb = 5ull * 16384;  // SmallOptions' block
+  c.tenant_pinned_bytes = 6 * bb;
+  c.max_retain = std::chrono::milliseconds(200);
+  auto server = StartServer(c);
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->info().block_bytes, bb);
+  ASSERT_TRUE(a->Put(1, ChainKeys(41, 4), Blocks(bb, 4, 41)).ok());
+  ASSERT_TRUE(a->Put(2, ChainKeys(42, 4), Blocks(bb, 4, 42)).ok());
+  EXPECT_EQ(*a->Retain(ChainKeys(41, 4), std::chrono::milliseconds(3600000)), 4u);
+  // Only 2 blocks of budget are left for the second chain.
+  EXPECT_EQ(*a->Retain(ChainKeys(42, 4), std::chrono::milliseconds(3600000)), 2u);
+  EXPECT_EQ(server->tenants().RetainedBytes(server->tenants().tenants()[0]), 6 * bb);
+  // The hour asked for was cut to max_retain (200 ms): the budget comes back.
+  EXPECT_TRUE(WaitFor([&] { return server->tenants().RetainedBytes(server->tenants().tenants()[0]) == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return server->store().Stats().retained_extents == 0; }));
+  EXPECT_EQ(*a->Retain(ChainKeys(42, 4), std::chrono::milliseconds(3600000)), 4u);
 }
 
 }  // namespace

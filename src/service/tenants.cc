@@ -174,6 +174,40 @@ void TenantRegistry::Unpin(const Tenant& tenant, uint64_t bytes) {
   u.pinned -= std::min(bytes, u.pinned);
 }
 
+uint64_t TenantRegistry::LiveRetained(Usage& u, std::chrono::steady_clock::time_point now) {
+  uint64_t live = 0;
+  for (auto it = u.retains.begin(); it != u.retains.end();) {
+    if (it->second.until <= now) {
+      it = u.retains.erase(it);
+    } else {
+      live += it->second.bytes;
+      ++it;
+    }
+  }
+  return live;
+}
+
+uint64_t TenantRegistry::Retain(const Tenant& tenant, const BlockKey& head, uint64_t bytes,
+                                std::chrono::steady_clock::time_point until, uint64_t limit) {
+  MutexLock lock(&mu_);
+  Usage& u = usage_[tenant.index];
+  u.retains.erase(head);
+  if (bytes == 0) return 0;
+  const uint64_t held = LiveRetained(u, std::chrono::steady_clock::now()) + u.pinned;
+  const uint64_t granted = limit == 0 ? bytes : std::min(bytes, limit > held ? limit - held : 0);
+  if (granted > 0) u.retains[head] = {granted, until};
+  return granted;
+}
+
+uint64_t TenantRegistry::RetainedBytes(const Tenant& tenant) const {
+  MutexLock lock(&mu_);
+  uint64_t live = 0;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [head, r] : usage_[tenant.index].retains)
+    if (r.until > now) live += r.bytes;
+  return live;
+}
+
 uint64_t TenantRegistry::PinnedBytes(const Tenant& tenant) const {
   MutexLock lock(&mu_);
   return usage_[tenant.index].pinned;

@@ -102,6 +102,15 @@ class TenantRegistry {
   Status Pin(const Tenant& tenant, uint64_t bytes, uint64_t limit) FLATKV_EXCLUDES(mu_);
   void Unpin(const Tenant& tenant, uint64_t bytes) FLATKV_EXCLUDES(mu_);
   uint64_t PinnedBytes(const Tenant& tenant) const FLATKV_EXCLUDES(mu_);
+  // Retains (Store::Retain) share that budget: a retain of the chain that
+  // begins with `head` asks for `bytes` until `until`, replacing the
+  // tenant's earlier retain of that chain. Returns the bytes granted: at
+  // most what the limit leaves beside the restores in flight and the
+  // tenant's other unexpired retains (0 releases the chain's). Expired
+  // retains stop counting.
+  uint64_t Retain(const Tenant& tenant, const BlockKey& head, uint64_t bytes, std::chrono::steady_clock::time_point until,
+                  uint64_t limit) FLATKV_EXCLUDES(mu_);
+  uint64_t RetainedBytes(const Tenant& tenant) const FLATKV_EXCLUDES(mu_);
   uint64_t DroppedSessions(const Tenant& tenant) const FLATKV_EXCLUDES(mu_);
 
  private:
@@ -109,13 +118,20 @@ class TenantRegistry {
     uint64_t bytes = 0;
     uint64_t last_use = 0;  // a logical clock
   };
+  struct Retained {
+    uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point until;
+  };
   struct Usage {
     uint64_t used = 0;
     uint64_t pinned = 0;
+    std::unordered_map<BlockKey, Retained, BlockKeyHash> retains;  // by the chain's first key
     uint64_t dropped_sessions = 0;
     std::unordered_map<uint64_t, SessionUse> sessions;
   };
   std::vector<Tenant> tenants_;
+  // Bytes of `u`'s unexpired retains at `now`, dropping the expired.
+  static uint64_t LiveRetained(Usage& u, std::chrono::steady_clock::time_point now);
   mutable Mutex mu_;
   std::vector<Usage> usage_ FLATKV_GUARDED_BY(mu_);
   uint64_t tick_ FLATKV_GUARDED_BY(mu_) = 0;

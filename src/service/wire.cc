@@ -117,9 +117,8 @@ std::string_view TypeName(Type t) {
     case Type::kRegisterShm: return "register_shm";
     case Type::kStats: return "stats";
     case Type::kPing: return "ping";
-    case Type::kPin: return "pin";
-    case Type::kUnpin: return "unpin";
-    case Type::kDelete: return "delete";
+    case Type::kRetain: return "retain";
+    case Type::kTruncateSession: return "truncate_session";
     case Type::kDropSession: return "drop_session";
     case Type::kPrefetch: return "prefetch";
     case Type::kHelloOk: return "hello_ok";
@@ -133,14 +132,16 @@ std::string_view TypeName(Type t) {
     case Type::kPong: return "pong";
     case Type::kDropSessionOk: return "drop_session_ok";
     case Type::kPrefetchOk: return "prefetch_ok";
+    case Type::kRetainOk: return "retain_ok";
+    case Type::kTruncateSessionOk: return "truncate_session_ok";
     case Type::kError: return "error";
   }
   return "unknown";
 }
 
-bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 12; }
+static bool KnownType(uint8_t t) { return (t >= 1 && t <= 12 && t != 10) || (t >= 64 && t <= 76) || t == 127; }
 
-static bool KnownType(uint8_t t) { return (t >= 1 && t <= 12) || (t >= 64 && t <= 74) || t == 127; }
+bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 12 && KnownType(static_cast<uint8_t>(t)); }
 
 Result<Header> ParseHeader(std::span<const std::byte> b, uint64_t max_payload) {
   if (b.size() < kHeaderBytes) {
@@ -238,6 +239,21 @@ std::vector<std::byte> EncodeRestore(uint32_t id, const Restore& m) {
 
 std::vector<std::byte> EncodeRegisterShm(uint32_t id, const RegisterShm& m) { return EncodeU64(Type::kRegisterShm, id, m.bytes); }
 
+std::vector<std::byte> EncodeRetain(uint32_t id, const Retain& m) {
+  Writer w(Type::kRetain, id);
+  w.U32(m.ttl_ms);
+  w.U32(m.chain.deadline_ms);
+  w.Keys(m.chain.keys);
+  return w.Finish();
+}
+
+std::vector<std::byte> EncodeTruncateSession(uint32_t id, const TruncateSession& m) {
+  Writer w(Type::kTruncateSession, id);
+  w.U64(m.session);
+  w.U32(m.keep_blocks);
+  return w.Finish();
+}
+
 std::vector<std::byte> EncodeEmpty(Type type, uint32_t id) { return Writer(type, id).Finish(); }
 
 std::vector<std::byte> EncodeHelloOk(uint32_t id, const HelloOk& m) {
@@ -308,6 +324,22 @@ Result<Hello> DecodeHello(std::span<const std::byte> p) {
 
 Result<Lookup> DecodeLookup(std::span<const std::byte> p) { return DecodeKeys(p, "lookup"); }
 Result<Lookup> DecodePrefetch(std::span<const std::byte> p) { return DecodeKeys(p, "prefetch"); }
+
+Result<Retain> DecodeRetain(std::span<const std::byte> p) {
+  Reader r(p, "retain");
+  Retain m;
+  (void)(r.U32(&m.ttl_ms) && r.U32(&m.chain.deadline_ms) && r.Keys(&m.chain.keys));
+  FLATKV_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
+Result<TruncateSession> DecodeTruncateSession(std::span<const std::byte> p) {
+  Reader r(p, "truncate_session");
+  TruncateSession m;
+  (void)(r.U64(&m.session) && r.U32(&m.keep_blocks));
+  FLATKV_RETURN_IF_ERROR(r.Done());
+  return m;
+}
 
 namespace {
 // The PutHint values the wire carries (docs/format_wire.md), one row each.
@@ -428,10 +460,8 @@ Status ValidateRequest(Type type, std::span<const std::byte> p) {
       return p.empty() ? Status::Ok() : Status::InvalidArgument(std::string(TypeName(type)) + ": payload must be empty");
     case Type::kDropSession: return DecodeU64(p).status();
     case Type::kPrefetch: return DecodePrefetch(p).status();
-    case Type::kPin:
-    case Type::kUnpin:
-    case Type::kDelete:
-      return Status::NotSupported(std::string(TypeName(type)) + " is reserved in protocol versions 1 to 3");
+    case Type::kRetain: return DecodeRetain(p).status();
+    case Type::kTruncateSession: return DecodeTruncateSession(p).status();
     default:
       return Status::InvalidArgument("frame type " + std::string(TypeName(type)) + " is not a request");
   }

@@ -24,9 +24,10 @@ namespace flatkv::service::wire {
 inline constexpr uint32_t kMagic = 0x31564B46;  // "FKV1" as little-endian bytes
 inline constexpr uint8_t kVersion = 1;  // the frame format (every frame's header)
 // Protocol versions, negotiated by hello: 1 the first set of requests; 2
-// adds drop_session; 3 adds prefetch. A request newer than the
-// connection's version is answered NotSupported naming the version it needs.
-inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 3;
+// adds drop_session; 3 adds prefetch; 4 adds retain and truncate_session.
+// A request newer than the connection's version is answered NotSupported
+// naming the version it needs.
+inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 4;
 inline constexpr size_t kHeaderBytes = 16;
 // The most keys one request may carry, and the longest token or name.
 inline constexpr uint32_t kMaxKeys = 1u << 20;
@@ -43,9 +44,9 @@ enum class Type : uint8_t {
   kRegisterShm = 5,  // carries a memfd as SCM_RIGHTS ancillary data
   kStats = 6,
   kPing = 7,
-  kPin = 8,     // reserved: answered NotSupported
-  kUnpin = 9,   // reserved: answered NotSupported
-  kDelete = 10, // reserved: answered NotSupported
+  kRetain = 8,           // protocol 4: u32 ttl_ms, then a Lookup's payload
+  kTruncateSession = 9,  // protocol 4: u64 session, u32 keep_blocks
+  // 10 is unassigned (an unknown type).
   kDropSession = 11,  // protocol 2
   kPrefetch = 12,     // protocol 3: a Lookup's payload
   // server -> client
@@ -60,6 +61,8 @@ enum class Type : uint8_t {
   kPong = 72,
   kDropSessionOk = 73,  // protocol 2
   kPrefetchOk = 74,     // protocol 3: u32, the leading blocks found
+  kRetainOk = 75,       // protocol 4: u32, the leading blocks retained
+  kTruncateSessionOk = 76,  // protocol 4: u32, the blocks released
   kError = 127,
 };
 std::string_view TypeName(Type t);
@@ -103,6 +106,14 @@ struct Restore {
 struct RegisterShm {
   uint64_t bytes = 0;
 };
+struct Retain {
+  uint32_t ttl_ms = 0;  // 0: release
+  Lookup chain;
+};
+struct TruncateSession {
+  uint64_t session = 0;
+  uint32_t keep_blocks = 0;
+};
 
 // --- replies ---
 struct HelloOk {
@@ -135,6 +146,8 @@ std::vector<std::byte> EncodePrefetch(uint32_t id, const Lookup& m);  // a Looku
 std::vector<std::byte> EncodePutHead(uint32_t id, const Put& m, uint64_t data_bytes);
 std::vector<std::byte> EncodeRestore(uint32_t id, const Restore& m);
 std::vector<std::byte> EncodeRegisterShm(uint32_t id, const RegisterShm& m);
+std::vector<std::byte> EncodeRetain(uint32_t id, const Retain& m);
+std::vector<std::byte> EncodeTruncateSession(uint32_t id, const TruncateSession& m);
 std::vector<std::byte> EncodeEmpty(Type type, uint32_t id);  // Stats, Ping, Pong
 std::vector<std::byte> EncodeHelloOk(uint32_t id, const HelloOk& m);
 std::vector<std::byte> EncodeU32(Type type, uint32_t id, uint32_t v);  // LookupOk, PutOk, RestoreBegin, RestoreEnd
@@ -149,6 +162,8 @@ Result<Lookup> DecodePrefetch(std::span<const std::byte> p);
 Result<Put> DecodePut(std::span<const std::byte> p);
 Result<Restore> DecodeRestore(std::span<const std::byte> p);
 Result<RegisterShm> DecodeRegisterShm(std::span<const std::byte> p);
+Result<Retain> DecodeRetain(std::span<const std::byte> p);
+Result<TruncateSession> DecodeTruncateSession(std::span<const std::byte> p);
 Result<HelloOk> DecodeHelloOk(std::span<const std::byte> p);
 Result<uint32_t> DecodeU32(std::span<const std::byte> p);
 Result<uint64_t> DecodeU64(std::span<const std::byte> p);

@@ -120,7 +120,31 @@ TEST(WireTest, MalformedPayloadsAreRejectedWithTheField) {
   auto rf = EncodeRestore(1, r);
   rf[kHeaderBytes + 4] = std::byte{9};
   EXPECT_NE(DecodeRestore(Payload(rf)).status().message().find("unknown mode 9"), std::string::npos);
-  EXPECT_EQ(ValidateRequest(Type::kPin, {}).code(), Code::kNotSupported);
+  EXPECT_EQ(ValidateRequest(Type::kRetain, {}).code(), Code::kInvalidArgument);
+  EXPECT_NE(ParseHeader([] {
+              std::vector<std::byte> h(kHeaderBytes);
+              EncodeHeader({static_cast<Type>(10), 1, 0}, h.data());
+              return h;
+            }(), kDefaultMaxFrameBytes)
+                .status()
+                .message()
+                .find("unknown frame type 10"),
+            std::string::npos);
+  Retain rt;
+  rt.ttl_ms = 1500;
+  rt.chain.keys = {BlockKey{1, 2}, BlockKey{3, 4}};
+  auto rtf = EncodeRetain(9, rt);
+  auto rt2 = DecodeRetain(Payload(rtf));
+  ASSERT_TRUE(rt2.ok()) << rt2.status().ToString();
+  EXPECT_EQ(rt2->ttl_ms, 1500u);
+  EXPECT_EQ(rt2->chain.keys, rt.chain.keys);
+  auto tf = EncodeTruncateSession(9, {77, 5});
+  auto t2 = DecodeTruncateSession(Payload(tf));
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(t2->session, 77u);
+  EXPECT_EQ(t2->keep_blocks, 5u);
+  tf.pop_back();
+  EXPECT_EQ(DecodeTruncateSession(Payload(tf)).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(ValidateRequest(Type::kHelloOk, {}).code(), Code::kInvalidArgument);
   EXPECT_EQ(DecodeRegisterShm(Payload(EncodeRegisterShm(1, {0}))).status().code(), Code::kInvalidArgument);
   std::vector<std::byte> err(6, std::byte{0});

@@ -101,7 +101,8 @@ TEST_F(FaultTest, NoSpaceOnWriteIsAnErrorAndLosesNothing) {
 }
 
 TEST_F(FaultTest, WriteErrorIsAnIoError) {
-  engine_->AddRule({Fault::kError, Op::kWrite, -1, EIO, 1, 1});
+  // The put's writes: its ExtentCreate and BlockPositions records, then data.
+  engine_->AddRule({Fault::kError, Op::kWrite, -1, EIO, 2, 1});
   Status s = store_->Put(3, ChainKeys(3, 4), Payload(*store_, 4, 3));
   EXPECT_EQ(s.code(), Code::kIoError) << s.ToString();
   EXPECT_EQ(store_->Match(ChainKeys(3, 4)), 0u);

@@ -16,6 +16,7 @@
 #include "codec/codec_internal.h"
 #include "flatkv/codec.h"
 #include "flatkv/store.h"
+#include "persist/manifest.h"
 #include "io/fault_injection.h"
 #include "testing/test_util.h"
 #include "testing/zero_run_codec.h"
@@ -150,7 +151,7 @@ TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
     ASSERT_TRUE(PutWith(*store, 1, keys, 0, 6, data).ok());
     ASSERT_TRUE(store->Close().ok());
   }
-  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 2u);
+  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), persist::kManifestVersionPositions);
   auto first = OpenStore(o);
   EXPECT_EQ(first->Stats().recovered_blocks, 6u);
   ExpectRestores(*first, keys, data, 6);
@@ -205,7 +206,7 @@ TEST(StoreCodecTest, KillDashNineDuringCodedPutsLosesOnlyUnfinishedPuts) {
   EXPECT_EQ(store->Stats().checksum_failures + store->Stats().decode_failures, 0u);
 }
 
-TEST(StoreCodecTest, AStoreWithoutCodecsKeepsTheVersion1Manifest) {
+TEST(StoreCodecTest, RawAndCodedExtentsShareOneLog) {
   TempDir dir;
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
   {
@@ -214,11 +215,11 @@ TEST(StoreCodecTest, AStoreWithoutCodecsKeepsTheVersion1Manifest) {
     EXPECT_EQ(store->Stats().ssd.stored_bytes, 4 * store->BlockBytes());
     ASSERT_TRUE(store->Close().ok());
   }
-  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 1u);
-  // The first coded extent upgrades the log in place.
+  // The first put records chain positions (version 4).
+  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), persist::kManifestVersionPositions);
   auto store = OpenStore(o);
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 2), Payload(*store, 2, 2), {PutHint::kAuto, Raw()}).ok());
-  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 2u);
+  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), persist::kManifestVersionPositions);
   auto second = OpenStore(o);
   EXPECT_EQ(second->Match(ChainKeys(1, 4)), 4u);
   EXPECT_EQ(second->Match(ChainKeys(2, 2)), 2u);

@@ -30,6 +30,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
   const uint64_t block_bytes = BlockBytes();
   const std::string spec = codec->Spec();
   std::vector<size_t> todo;  // keys not stored yet
+  std::vector<uint32_t> todo_position;  // their chain positions
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
@@ -38,8 +39,15 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     // sessions' extents: a session is always in the LRU order.
     TouchSession(session);
     std::unordered_set<BlockKey, BlockKeyHash> seen;
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (!Deduplicate(session, keys[i], &seen, &res)) todo.push_back(i);
+    const bool named = options.first_block != PutOptions::kUnknownBlock;
+    uint32_t position = named ? options.first_block : sessions_[session].next_position;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (named) position = options.first_block + static_cast<uint32_t>(i);
+      if (Deduplicate(session, keys[i], &seen, &res, &position)) continue;
+      todo.push_back(i);
+      todo_position.push_back(position++);
+    }
+    sessions_[session].next_position = std::max(sessions_[session].next_position, position);
   }
   if (todo.empty()) return options_.sync_writes ? SyncManifests() : Status::Ok();  // its references
 
@@ -146,6 +154,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       }
       inputs.push_back(k);
       slots.push_back({e, slot});
+      NotePosition(e, slot, todo_position[k]);
     }
   }
 

@@ -168,6 +168,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     }
     e->reserved = e->capacity;  // recovered extents take no new blocks
     e->full = true;
+    e->runs = rec.positions;
     if (Status hs = AddHandle(e.get()); !hs.ok()) {
       dir.slots().Release(slot);
       return hs.WithContext(dir.path() + " (nothing was changed)");
@@ -200,6 +201,11 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     }
     Session& s = TouchSession(rec.session);
     s.extents.push_back(e->id);
+    for (uint32_t i = e->reserved; i-- > 0 && !e->runs.empty();)
+      if (e->present(i)) {
+        s.next_position = std::max(s.next_position, e->PositionOf(i) + 1);
+        break;
+      }
     for (SessionId h : rec.sharers) {
       if (h == rec.session || std::find(e->sharers.begin(), e->sharers.end(), h) != e->sharers.end()) continue;
       e->sharers.push_back(h);
@@ -247,7 +253,7 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
     for (uint64_t id : sessions_[*it].extents) {
       const Extent& e = *extents_.at(id);
       if (e.medium != Medium::kSsd || e.device != device) continue;
-      persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers};
+      persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers, e.runs};
       // The sums come from the table: one buffered read per extent, under
       // mu_ (only at Close and recovery, when no put runs).
       std::vector<SumEntry> sums(uint64_t{e.reserved} * layers);
@@ -348,7 +354,7 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
   const auto now = Now();
   Extent* victim = LruVictim(requester, false, [&](const Extent* x, const Session& holder) {
     if (idle_only && now - holder.last_access < options_.dram_idle_after) return false;
-    return x->medium == m && x->pins == 0 && !x->doomed;
+    return x->medium == m && x->pins == 0 && !x->doomed && !x->retained(now);
   });
   if (victim != nullptr) return Evict(victim, requester);
   if (idle_only) return false;
@@ -357,7 +363,7 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
   Extent* oldest = nullptr;
   for (uint64_t id : self->second.extents) {
     Extent* x = extents_[id].get();
-    if (x->medium != m || x->pins > 0 || x->doomed || id == self->second.open_extent) continue;
+    if (x->medium != m || x->pins > 0 || x->doomed || x->retained(now) || id == self->second.open_extent) continue;
     if (oldest == nullptr || x->last_access < oldest->last_access) oldest = x;
   }
   return oldest != nullptr && Evict(oldest, requester);
@@ -366,7 +372,10 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
 std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
   if (!dram_) return std::nullopt;
   if (auto s = dram_->slots().Allocate()) return s;
-  Extent* victim = LruVictim(requester, true, [](const Extent* x, const Session&) { return x->has_copy && x->pins == 0; });
+  const auto now = Now();
+  Extent* victim = LruVictim(requester, true, [&](const Extent* x, const Session&) {
+    return x->has_copy && x->pins == 0 && !x->retained(now);
+  });
   if (victim == nullptr) {
     // No other session has a copy to give: the requester's own least
     // recently accessed one (history it no longer reads; never its open
@@ -375,7 +384,7 @@ std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
     if (self == sessions_.end()) return std::nullopt;
     for (uint64_t id : self->second.extents) {
       Extent* x = extents_.at(id).get();
-      if (!x->has_copy || x->pins > 0 || id == self->second.open_extent) continue;
+      if (!x->has_copy || x->pins > 0 || x->retained(now) || id == self->second.open_extent) continue;
       if (victim == nullptr || x->last_access < victim->last_access) victim = x;
     }
     if (victim == nullptr) return std::nullopt;
@@ -422,11 +431,13 @@ bool StoreImpl::GiveCopy(Extent* e) {
   return true;
 }
 
-void StoreImpl::AddSharer(Extent* e, SessionId session) {
+void StoreImpl::AddSharer(Extent* e, SessionId session, uint32_t from) {
   if (e->session == session || std::find(e->sharers.begin(), e->sharers.end(), session) != e->sharers.end()) return;
   if (e->sharers.size() >= persist::kMaxSharers) return;  // enough holders keep it anyway
   e->sharers.push_back(session);
-  sessions_[session].shared.push_back(e->id);
+  Session& holder = sessions_[session];
+  holder.shared.push_back(e->id);
+  holder.shared_from[e->id] = from;
   Status s = LogSessions(*e);
   if (!s.ok()) LogWarning("recording a shared extent: " + s.ToString() + " (the reference holds until a restart)");
 }
@@ -596,7 +607,9 @@ Status StoreImpl::FreeExtent(Extent* e) {
     if (hs == sessions_.end()) continue;
     auto& v = hs->second.shared;
     v.erase(std::remove(v.begin(), v.end(), e->id), v.end());
+    hs->second.shared_from.erase(e->id);
   }
+  retained_.erase(e->id);
   ReleaseHandle(e);
   extents_.erase(e->id);
   return Status::Ok();
@@ -697,6 +710,7 @@ Status StoreImpl::DropSessionLocked(SessionId session) {
     if (Status s = LogSessions(*x); !s.ok() && first.ok()) first = s;
   }
   it->second.shared.clear();
+  it->second.shared_from.clear();
   std::vector<uint64_t> ids = it->second.extents;
   for (uint64_t id : ids) {
     Extent* e = extents_[id].get();
@@ -714,6 +728,11 @@ Status StoreImpl::DropSessionLocked(SessionId session) {
       Session& hs = sessions_[heir];
       hs.shared.erase(std::remove(hs.shared.begin(), hs.shared.end(), id), hs.shared.end());
       hs.extents.push_back(id);
+      // Its positions become the heir's: from where the heir's chain met it.
+      auto from = hs.shared_from.find(id);
+      e->runs = {{0, from == hs.shared_from.end() ? 0 : from->second}};
+      if (from != hs.shared_from.end()) hs.shared_from.erase(from);
+      if (Status s = LogPositions(*e, 0); !s.ok() && first.ok()) first = s;
       const uint64_t held = (e->has_copy || e->medium == Medium::kDram) ? dram_->geometry().extent_bytes : 0;
       hs.dram_bytes += held;
       it->second.dram_bytes -= held;
@@ -778,6 +797,9 @@ StoreStats StoreImpl::Stats() const {
     st.dram.logical_bytes = dram_blocks_ * BlockBytes();
     st.ssd.logical_bytes = ssd_blocks_ * BlockBytes();
     st.sessions = sessions_.size();
+    const auto now = Now();
+    for (uint64_t id : retained_)
+      if (auto it = extents_.find(id); it != extents_.end() && it->second->retained(now)) st.retained_extents++;
   }
   st.dram.queue_depth = dram_queue_->outstanding();
   if (engine_) {
@@ -799,6 +821,8 @@ StoreStats StoreImpl::Stats() const {
   st.readmitted_blocks = counters_.readmitted_blocks;
   st.prefetches = counters_.prefetches;
   st.prefetch_skipped = counters_.prefetch_skipped;
+  st.truncated_blocks = counters_.truncated_blocks;
+  st.retain_refused_blocks = counters_.retain_refused_blocks;
   st.ssd_write_waits = counters_.ssd_write_waits;
   st.restore_p50_us = counters_.restore_latency.Percentile(0.5);
   st.restore_p90_us = counters_.restore_latency.Percentile(0.9);
@@ -895,6 +919,9 @@ void StoreImpl::EndRestore(const std::vector<uint64_t>& pinned, const std::vecto
       if (it == extents_.end() || !it->second->present(ref.slot)) continue;
       Unindex(it->second.get(), ref.slot);
       counters_.dropped_blocks++;
+      // Durably: a restart does not index it again.
+      if (Status s = LogDropped(*it->second, std::span(&ref.slot, 1)); !s.ok())
+        LogWarning("recording a dropped block: " + s.ToString() + " (a restart indexes it again)");
     }
     for (uint64_t id : pinned) {
       auto it = extents_.find(id);

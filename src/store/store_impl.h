@@ -27,6 +27,7 @@
 // Coded puts (store_coded.cc) encode before taking it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -109,6 +110,20 @@ struct Extent {
   std::vector<uint64_t> fill;        // per layer: bytes of the region handed out
   std::vector<uint32_t> stored;      // per slot: its encoded bytes over all layers (StoredBytes)
   bool coded() const { return codec != nullptr; }
+  // Chain positions of its slots (TruncateSession): run starts as (slot,
+  // the owner's chain position of that block), the slots after a start
+  // following on one by one (persist::ExtentRecord::positions). Empty for
+  // an extent recovered from a log older than version 4: position 0.
+  std::vector<std::pair<uint32_t, uint32_t>> runs;
+  uint32_t PositionOf(uint32_t slot) const {
+    auto it = std::upper_bound(runs.begin(), runs.end(), std::make_pair(slot, UINT32_MAX));
+    if (it == runs.begin()) return 0;
+    --it;
+    return it->second + (slot - it->first);
+  }
+  // Retain: eviction passes it (and its DRAM copy) by until then.
+  Clock::time_point retained_until{};
+  bool retained(Clock::time_point now) const { return retained_until > now; }
 };
 
 inline constexpr uint8_t kNotDurable = 0, kDurable = 1, kWriting = 2;
@@ -128,6 +143,12 @@ struct Session {
   bool reused = false;            // a restore hit its blocks (ssd_admission = kOnReuse)
   std::list<SessionId>::iterator lru;  // position in lru_ (front = most recent), when listed
   bool listed = false;                 // in lru_: every session TouchSession made
+  // Chain position of the block after the last one it put (a put that
+  // names no PutOptions::first_block goes on from here), and, per extent of
+  // another session it references, the chain position of the first block
+  // it referenced there (absent: 0, as after a restart).
+  uint32_t next_position = 0;
+  std::unordered_map<uint64_t, uint32_t> shared_from;
 };
 
 struct MediumCounters {
@@ -144,7 +165,8 @@ struct Counters {
   MediumCounters dram, ssd;
   std::atomic<uint64_t> restores{0}, lookup_blocks{0}, miss_blocks{0}, put_blocks{0}, dedup_blocks{0},
       checksum_failures{0}, decode_failures{0}, io_errors{0}, dropped_blocks{0}, recovered_blocks{0}, lost_blocks{0},
-      dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0}, prefetches{0}, prefetch_skipped{0};
+      dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0}, prefetches{0}, prefetch_skipped{0},
+      truncated_blocks{0}, retain_refused_blocks{0};
   LatencyHistogram restore_latency;
   MediumCounters& of(Medium m) { return m == Medium::kDram ? dram : ssd; }
 };
@@ -160,6 +182,8 @@ class StoreImpl final : public Store {
   Result<std::unique_ptr<Restore>> StartRestore(std::span<const BlockKey> chain, const RestoreTarget& target) override;
   Result<uint32_t> Prefetch(std::span<const BlockKey> chain) override;
   Status DropSession(SessionId session) override;
+  Result<uint32_t> TruncateSession(SessionId session, uint32_t keep_blocks) override;
+  Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) override;
   Status Close() override;
   StoreStats Stats() const override;
   const StoreOptions& options() const override { return options_; }
@@ -257,13 +281,26 @@ class StoreImpl final : public Store {
   template <typename Pred>
   Extent* LruVictim(SessionId requester, bool copies_only, Pred ok) FLATKV_REQUIRES(mu_);
   uint64_t SessionShare() const;
-  // Adds `session` as a holder of another session's extent `e`.
-  void AddSharer(Extent* e, SessionId session) FLATKV_REQUIRES(mu_);
+  // Adds `session` as a holder of another session's extent `e`, whose
+  // first block it references at its chain position `from`.
+  void AddSharer(Extent* e, SessionId session, uint32_t from = 0) FLATKV_REQUIRES(mu_);
   // A put's deduplication of `key`: true (counted in the store's and the
   // put's dedup_blocks) when the key is indexed already, `session` then
   // holding its extent, or repeats a key earlier in the put (`seen`).
+  // *position: the key's chain position in `session` on entry; on return
+  // the next key's (after a block of its own, the one after that block's
+  // recorded position).
   bool Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
-                   PutResult* res) FLATKV_REQUIRES(mu_);
+                   PutResult* res, uint32_t* position) FLATKV_REQUIRES(mu_);
+  // Records that slot `slot` of `e` (just reserved) is at chain position
+  // `position` of its owner: a new run when it does not follow on (logged
+  // for SSD homes, version 4).
+  void NotePosition(Extent* e, uint32_t slot, uint32_t position) FLATKV_REQUIRES(mu_);
+  // Logs e's run starts from run `from` on (SSD homes).
+  Status LogPositions(const Extent& e, size_t from) FLATKV_REQUIRES(mu_);
+  // Logs that slots `slots` of SSD home `e` left the index (version 4), so
+  // a restart does not bring them back.
+  Status LogDropped(const Extent& e, std::span<const uint32_t> slots) FLATKV_REQUIRES(mu_);
   // Logs e's owner and sharers (SSD extents; upgrades the log to version 3).
   Status LogSessions(const Extent& e) FLATKV_REQUIRES(mu_);
   // Back-pressure: waits until `bytes` more fit the SSD write buffer.
@@ -372,6 +409,8 @@ class StoreImpl final : public Store {
   std::map<std::string, std::shared_ptr<const Codec>> codecs_ FLATKV_GUARDED_BY(mu_);  // by spec, for recovery
   uint64_t dram_stored_ FLATKV_GUARDED_BY(mu_) = 0;  // StoredBytes of indexed DRAM blocks
   uint64_t ssd_stored_ FLATKV_GUARDED_BY(mu_) = 0;
+  // Extents a Retain holds (some may have expired; pruned by Retain).
+  std::unordered_set<uint64_t> retained_ FLATKV_GUARDED_BY(mu_);
 
   Mutex write_mu_;
   CondVar write_cv_;

@@ -38,8 +38,11 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     const bool reused = TouchSession(session).reused;
     admit = options_.ssd_admission == SsdAdmission::kAll || reused;
     std::unordered_set<BlockKey, BlockKeyHash> seen;
+    const bool named = options.first_block != PutOptions::kUnknownBlock;
+    uint32_t position = named ? options.first_block : sessions_[session].next_position;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (Deduplicate(session, keys[i], &seen, &res)) continue;
+      if (named) position = options.first_block + static_cast<uint32_t>(i);
+      if (Deduplicate(session, keys[i], &seen, &res, &position)) continue;
       Session& s = sessions_[session];
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
       if (e == nullptr || e->doomed || e->coded() || e->reserved == e->capacity) {
@@ -62,7 +65,10 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
       e->last_access = Now();
       inputs.push_back(i);
       slots.push_back({e, e->reserved++});
+      NotePosition(e, slots.back().second, position++);
     }
+    if (auto it = sessions_.find(session); it != sessions_.end())
+      it->second.next_position = std::max(it->second.next_position, position);
   }
   const uint32_t layers = options_.shape.layers;
   std::vector<uint64_t> sums(inputs.size() * layers);
@@ -109,13 +115,18 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
 }
 
 bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
-                            PutResult* res) {
+                            PutResult* res, uint32_t* position) {
   uint32_t slot = 0;
   Extent* hit = FindBlock(key, &slot);
   if (hit == nullptr && seen->insert(key).second) return false;
   counters_.dedup_blocks++;
   res->dedup_blocks++;
-  if (hit != nullptr) AddSharer(hit, session);
+  if (hit != nullptr && hit->session == session && !hit->runs.empty()) {
+    *position = hit->PositionOf(slot) + 1;  // its own block: the chain goes on after it
+    return true;
+  }
+  if (hit != nullptr) AddSharer(hit, session, *position);
+  ++*position;
   return true;
 }
 

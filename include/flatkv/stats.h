@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace flatkv {
@@ -43,6 +44,8 @@ struct StoreStats {
   uint64_t truncated_blocks = 0;   // blocks TruncateSession took out of the index
   uint64_t retained_extents = 0;   // extents a Retain keeps from eviction now
   uint64_t retain_refused_blocks = 0;  // blocks a Retain left unretained (retained extents at half a medium)
+  // DRAM (copies and DRAM homes) per tenant holding any, by PutOptions::tenant (0: none).
+  std::map<uint32_t, uint64_t> tenant_dram_bytes;
   uint64_t ssd_write_waits = 0;    // puts that waited for earlier SSD writes (ssd_write_buffer_bytes)
   uint64_t shared_extents = 0;     // extents other sessions than their owner reference
   uint64_t dedup_blocks = 0;    // blocks put that were already stored

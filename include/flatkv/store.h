@@ -80,6 +80,11 @@ struct PutOptions {
   uint32_t first_block = kUnknownBlock;
   // If set, filled in when Put returns (also on error: what was stored).
   PutResult* result = nullptr;
+  // The tenant the session belongs to (a daemon passes its tenant's index
+  // + 1; 0: none, the session keeps what it had). When DRAM is short,
+  // copies and DRAM homes are taken first from tenants holding more than
+  // an equal share of DRAM among the tenants that hold any.
+  uint32_t tenant = 0;
 };
 
 // Where a restore delivers: by default into the store's bounded window

@@ -357,6 +357,7 @@ Status Connection::Put(uint32_t id, const wire::Put& m, Clock::time_point arriva
   if (st.ok()) {
     PutOptions po;
     po.hint = static_cast<PutHint>(m.hint);
+    po.tenant = tenant_->index + 1;  // DRAM is shared fairly between tenants
     st = store.Put(*session, salted_, m.data, po);
     if (!st.ok()) {
       uint64_t stored = 0;

@@ -230,6 +230,10 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
   for (const auto& t : tenants) Line(&out, "flatkv_tenant_quota_bytes", L(t), double(t.quota_bytes));
   Help(&out, "flatkv_tenant_used_bytes", "gauge", "Bytes charged to each tenant's quota.");
   for (const auto& t : tenants) Line(&out, "flatkv_tenant_used_bytes", L(t), double(t.used_bytes));
+  Help(&out, "flatkv_tenant_dram_bytes", "gauge", "Store DRAM (copies and DRAM homes) each tenant's sessions hold.");
+  for (const auto& t : tenants) Line(&out, "flatkv_tenant_dram_bytes", L(t), double(t.dram_bytes));
+  Help(&out, "flatkv_tenant_retained_bytes", "gauge", "Bytes each tenant's unexpired retains hold.");
+  for (const auto& t : tenants) Line(&out, "flatkv_tenant_retained_bytes", L(t), double(t.retained_bytes));
   const char* hists[] = {"lookup", "put", "restore"};
   for (const char* h : hists) {
     const std::string name = std::string("flatkv_") + h + "_latency_seconds";
@@ -260,6 +264,8 @@ std::string RenderStatsJson(const StoreStats& s, const StoreOptions& options, co
                   {"quota_bytes", t.quota_bytes},
                   {"used_bytes", t.used_bytes},
                   {"dropped_sessions", t.dropped_sessions},
+                  {"dram_bytes", t.dram_bytes},
+                  {"retained_bytes", t.retained_bytes},
                   {"lookups", Get(x.lookups)},
                   {"lookup_keys", Get(x.lookup_keys)},
                   {"lookup_hit_blocks", Get(x.lookup_hit_blocks)},

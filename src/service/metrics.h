@@ -56,6 +56,8 @@ struct TenantView {  // what rendering needs to know of a tenant
   std::string name;
   const TenantMetrics* metrics = nullptr;
   uint64_t quota_bytes = 0, used_bytes = 0, dropped_sessions = 0;
+  uint64_t dram_bytes = 0;      // store DRAM its sessions hold (StoreStats::tenant_dram_bytes)
+  uint64_t retained_bytes = 0;  // its unexpired retains
 };
 
 // `tenant_names`: label per-tenant series tenant="<name>" (escaped); false:

@@ -21,6 +21,8 @@ TEST(MetricsTest, ValuesAreExactAndTenantsAreIndexedUnlessNamed) {
   EXPECT_TRUE(Has(text, "flatkv_tenant_bytes_total{tenant=\"1\",direction=\"put\"} 1073741825\n")) << text;
   EXPECT_TRUE(Has(text, "flatkv_tenant_quota_bytes{tenant=\"1\"} 3221225472\n")) << text;
   EXPECT_TRUE(Has(text, "flatkv_tenant_used_bytes{tenant=\"0\"} 0\n")) << text;
+  EXPECT_TRUE(Has(text, "flatkv_tenant_dram_bytes{tenant=\"0\"} ")) << text;
+  EXPECT_TRUE(Has(text, "flatkv_tenant_retained_bytes{tenant=\"0\"} 0\n")) << text;
   EXPECT_TRUE(Has(text, "flatkv_lookup_latency_seconds_bucket{tenant=\"0\",le=\"1e-05\"} 0\n")) << text;
   EXPECT_FALSE(Has(text, "team")) << text;
   const std::string named = RenderPrometheus(store, server, tenants, true);

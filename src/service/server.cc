@@ -537,20 +537,24 @@ void Server::ServeHttp(int fd) {
   (void)conn.Write(std::as_bytes(std::span(head)), std::as_bytes(std::span(body)), deadline);
 }
 
-std::vector<TenantView> Server::Views(const Tenant* only) const {
+std::vector<TenantView> Server::Views(const StoreStats& stats, const Tenant* only) const {
   std::vector<TenantView> v;
   for (const Tenant& t : tenants_->tenants()) {
     if (only && t.index != only->index) continue;
-    v.push_back({t.name, tenant_metrics_[t.index].get(), t.quota_bytes, tenants_->UsedBytes(t), tenants_->DroppedSessions(t)});
+    auto dram = stats.tenant_dram_bytes.find(t.index + 1);  // the PutOptions::tenant connections pass
+    v.push_back({t.name, tenant_metrics_[t.index].get(), t.quota_bytes, tenants_->UsedBytes(t), tenants_->DroppedSessions(t),
+                 dram == stats.tenant_dram_bytes.end() ? 0 : dram->second, tenants_->RetainedBytes(t)});
   }
   return v;
 }
 
 std::string Server::PrometheusText() const {
-  return RenderPrometheus(store_->Stats(), metrics_, Views(), config_.metrics_tenant_labels);
+  const StoreStats stats = store_->Stats();
+  return RenderPrometheus(stats, metrics_, Views(stats), config_.metrics_tenant_labels);
 }
 std::string Server::StatsJson(const Tenant* viewer) const {
-  return RenderStatsJson(store_->Stats(), store_->options(), metrics_, Views(viewer));
+  const StoreStats stats = store_->Stats();
+  return RenderStatsJson(stats, store_->options(), metrics_, Views(stats, viewer));
 }
 
 }  // namespace flatkv::service

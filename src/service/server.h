@@ -96,7 +96,7 @@ class Server {
   // connection calls LoggedInOrGone once, after its hello (either outcome).
   bool AdmitUnauthenticated(const std::string& peer) FLATKV_EXCLUDES(peers_mu_);
   void LoggedInOrGone(const std::string& peer) FLATKV_EXCLUDES(peers_mu_);
-  std::vector<TenantView> Views(const Tenant* only = nullptr) const;
+  std::vector<TenantView> Views(const StoreStats& stats, const Tenant* only = nullptr) const;
 
   ServerConfig config_;
   std::unique_ptr<Store> store_;

@@ -447,6 +447,9 @@ TEST(ServerTest, RetainAndTruncateSessionOverTheWire) {
   ASSERT_NE(b, nullptr);
   const uint64_t bb = a->info().block_bytes;
   ASSERT_TRUE(a->Put(1, ChainKeys(31, 8), Blocks(bb, 8, 31)).ok());
+  // The daemon tells the store whose session it is (DRAM fairness).
+  EXPECT_GT(server->store().Stats().tenant_dram_bytes.at(1), 0u);
+  EXPECT_EQ(server->store().Stats().tenant_dram_bytes.count(2), 0u);
   // Retain: the stored prefix, in tenant a's namespace only.
   auto kept = a->Retain(ChainKeys(31, 10), std::chrono::milliseconds(30000));
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();

@@ -91,7 +91,12 @@ std::string StoreStats::ToJson() const {
                 (unsigned long long)shared_extents, (unsigned long long)prefetches,
                 (unsigned long long)prefetch_skipped, (unsigned long long)truncated_blocks,
                 (unsigned long long)retained_extents, (unsigned long long)retain_refused_blocks);
-  return out + buf;
+  out += buf;
+  out.pop_back();  // the closing brace: the per-tenant DRAM follows
+  out += ",\"tenant_dram_bytes\":{";
+  for (auto it = tenant_dram_bytes.begin(); it != tenant_dram_bytes.end(); ++it)
+    out += (it == tenant_dram_bytes.begin() ? "\"" : ",\"") + std::to_string(it->first) + "\":" + std::to_string(it->second);
+  return out + "}}";
 }
 
 }  // namespace flatkv

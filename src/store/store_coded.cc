@@ -37,7 +37,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
     // Touched before its deduplication makes it a holder of other
     // sessions' extents: a session is always in the LRU order.
-    TouchSession(session);
+    SetTenant(TouchSession(session), options.tenant);
     std::unordered_set<BlockKey, BlockKeyHash> seen;
     const bool named = options.first_block != PutOptions::kUnknownBlock;
     uint32_t position = named ? options.first_block : sessions_[session].next_position;
@@ -96,7 +96,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
     // A DropSession may have removed the session while the lock was down.
-    TouchSession(session);
+    SetTenant(TouchSession(session), options.tenant);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
     for (size_t k = 0; k < todo.size(); ++k) {
       if (Indexed(keys[todo[k]])) {  // a concurrent put stored it meanwhile

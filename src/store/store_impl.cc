@@ -292,6 +292,26 @@ Session& StoreImpl::TouchSession(SessionId id) {
   return s;
 }
 
+void StoreImpl::ChargeDram(Session& s, int64_t bytes) {
+  s.dram_bytes += bytes;
+  auto it = tenant_dram_.try_emplace(s.tenant, 0).first;
+  it->second += bytes;
+  if (it->second == 0) tenant_dram_.erase(it);
+}
+
+bool StoreImpl::OverShare(uint32_t tenant) const {
+  auto it = tenant_dram_.find(tenant);
+  return it != tenant_dram_.end() && it->second > dram_->capacity_bytes() / tenant_dram_.size();
+}
+
+void StoreImpl::SetTenant(Session& s, uint32_t tenant) {
+  if (tenant == 0 || s.tenant == tenant) return;
+  const int64_t held = int64_t(s.dram_bytes);
+  ChargeDram(s, -held);
+  s.tenant = tenant;
+  ChargeDram(s, held);
+}
+
 uint64_t StoreImpl::SessionShare() const {
   if (options_.session_dram_share_bytes) return options_.session_dram_share_bytes;
   if (!dram_) return 0;
@@ -352,10 +372,17 @@ Extent* StoreImpl::LruVictim(SessionId requester, bool copies_only, Pred ok) {
 
 bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
   const auto now = Now();
-  Extent* victim = LruVictim(requester, false, [&](const Extent* x, const Session& holder) {
+  auto ok = [&](const Extent* x, const Session& holder) {
     if (idle_only && now - holder.last_access < options_.dram_idle_after) return false;
     return x->medium == m && x->pins == 0 && !x->doomed && !x->retained(now);
-  });
+  };
+  // DRAM homes: tenants over their share give them up first.
+  Extent* victim = nullptr;
+  if (m == Medium::kDram && tenant_dram_.size() > 1)
+    victim = LruVictim(requester, false, [&](const Extent* x, const Session& holder) FLATKV_REQUIRES(mu_) {
+      return OverShare(holder.tenant) && ok(x, holder);
+    });
+  if (victim == nullptr) victim = LruVictim(requester, false, ok);
   if (victim != nullptr) return Evict(victim, requester);
   if (idle_only) return false;
   auto self = sessions_.find(requester);
@@ -373,9 +400,14 @@ std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
   if (!dram_) return std::nullopt;
   if (auto s = dram_->slots().Allocate()) return s;
   const auto now = Now();
-  Extent* victim = LruVictim(requester, true, [&](const Extent* x, const Session&) {
-    return x->has_copy && x->pins == 0 && !x->retained(now);
-  });
+  auto ok = [&](const Extent* x, const Session&) { return x->has_copy && x->pins == 0 && !x->retained(now); };
+  // Tenants over their share of DRAM give up copies first.
+  Extent* victim = nullptr;
+  if (tenant_dram_.size() > 1)
+    victim = LruVictim(requester, true, [&](const Extent* x, const Session& holder) FLATKV_REQUIRES(mu_) {
+      return OverShare(holder.tenant) && ok(x, holder);
+    });
+  if (victim == nullptr) victim = LruVictim(requester, true, ok);
   if (victim == nullptr) {
     // No other session has a copy to give: the requester's own least
     // recently accessed one (history it no longer reads; never its open
@@ -412,7 +444,7 @@ void StoreImpl::DropCopy(Extent* e) {
   dram_->slots().Release(e->copy_slot);
   e->has_copy = false;
   auto s = sessions_.find(e->session);
-  if (s != sessions_.end()) s->second.dram_bytes -= dram_->geometry().extent_bytes;
+  if (s != sessions_.end()) ChargeDram(s->second, -int64_t(dram_->geometry().extent_bytes));
   counters_.dram.evicted_extents++;
   counters_.dram.evicted_blocks += dropped;
 }
@@ -427,7 +459,7 @@ bool StoreImpl::GiveCopy(Extent* e) {
   e->copy_slot = *slot;
   e->copy_base = dram_->SlotOffset(*slot);
   for (uint32_t i = 0; i < e->slots(); ++i) e->set_in_copy(i, false);
-  sessions_[e->session].dram_bytes += dram_->geometry().extent_bytes;
+  ChargeDram(sessions_[e->session], int64_t(dram_->geometry().extent_bytes));
   return true;
 }
 
@@ -554,7 +586,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
   Session& sess = sessions_[session];
   sess.extents.push_back(e->id);
   sess.open_extent = e->id;
-  if (m == Medium::kDram) sess.dram_bytes += dram_->geometry().extent_bytes;
+  if (m == Medium::kDram) ChargeDram(sess, int64_t(dram_->geometry().extent_bytes));
   Extent* raw = e.get();
   extents_[e->id] = std::move(e);
   // The session being written gets a DRAM copy of its new extent when the
@@ -564,7 +596,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
       raw->has_copy = true;
       raw->copy_slot = *cs;
       raw->copy_base = dram_->SlotOffset(*cs);
-      sess.dram_bytes += dram_->geometry().extent_bytes;
+      ChargeDram(sess, int64_t(dram_->geometry().extent_bytes));
     }
   return raw;
 }
@@ -594,13 +626,13 @@ Status StoreImpl::FreeExtent(Extent* e) {
   if (e->has_copy) {
     dram_->slots().Release(e->copy_slot);
     e->has_copy = false;
-    if (sit != sessions_.end()) sit->second.dram_bytes -= dram_->geometry().extent_bytes;
+    if (sit != sessions_.end()) ChargeDram(sit->second, -int64_t(dram_->geometry().extent_bytes));
   }
   if (sit != sessions_.end()) {
     Session& s = sit->second;
     s.extents.erase(std::remove(s.extents.begin(), s.extents.end(), e->id), s.extents.end());
     if (s.open_extent == e->id) s.open_extent = 0;
-    if (e->medium == Medium::kDram) s.dram_bytes -= dram_->geometry().extent_bytes;
+    if (e->medium == Medium::kDram) ChargeDram(s, -int64_t(dram_->geometry().extent_bytes));
   }
   for (SessionId h : e->sharers) {
     auto hs = sessions_.find(h);
@@ -734,8 +766,8 @@ Status StoreImpl::DropSessionLocked(SessionId session) {
       if (from != hs.shared_from.end()) hs.shared_from.erase(from);
       if (Status s = LogPositions(*e, 0); !s.ok() && first.ok()) first = s;
       const uint64_t held = (e->has_copy || e->medium == Medium::kDram) ? dram_->geometry().extent_bytes : 0;
-      hs.dram_bytes += held;
-      it->second.dram_bytes -= held;
+      ChargeDram(hs, int64_t(held));
+      ChargeDram(it->second, -int64_t(held));
       auto& own = it->second.extents;
       own.erase(std::remove(own.begin(), own.end(), id), own.end());
       if (it->second.open_extent == id) it->second.open_extent = 0;
@@ -797,6 +829,7 @@ StoreStats StoreImpl::Stats() const {
     st.dram.logical_bytes = dram_blocks_ * BlockBytes();
     st.ssd.logical_bytes = ssd_blocks_ * BlockBytes();
     st.sessions = sessions_.size();
+    st.tenant_dram_bytes.insert(tenant_dram_.begin(), tenant_dram_.end());
     const auto now = Now();
     for (uint64_t id : retained_)
       if (auto it = extents_.find(id); it != extents_.end() && it->second->retained(now)) st.retained_extents++;

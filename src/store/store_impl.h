@@ -143,6 +143,7 @@ struct Session {
   bool reused = false;            // a restore hit its blocks (ssd_admission = kOnReuse)
   std::list<SessionId>::iterator lru;  // position in lru_ (front = most recent), when listed
   bool listed = false;                 // in lru_: every session TouchSession made
+  uint32_t tenant = 0;                 // PutOptions::tenant of its last put (0: none)
   // Chain position of the block after the last one it put (a put that
   // names no PutOptions::first_block goes on from here), and, per extent of
   // another session it references, the chain position of the first block
@@ -281,6 +282,13 @@ class StoreImpl final : public Store {
   template <typename Pred>
   Extent* LruVictim(SessionId requester, bool copies_only, Pred ok) FLATKV_REQUIRES(mu_);
   uint64_t SessionShare() const;
+  // Adds `bytes` (negative: removes) to s's DRAM and its tenant's.
+  void ChargeDram(Session& s, int64_t bytes) FLATKV_REQUIRES(mu_);
+  // Whether `tenant` holds more than an equal share of DRAM among the
+  // tenants holding any (its copies and DRAM homes are reclaimed first).
+  bool OverShare(uint32_t tenant) const FLATKV_REQUIRES(mu_);
+  // Makes `tenant` (non-zero) the session's, moving its DRAM bytes over.
+  void SetTenant(Session& s, uint32_t tenant) FLATKV_REQUIRES(mu_);
   // Adds `session` as a holder of another session's extent `e`, whose
   // first block it references at its chain position `from`.
   void AddSharer(Extent* e, SessionId session, uint32_t from = 0) FLATKV_REQUIRES(mu_);
@@ -409,6 +417,8 @@ class StoreImpl final : public Store {
   std::map<std::string, std::shared_ptr<const Codec>> codecs_ FLATKV_GUARDED_BY(mu_);  // by spec, for recovery
   uint64_t dram_stored_ FLATKV_GUARDED_BY(mu_) = 0;  // StoredBytes of indexed DRAM blocks
   uint64_t ssd_stored_ FLATKV_GUARDED_BY(mu_) = 0;
+  // DRAM (copies and DRAM homes) per tenant holding any (Session::tenant).
+  std::unordered_map<uint32_t, uint64_t> tenant_dram_ FLATKV_GUARDED_BY(mu_);
   // Extents a Retain holds (some may have expired; pruned by Retain).
   std::unordered_set<uint64_t> retained_ FLATKV_GUARDED_BY(mu_);
 

@@ -35,7 +35,9 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
     if (options_.read_only) return Status::FailedPrecondition("put: store is opened read-only");
-    const bool reused = TouchSession(session).reused;
+    Session& touched = TouchSession(session);
+    SetTenant(touched, options.tenant);
+    const bool reused = touched.reused;
     admit = options_.ssd_admission == SsdAdmission::kAll || reused;
     std::unordered_set<BlockKey, BlockKeyHash> seen;
     const bool named = options.first_block != PutOptions::kUnknownBlock;

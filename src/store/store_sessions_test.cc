@@ -167,5 +167,35 @@ TEST(StoreSessionsTest, RetainKeepsDramCopiesAndStopsAtHalfAMedium) {
   EXPECT_EQ(store->Retain(ChainKeys(1, 4), -1ms).status().code(), Code::kInvalidArgument);
 }
 
+// DRAM is shared fairly between tenants: a tenant over an equal share
+// gives up its copies first, even when another tenant's are older.
+TEST(StoreTenantsTest, CopiesAreReclaimedFromTenantsOverTheirShareFirst) {
+  TempDir dir;
+  for (bool fair : {true, false}) {
+    std::filesystem::remove_all(dir.Sub("ssd"));
+    auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));  // 8 DRAM copies of one extent each
+    auto put = [&](uint64_t session, uint32_t tenant) {
+      PutOptions po;
+      po.tenant = fair ? tenant : 0;
+      ASSERT_TRUE(store->Put(session, ChainKeys(session, 4), Payload(*store, 4, session), po).ok());
+    };
+    put(100, 2);  // tenant 2's two sessions, the least recently used
+    put(101, 2);
+    for (uint64_t s = 1; s <= 7; ++s) put(s, 1);  // tenant 1 takes the rest, then more
+    const uint64_t eb = store->Stats().dram.used_bytes / store->Stats().dram.extents;
+    const uint64_t read_before = store->Stats().ssd.bytes_read;
+    std::vector<std::byte> got;
+    EXPECT_EQ(RestoreAll(*store, ChainKeys(100, 4), &got), 4u);
+    if (fair) {
+      EXPECT_EQ(store->Stats().ssd.bytes_read, read_before) << "tenant 2's copy must stay";
+      EXPECT_EQ(store->Stats().tenant_dram_bytes.at(2), 2 * eb);
+      EXPECT_EQ(store->Stats().tenant_dram_bytes.at(1), 6 * eb);
+      EXPECT_EQ(store->Match(ChainKeys(1, 4)), 4u);  // its blocks stay on SSD
+    } else {
+      EXPECT_GT(store->Stats().ssd.bytes_read, read_before) << "without tenants, plain LRU takes the oldest copy";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flatkv

@@ -395,6 +395,24 @@ TEST(ServerTest, DropSessionOverTheWire) {
 // Prefetch over the wire: the tenant's SSD-only blocks come into DRAM in
 // the background, the reply says how many were found, another tenant's
 // keys find nothing, and a protocol-2 connection is told what it needs.
+// What a connection that negotiated protocol `version` is answered to
+// `request`: its error, or OK for any other reply.
+Status ReplyAtProtocol(const std::string& address, uint32_t version, const std::vector<std::byte>& request) {
+  const int fd = RawConnect(address);
+  if (fd < 0) return Status::IoError("cannot connect to " + address);
+  wire::Hello hello;
+  hello.token = kTokenA;
+  hello.max_version = version;
+  wire::Header h;
+  std::vector<std::byte> p;
+  Status st = Status::IoError("no hello_ok");
+  if (SendAll(fd, wire::EncodeHello(1, hello)) && ReadRaw(fd, &h, &p) && h.type == wire::Type::kHelloOk &&
+      SendAll(fd, request) && ReadRaw(fd, &h, &p))
+    st = h.type == wire::Type::kError ? wire::ErrorStatus(p) : Status::Ok();
+  ::close(fd);
+  return st;
+}
+
 TEST(ServerTest, PrefetchOverTheWire) {
   TempDir dir;
   auto server = StartServer(SmallServerConfig(dir.path()));
@@ -413,26 +431,12 @@ TEST(ServerTest, PrefetchOverTheWire) {
   EXPECT_TRUE(WaitFor([&] { return server->store().Stats().readmitted_blocks == readmitted + 4; }));
   EXPECT_EQ(*b->Prefetch(keys), 0u) << "tenant b's keys are salted apart";
   // A connection that negotiated protocol 2.
-  const int fd = RawConnect(server->tcp_address());
-  ASSERT_GE(fd, 0);
-  wire::Hello hello;
-  hello.token = kTokenA;
-  hello.max_version = 2;
-  ASSERT_TRUE(SendAll(fd, wire::EncodeHello(1, hello)));
-  wire::Header h;
-  std::vector<std::byte> p;
-  ASSERT_TRUE(ReadRaw(fd, &h, &p));
-  ASSERT_EQ(h.type, wire::Type::kHelloOk);
   wire::Lookup m;
   m.keys = keys;
-  ASSERT_TRUE(SendAll(fd, wire::EncodePrefetch(2, m)));
-  ASSERT_TRUE(ReadRaw(fd, &h, &p));
-  EXPECT_EQ(h.type, wire::Type::kError);
-  const Status st = wire::ErrorStatus(p);
+  const Status st = ReplyAtProtocol(server->tcp_address(), 2, wire::EncodePrefetch(2, m));
   EXPECT_EQ(st.code(), Code::kNotSupported);
   EXPECT_NE(st.message().find("prefetch needs protocol version 3; this connection negotiated 2"), std::string::npos)
       << st.ToString();
-  ::close(fd);
 }
 
 TEST(ServerTest, RetainAndTruncateSessionOverTheWire) {
@@ -466,23 +470,10 @@ TEST(ServerTest, RetainAndTruncateSessionOverTheWire) {
   EXPECT_EQ(b->TruncateSession(1, 0).status().code(), Code::kNotFound) << "b has no session 1";
   EXPECT_EQ(*a->Lookup(ChainKeys(31, 3)), 3u);
   // A protocol-3 connection is told what it needs.
-  const int fd = RawConnect(server->tcp_address());
-  ASSERT_GE(fd, 0);
-  wire::Hello hello;
-  hello.token = kTokenA;
-  hello.max_version = 3;
-  ASSERT_TRUE(SendAll(fd, wire::EncodeHello(1, hello)));
-  wire::Header h;
-  std::vector<std::byte> p;
-  ASSERT_TRUE(ReadRaw(fd, &h, &p));
-  ASSERT_EQ(h.type, wire::Type::kHelloOk);
-  ASSERT_TRUE(SendAll(fd, wire::EncodeTruncateSession(2, {1, 0})));
-  ASSERT_TRUE(ReadRaw(fd, &h, &p));
-  EXPECT_EQ(h.type, wire::Type::kError);
-  const Status st = wire::ErrorStatus(p);
+  const Status st = ReplyAtProtocol(server->tcp_address(), 3, wire::EncodeTruncateSession(2, {1, 0}));
+  EXPECT_EQ(st.code(), Code::kNotSupported);
   EXPECT_NE(st.message().find("truncate_session needs protocol version 4; this connection negotiated 3"), std::string::npos)
       << st.ToString();
-  ::close(fd);
 }
 
 TEST(ServerTest, RetainsAreBoundedByTheTenantsPinBudgetAndTheTtlCap) {

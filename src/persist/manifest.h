@@ -32,8 +32,7 @@ namespace flatkv::persist {
 // Version 1: raw extents only. Version 2 adds coded extents (records 4 and
 // 5); version 3 adds shared extents (record 6: an extent's owner and the
 // other sessions referencing it). A log is written at the lowest version
-// its records need, so a store without codecs or shared blocks keeps the
-// version 1 format. Version 4 adds chain positions (record 7: where a run
+// its records need. Version 4 adds chain positions (record 7: where a run
 // of an extent's block slots sits in its session's chain, for
 // TruncateSession) and dropped blocks (record 8: blocks taken out of the
 // index while their extent lives); a store writes them from its first put.

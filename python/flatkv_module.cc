@@ -656,12 +656,21 @@ class Store {
     flatkv_status* st;
     {
       py::gil_scoped_release release;
+      // The counters move between the two calls (a prefetch finishing, a
+      // put elsewhere), so the text may grow: room to spare, and a retry
+      // while it grew past that.
       uint64_t needed = 0;
       st = call(s_, nullptr, 0, &needed);
-      if (st == nullptr) {
-        json.resize(needed);
-        st = call(s_, json.data(), needed, &needed);
-        json.resize(needed ? needed - 1 : 0);
+      for (int attempt = 0; st == nullptr && attempt < 8; ++attempt) {
+        json.resize(needed + 256);
+        st = call(s_, json.data(), json.size(), &needed);
+        if (st == nullptr) {
+          json.resize(needed ? needed - 1 : 0);
+          break;
+        }
+        if (flatkv_status_code(st) != FLATKV_INVALID_ARGUMENT || needed <= json.size() || attempt == 7) break;
+        flatkv_status_destroy(st);
+        st = nullptr;
       }
     }
     Check(st);

@@ -23,11 +23,18 @@ need_redis() {
   command -v redis-cli >/dev/null || die "redis-cli is not installed (apt-get install redis-tools)"
 }
 
-# N free loopback ports whose cluster-bus port (port + 10000) is free too.
+# N free loopback ports whose cluster-bus port (port + 10000) is free too, both below the
+# kernel's ephemeral range (ip_local_port_range), so that no test's outgoing connection can
+# take one between this check and redis-server's bind.
 free_ports() {
   python3 - "$1" <<'EOF'
 import random, socket, sys
 n, found = int(sys.argv[1]), []
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+hi = max(low - 10001, 10100)
 def free(p):
     s = socket.socket()
     try:
@@ -37,15 +44,15 @@ def free(p):
     finally:
         s.close()
 while len(found) < n:
-    p = random.randint(20000, 45000)
+    p = random.randint(10000, hi)
     if p not in found and free(p) and free(p + 10000):
         found.append(p)
 print(" ".join(map(str, found)))
 EOF
 }
 
-start_node() {  # start_node DIR PORT
-  local d="$1/$2"
+start_node() {  # start_node DIR PORT: 0 once the node answers PING, 1 if it exited or stayed silent
+  local d="$1/$2" i
   mkdir -p "$d"
   [ -f "$d/redis.conf" ] || cat > "$d/redis.conf" <<EOF
 port $2
@@ -60,12 +67,17 @@ daemonize yes
 pidfile $d/redis.pid
 logfile $d/redis.log
 EOF
-  redis-server "$d/redis.conf"
-  for _ in $(seq 1 100); do
+  redis-server "$d/redis.conf" || return 1
+  # A loaded 2-core CI machine can take seconds to start a node: wait up to 20 s, and stop
+  # waiting as soon as the node is gone (a port taken since free_ports checked it).
+  for i in $(seq 1 400); do
     redis-cli -p "$2" ping 2>/dev/null | grep -q PONG && return 0
+    if [ "$i" -gt 20 ] && { [ ! -f "$d/redis.pid" ] || ! kill -0 "$(cat "$d/redis.pid")" 2>/dev/null; }; then
+      return 1
+    fi
     sleep 0.05
   done
-  die "node $2 did not answer PING; see $d/redis.log"
+  return 1
 }
 
 wait_ok() {  # wait_ok DIR: every node in state ok, every replica linked
@@ -97,11 +109,21 @@ case "$cmd" in
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     [ ! -f "$dir/ports" ] || die "$dir already holds a cluster; stop it first"
-    free_ports $((masters * (1 + replicas))) > "$dir/ports"
     nodes=()
-    for port in $(cat "$dir/ports"); do
-      start_node "$dir" "$port"
+    ports=()
+    for _ in $(seq 1 $((masters * (1 + replicas)))); do
+      started=0
+      for attempt in 1 2 3 4 5; do
+        port=$(free_ports 1)
+        if start_node "$dir" "$port"; then started=1; break; fi
+        echo "redis-cluster.sh: node $port did not start (attempt $attempt): $(tail -n 2 "$dir/$port/redis.log" 2>/dev/null | tr '\n' ' ')" >&2
+        if [ -f "$dir/$port/redis.pid" ]; then kill -9 "$(cat "$dir/$port/redis.pid")" 2>/dev/null || true; fi
+        rm -rf "${dir:?}/$port"
+      done
+      [ $started = 1 ] || die "could not start a redis-server node in 5 attempts; see the lines above"
+      ports+=("$port")
       nodes+=("127.0.0.1:$port")
+      echo "${ports[*]}" > "$dir/ports"
     done
     redis-cli --cluster create "${nodes[@]}" --cluster-replicas "$replicas" --cluster-yes > "$dir/create.log" 2>&1 \
       || die "redis-cli --cluster create failed; see $dir/create.log"
@@ -112,7 +134,7 @@ case "$cmd" in
     need_redis
     port=${3:?port}
     [ -f "$dir/$port/redis.conf" ] || die "no node $port under $dir"
-    start_node "$dir" "$port"
+    start_node "$dir" "$port" || die "node $port did not answer PING; see $dir/$port/redis.log"
     wait_ok "$dir"
     ;;
   stop)

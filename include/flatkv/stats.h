@@ -40,6 +40,7 @@ struct StoreStats {
   uint64_t dram_only_lost_blocks = 0;  // DRAM-only blocks dropped by reclaim (kOnReuse)
   uint64_t readmitted_blocks = 0;  // SSD blocks a restore copied back into DRAM (readmit_on_restore)
   uint64_t prefetches = 0;         // Prefetch calls that started a background read of SSD blocks
+  uint64_t prefetches_done = 0;    // of those, the ones whose reads finished (prefetches - prefetches_done run now)
   uint64_t prefetch_skipped = 0;   // Prefetch calls that found SSD blocks but too many prefetches running
   uint64_t truncated_blocks = 0;   // blocks TruncateSession took out of the index
   uint64_t retained_extents = 0;   // extents a Retain keeps from eviction now

@@ -704,6 +704,7 @@ void StoreImpl::RunPrefetches() {
     }
     r->Finish();  // every layer read; the SSD blocks land in their DRAM copies
     r.reset();
+    counters_.prefetches_done++;
     MutexLock lock(&prefetch_mu_);
     --prefetch_running_;
   }

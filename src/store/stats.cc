@@ -50,7 +50,7 @@ std::string StoreStats::ToString() const {
                 "ssd_read_amplification=%.3f compression_ratio=%.3f ssd_direct_io=%s ssd_engine=%s\n"
                 "restore_latency_us p50=%.0f p90=%.0f p99=%.0f max=%.0f\n"
                 "dram_only_blocks=%llu dram_only_lost_blocks=%llu readmitted_blocks=%llu ssd_write_waits=%llu shared_extents=%llu\n"
-                "prefetches=%llu prefetch_skipped=%llu truncated_blocks=%llu retained_extents=%llu retain_refused_blocks=%llu\n",
+                "prefetches=%llu prefetches_done=%llu prefetch_skipped=%llu truncated_blocks=%llu retained_extents=%llu retain_refused_blocks=%llu\n",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
                 (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
@@ -60,7 +60,7 @@ std::string StoreStats::ToString() const {
                 (unsigned long long)dram_only_blocks, (unsigned long long)dram_only_lost_blocks,
                 (unsigned long long)readmitted_blocks, (unsigned long long)ssd_write_waits,
                 (unsigned long long)shared_extents, (unsigned long long)prefetches,
-                (unsigned long long)prefetch_skipped, (unsigned long long)truncated_blocks,
+                (unsigned long long)prefetches_done, (unsigned long long)prefetch_skipped, (unsigned long long)truncated_blocks,
                 (unsigned long long)retained_extents, (unsigned long long)retain_refused_blocks);
   return out + buf;
 }
@@ -79,7 +79,7 @@ std::string StoreStats::ToJson() const {
                 "\"ssd_engine\":\"%s\",\"restore_p50_us\":%.1f,\"restore_p90_us\":%.1f,\"restore_p99_us\":%.1f,"
                 "\"restore_max_us\":%.1f,\"dram_only_blocks\":%llu,\"dram_only_lost_blocks\":%llu,"
                 "\"readmitted_blocks\":%llu,\"ssd_write_waits\":%llu,\"shared_extents\":%llu,\"prefetches\":%llu,"
-                "\"prefetch_skipped\":%llu,\"truncated_blocks\":%llu,\"retained_extents\":%llu,\"retain_refused_blocks\":%llu}",
+                "\"prefetches_done\":%llu,\"prefetch_skipped\":%llu,\"truncated_blocks\":%llu,\"retained_extents\":%llu,\"retain_refused_blocks\":%llu}",
                 (unsigned long long)sessions, (unsigned long long)restores, (unsigned long long)lookup_blocks,
                 (unsigned long long)miss_blocks, (unsigned long long)put_blocks, (unsigned long long)dedup_blocks,
                 (unsigned long long)checksum_failures, (unsigned long long)decode_failures, (unsigned long long)io_errors,
@@ -89,7 +89,7 @@ std::string StoreStats::ToJson() const {
                 (unsigned long long)dram_only_blocks, (unsigned long long)dram_only_lost_blocks,
                 (unsigned long long)readmitted_blocks, (unsigned long long)ssd_write_waits,
                 (unsigned long long)shared_extents, (unsigned long long)prefetches,
-                (unsigned long long)prefetch_skipped, (unsigned long long)truncated_blocks,
+                (unsigned long long)prefetches_done, (unsigned long long)prefetch_skipped, (unsigned long long)truncated_blocks,
                 (unsigned long long)retained_extents, (unsigned long long)retain_refused_blocks);
   out += buf;
   out.pop_back();  // the closing brace: the per-tenant DRAM follows

@@ -853,6 +853,7 @@ StoreStats StoreImpl::Stats() const {
   st.dram_only_lost_blocks = counters_.dram_only_lost_blocks;
   st.readmitted_blocks = counters_.readmitted_blocks;
   st.prefetches = counters_.prefetches;
+  st.prefetches_done = counters_.prefetches_done;
   st.prefetch_skipped = counters_.prefetch_skipped;
   st.truncated_blocks = counters_.truncated_blocks;
   st.retain_refused_blocks = counters_.retain_refused_blocks;

@@ -166,7 +166,7 @@ struct Counters {
   MediumCounters dram, ssd;
   std::atomic<uint64_t> restores{0}, lookup_blocks{0}, miss_blocks{0}, put_blocks{0}, dedup_blocks{0},
       checksum_failures{0}, decode_failures{0}, io_errors{0}, dropped_blocks{0}, recovered_blocks{0}, lost_blocks{0},
-      dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0}, prefetches{0}, prefetch_skipped{0},
+      dram_only_lost_blocks{0}, readmitted_blocks{0}, ssd_write_waits{0}, prefetches{0}, prefetches_done{0}, prefetch_skipped{0},
       truncated_blocks{0}, retain_refused_blocks{0};
   LatencyHistogram restore_latency;
   MediumCounters& of(Medium m) { return m == Medium::kDram ? dram : ssd; }

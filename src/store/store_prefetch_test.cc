@@ -48,6 +48,7 @@ TEST(StorePrefetchTest, SsdBlocksComeIntoDramAndTheNextRestoreReadsNoSsd) {
   EXPECT_EQ(store->Stats().prefetches, 1u);
   ASSERT_TRUE(Eventually([&] { return store->Stats().readmitted_blocks == 8; }))
       << "readmitted " << store->Stats().readmitted_blocks;
+  ASSERT_TRUE(Eventually([&] { return store->Stats().prefetches_done == 1; }));
   const StoreStats before = store->Stats();
   EXPECT_EQ(before.dram.blocks, 8u);
   std::vector<std::byte> got;
@@ -82,6 +83,9 @@ TEST(StorePrefetchTest, EveryPrefetchThatFindsSsdBlocksRunsOrIsCountedSkipped) {
     EXPECT_EQ(RestoreAll(*store, ChainKeys(c, 2), &got), 2u);
     EXPECT_TRUE(got == Payload(*store, 2, c)) << "chain " << c;
   }
+  // Every prefetch that started finishes, and says so.
+  EXPECT_TRUE(Eventually([&] { return store->Stats().prefetches_done == st.prefetches; }))
+      << store->Stats().prefetches_done << " of " << st.prefetches;
 }
 
 TEST(StorePrefetchTest, ClosingOrDestroyingWaitsForPrefetchesInFlight) {

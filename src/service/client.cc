@@ -188,18 +188,14 @@ class ClientImpl final : public Client {
 
   Status DropSession(SessionId session) override {
     MutexLock lock(&mu_);
-    if (info_.protocol_version < 2)
-      return Status::NotSupported("drop_session: the daemon speaks protocol version " +
-                                  std::to_string(info_.protocol_version) + "; dropping a session needs 2 (a newer flatkv serve)");
+    FLATKV_RETURN_IF_ERROR(NeedProtocol(2, "drop_session"));
     return Call(wire::EncodeU64(wire::Type::kDropSession, NextId(), session), wire::Type::kDropSessionOk, Deadline())
         .status();
   }
 
   Result<uint32_t> Prefetch(std::span<const BlockKey> chain) override {
     MutexLock lock(&mu_);
-    if (info_.protocol_version < 3)
-      return Status::NotSupported("prefetch: the daemon speaks protocol version " +
-                                  std::to_string(info_.protocol_version) + "; prefetch needs 3 (a newer flatkv serve)");
+    FLATKV_RETURN_IF_ERROR(NeedProtocol(3, "prefetch"));
     wire::Lookup m;
     m.deadline_ms = DeadlineMs();
     m.keys.assign(chain.begin(), chain.end());

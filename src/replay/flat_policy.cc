@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "flatkv/placement.h"
@@ -21,6 +24,12 @@ constexpr uint64_t kSliceBytes = 4096;
 // Blocks per extent on both media: one session's run, restored as one
 // request per layer.
 constexpr uint64_t kExtentBlocks = 16;
+// flat-hints: the gaps a conversation's retain ttl is predicted from, and
+// the margin over their median; the share of DRAM that prefetched copies
+// not yet restored may take.
+constexpr size_t kGapHistory = 4;
+constexpr double kGapMargin = 1.25;
+constexpr uint64_t kPrefetchDramDivisor = 4;
 
 uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
@@ -41,7 +50,7 @@ KvShape ScaledShape(uint32_t layers, uint64_t slice, uint32_t block_tokens) {
 
 class FlatPolicy final : public CachePolicy {
  public:
-  explicit FlatPolicy(const PolicyConfig& c) : config_(c) {}
+  FlatPolicy(const PolicyConfig& c, FlatHints hints) : config_(c), hints_(hints) {}
   ~FlatPolicy() override {
     if (store_) (void)store_->Close();
     store_.reset();
@@ -102,15 +111,20 @@ class FlatPolicy final : public CachePolicy {
     auto store = Store::Open(o);
     if (!store.ok()) return store.status().WithContext("flat: opening the replay store");
     store_ = std::move(store).value();
+    store_dram_bytes_ = dram;
     return Status::Ok();
   }
 
-  std::string_view name() const override { return "flat"; }
+  std::string_view name() const override { return hints_ == FlatHints::kAgent ? "flat-hints" : "flat"; }
   bool layerwise() const override { return true; }  // Restore hands over layer by layer
 
   LookupResult Lookup(const Request& req, uint32_t /*instance*/, double now_s) override {
     now_s_ = now_s;
     LookupResult out;
+    if (auto it = prefetched_.find(&req); it != prefetched_.end()) {  // its prefetch is consumed now
+      prefetched_bytes_ -= it->second;
+      prefetched_.erase(it);
+    }
     Keys(req);
     const StoreStats before = store_->Stats();
     const auto t0 = Clock::now();
@@ -179,6 +193,55 @@ class FlatPolicy final : public CachePolicy {
     const uint64_t ssd_blocks = ssd_written / store_->BlockBytes();
     out.ssd_requests = static_cast<uint32_t>((ssd_blocks + kExtentBlocks - 1) / kExtentBlocks);
     if (config_.io == IoMode::kReal) out.real_write_s = seconds;
+    if (hints_ == FlatHints::kAgent) {
+      Conversation& c = conversations_[req.conversation];
+      c.last_put_s = now_s;
+      if (!c.gaps.empty()) {
+        std::vector<double> g = c.gaps;
+        std::nth_element(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(g.size() / 2), g.end());
+        const double gap = g[g.size() / 2] * kGapMargin;  // the median (the upper one of an even count)
+        (void)store_->Retain(keys_, std::chrono::milliseconds(static_cast<int64_t>(std::ceil(gap * 1e3))));
+      }
+    }
+    return out;
+  }
+
+  ArriveResult Arrive(const Request& req, uint32_t /*instance*/, double now_s, uint32_t waiting_ahead) override {
+    ArriveResult out;
+    if (hints_ != FlatHints::kAgent) return out;
+    now_s_ = now_s;
+    Conversation& c = conversations_[req.conversation];
+    if (c.last_put_s >= 0) {
+      if (c.gaps.size() == kGapHistory) c.gaps.erase(c.gaps.begin());
+      c.gaps.push_back(std::max(0.0, now_s - c.last_put_s));
+    }
+    Keys(req);
+    // Admitted at once, the request streams its restore by layer under its
+    // own prefill; a prefetch would only put a whole read in front of it.
+    // And copies prefetched for queued requests must not crowd each other
+    // (or the sessions writing now) out of DRAM before they are restored.
+    if (waiting_ahead == 0 || prefetched_bytes_ >= store_dram_bytes_ / kPrefetchDramDivisor) return out;
+    const StoreStats before = store_->Stats();
+    if (!store_->Prefetch(keys_).ok()) return out;
+    // The prefetch reads on the store's thread; this replay charges its
+    // bytes to the simulated SSD, so it waits for them (bounded: a stuck
+    // read leaves the figures of what finished).
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    StoreStats after = store_->Stats();
+    while (after.prefetches_done < after.prefetches && Clock::now() < deadline) {
+      std::this_thread::yield();
+      after = store_->Stats();
+    }
+    const double unscale = double(config_.block_bytes) / double(store_->BlockBytes());
+    out.ssd_bytes_read = static_cast<uint64_t>(double(after.ssd.bytes_read - before.ssd.bytes_read) * unscale);
+    out.dram_bytes_written =
+        static_cast<uint64_t>(double(after.readmitted_blocks - before.readmitted_blocks) * double(config_.block_bytes));
+    out.ssd_requests = static_cast<uint32_t>(after.ssd.read_requests - before.ssd.read_requests);
+    const uint64_t copied = (after.readmitted_blocks - before.readmitted_blocks) * store_->BlockBytes();
+    if (copied > 0) {
+      prefetched_[&req] += copied;
+      prefetched_bytes_ += copied;
+    }
     return out;
   }
 
@@ -199,7 +262,18 @@ class FlatPolicy final : public CachePolicy {
     for (size_t i = 0; i < req.blocks.size(); ++i) keys_[i] = KeyOf(req.blocks[i]);
   }
 
+  struct Conversation {
+    double last_put_s = -1;    // its last turn's put (simulated)
+    std::vector<double> gaps;  // its last kGapHistory gaps, put to next arrival
+  };
+
   PolicyConfig config_;
+  FlatHints hints_;
+  std::unordered_map<uint64_t, Conversation> conversations_;
+  // Store bytes of DRAM copies prefetched for requests not yet looked up.
+  std::unordered_map<const Request*, uint64_t> prefetched_;
+  uint64_t prefetched_bytes_ = 0;
+  uint64_t store_dram_bytes_ = 0;
   std::string ssd_dir_;
   std::unique_ptr<Store> store_;
   uint64_t store_block_bytes_ = 0;
@@ -210,8 +284,8 @@ class FlatPolicy final : public CachePolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<CachePolicy>> MakeFlatPolicy(const PolicyConfig& config) {
-  auto p = std::make_unique<FlatPolicy>(config);
+Result<std::unique_ptr<CachePolicy>> MakeFlatPolicy(const PolicyConfig& config, FlatHints hints) {
+  auto p = std::make_unique<FlatPolicy>(config, hints);
   FLATKV_RETURN_IF_ERROR(p->Open());
   return std::unique_ptr<CachePolicy>(std::move(p));
 }

@@ -122,6 +122,82 @@ TEST(FlatPolicy, RealIoMeasuresRestores) {
   EXPECT_EQ(hit.dram_bytes_read + hit.ssd_bytes_useful, 30ull << 20);
 }
 
+// Conversations 2.. write 16 blocks each from t on, one a second: more than
+// DRAM's 64 blocks, so older DRAM copies are reclaimed.
+void Crowd(CachePolicy& p, double t, int conversations = 6) {
+  for (int k = 0; k < conversations; ++k) {
+    const Request r = Req(10 + k, 10'000 * (k + 1), 16, t + k);
+    (void)p.Insert(r, 0, p.Lookup(r, 0, t + k).hit_blocks, t + k + 0.5);
+  }
+}
+
+TEST(FlatHints, RetainsACopyForThePredictedGapAndNoLonger) {
+  flatkv::testing::TempDir plain_dir, hints_dir;
+  auto plain_or = MakeFlatPolicy(Config(plain_dir.path()), FlatHints::kNone);
+  auto hints_or = MakeFlatPolicy(Config(hints_dir.path()), FlatHints::kAgent);
+  ASSERT_TRUE(plain_or.ok() && hints_or.ok());
+  CachePolicy& plain = *plain_or.value();
+  CachePolicy& hints = *hints_or.value();
+  EXPECT_EQ(hints.name(), "flat-hints");
+  // Conversation 1: turn 1 put at t=1, turn 2 arrives at t=11 (a 10 s gap)
+  // and is put at t=12, so it is retained for 12.5 s, to t=24.5.
+  for (CachePolicy* p : {&plain, &hints}) {
+    const Request t1 = Req(1, 1, 8, 0);
+    (void)p->Arrive(t1, 0, 0, 0);
+    (void)p->Insert(t1, 0, p->Lookup(t1, 0, 0).hit_blocks, 1);
+    const Request t2 = Req(1, 1, 16, 11);
+    (void)p->Arrive(t2, 0, 11, 0);
+    (void)p->Insert(t2, 0, p->Lookup(t2, 0, 11).hit_blocks, 12);
+    Crowd(*p, 13);
+  }
+  // At t=20 the retained copy is still in DRAM; without hints it went.
+  const LookupResult a = plain.Lookup(Req(1, 1, 17, 20), 0, 20);
+  const LookupResult b = hints.Lookup(Req(1, 1, 17, 20), 0, 20);
+  EXPECT_EQ(a.hit_blocks, 16u);
+  EXPECT_EQ(b.hit_blocks, 16u);
+  EXPECT_GT(a.ssd_blocks, 0u) << "the crowd should have reclaimed conversation 1's copy";
+  EXPECT_EQ(b.dram_blocks, 16u);
+  // Past the ttl the copy is reclaimable like any other.
+  Crowd(hints, 30);
+  EXPECT_GT(hints.Lookup(Req(1, 1, 17, 40), 0, 40).ssd_blocks, 0u);
+}
+
+TEST(FlatHints, PrefetchOnArrivalBringsSsdBlocksIntoDramWithinABudgetAndSaysWhatItRead) {
+  flatkv::testing::TempDir plain_dir, hints_dir;
+  auto plain_or = MakeFlatPolicy(Config(plain_dir.path()), FlatHints::kNone);
+  auto hints_or = MakeFlatPolicy(Config(hints_dir.path()), FlatHints::kAgent);
+  ASSERT_TRUE(plain_or.ok() && hints_or.ok());
+  for (CachePolicy* p : {plain_or.value().get(), hints_or.value().get()}) {
+    const Request t1 = Req(1, 1, 16, 0);
+    (void)p->Insert(t1, 0, p->Lookup(t1, 0, 0).hit_blocks, 1);  // no gap yet: not retained
+    Crowd(*p, 2);
+  }
+  CachePolicy& plain = *plain_or.value();
+  CachePolicy& hints = *hints_or.value();
+  const Request t2 = Req(1, 1, 17, 20);
+  const ArriveResult none = plain.Arrive(t2, 0, 20, 1);
+  EXPECT_EQ(none.ssd_bytes_read, 0u);
+  const LookupResult a = plain.Lookup(t2, 0, 20.5);
+  ASSERT_GT(a.ssd_blocks, 0u) << "the crowd should have reclaimed conversation 1's copy";
+  // Nothing queued ahead: admitted at once, it streams its restore itself.
+  EXPECT_EQ(hints.Arrive(t2, 0, 20, 0).ssd_bytes_read, 0u);
+  const ArriveResult pre = hints.Arrive(t2, 0, 20, 1);
+  EXPECT_GE(pre.ssd_bytes_read, uint64_t{a.ssd_blocks} << 20);
+  EXPECT_EQ(pre.dram_bytes_written, uint64_t{a.ssd_blocks} << 20);
+  EXPECT_GE(pre.ssd_requests, 1u);
+  // Those 16 copies are a quarter of DRAM: until t2 is restored, another
+  // queued request's prefetch waits.
+  ASSERT_EQ(pre.dram_bytes_written, 16ull << 20);
+  const Request other = Req(10, 10'000, 17, 20);
+  ASSERT_GT(plain.Lookup(other, 0, 20.5).ssd_blocks, 0u);
+  EXPECT_EQ(hints.Arrive(other, 0, 20, 2).ssd_bytes_read, 0u);
+  const LookupResult b = hints.Lookup(t2, 0, 20.5);
+  EXPECT_EQ(b.hit_blocks, 16u);
+  EXPECT_EQ(b.dram_blocks, 16u);
+  EXPECT_EQ(b.ssd_bytes_read, 0u);
+  EXPECT_GT(hints.Arrive(other, 0, 21, 1).ssd_bytes_read, 0u);
+}
+
 TEST(FlatPolicy, RejectsBadConfig) {
   PolicyConfig c;
   EXPECT_FALSE(MakeFlatPolicy(c).ok());

@@ -7,14 +7,21 @@
 
 namespace flatkv::replay {
 
+const std::vector<std::string>& PolicyNames() {
+  static const std::vector<std::string> names = {"flat", "flat-hints", "tiered", "files", "infinite", "belady"};
+  return names;
+}
+
 Result<std::unique_ptr<CachePolicy>> MakePolicy(std::string_view name, const PolicyConfig& config) {
-  if (name == "flat") return MakeFlatPolicy(config);
+  if (name == "flat") return MakeFlatPolicy(config, FlatHints::kNone);
+  if (name == "flat-hints") return MakeFlatPolicy(config, FlatHints::kAgent);
   if (name == "tiered") return MakeTieredPolicy(config);
   if (name == "files") return MakeFilesPolicy(config);
   if (name == "infinite") return MakeInfinitePolicy(config);
   if (name == "belady") return MakeBeladyPolicy(config);
-  return Status::InvalidArgument("unknown policy '" + std::string(name) +
-                                 "'; known: flat, tiered, files, infinite, belady");
+  std::string known;
+  for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
+  return Status::InvalidArgument("unknown policy '" + std::string(name) + "'; known: " + known);
 }
 
 }  // namespace flatkv::replay

@@ -4,7 +4,8 @@
 // costs, and after prefill tells it to store the blocks that missed.
 //
 // Policies: "flat" (flatkv's own Store, placement at creation, never
-// migrated), "tiered" (after Mooncake Store's SSD offload), "files" (after
+// migrated), "flat-hints" (the same store driven as an agent-aware engine
+// would drive it: Retain after each turn, Prefetch on arrival), "tiered" (after Mooncake Store's SSD offload), "files" (after
 // LMCache's local-disk backend), and the bounds "infinite" and "belady".
 // docs/baselines.md ties every baseline parameter to the design it follows.
 //
@@ -15,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "flatkv/status.h"
 #include "replay/trace.h"
@@ -63,6 +65,13 @@ struct InsertResult {
   double real_write_s = -1;
 };
 
+// What a policy moved when a request arrived (Arrive), before its lookup.
+struct ArriveResult {
+  uint64_t ssd_bytes_read = 0;      // read from SSD (a prefetch), amplification included
+  uint64_t dram_bytes_written = 0;  // copied into DRAM
+  uint32_t ssd_requests = 0;
+};
+
 struct PolicyStats {
   uint64_t dram_used_bytes = 0, ssd_used_bytes = 0;
   uint64_t evicted_blocks = 0;    // dropped from the cache entirely
@@ -80,6 +89,16 @@ class CachePolicy {
   // store those from `hit_blocks` on (the policy decides where, and what to
   // evict).
   virtual InsertResult Insert(const Request& req, uint32_t instance, uint32_t hit_blocks, double now_s) = 0;
+  // `req` arrived for `instance` at now_s, behind `waiting_ahead` requests
+  // that wait for admission there (what the engine's scheduler knows). A
+  // policy that acts on arrival (a prefetch into DRAM) returns what it
+  // moved: the simulator charges it to the node's SSD and host memory as a
+  // background transfer, and a request admitted while its prefetch still
+  // runs starts its restore when the prefetch ends. Default: nothing.
+  virtual ArriveResult Arrive(const Request& /*req*/, uint32_t /*instance*/, double /*now_s*/,
+                              uint32_t /*waiting_ahead*/) {
+    return {};
+  }
   virtual PolicyStats Stats() const = 0;
   // True when a restore streams layer by layer, so the request's prefill
   // can start once the first layer has arrived (flat: Restore's per-layer
@@ -92,8 +111,11 @@ class CachePolicy {
   virtual bool serial_ssd_reads() const { return false; }
 };
 
-// Makes a policy by name ("flat", "tiered", "files", "infinite", "belady");
-// InvalidArgument names the unknown policy and lists the known ones.
+// The names MakePolicy knows, in the order a replay runs them by default
+// (flat-hints is not in that default: it is asked for by name).
+const std::vector<std::string>& PolicyNames();
+// Makes a policy by name (PolicyNames()); InvalidArgument names the unknown
+// policy and lists the known ones.
 Result<std::unique_ptr<CachePolicy>> MakePolicy(std::string_view name, const PolicyConfig& config);
 
 }  // namespace flatkv::replay

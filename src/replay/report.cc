@@ -38,14 +38,14 @@ constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "
 std::string FormatTable(const std::vector<SimResult>& results) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-9s %7s %7s %6s %6s %6s %9s %9s %9s %9s %10s %17s %10s %10s %10s %7s\n", "policy",
+  std::snprintf(line, sizeof line, "%-10s %7s %7s %6s %6s %6s %9s %9s %9s %9s %10s %17s %10s %10s %10s %7s\n", "policy",
                 "load", "hit%", "dram%", "ssd%", "ssd_ra", "dramR_GB", "ssdR_GB", "dramW_GB", "ssdW_GB", "ttft_mean",
                 "(min..max)", "ttft_p50", "ttft_p99", "tok/s", "preempt");
   out += line;
   for (const SimResult& r : results) {
     const double hits = r.hit_blocks ? double(r.hit_blocks) : 1.0;
     std::snprintf(line, sizeof line,
-                  "%-9s %7.3g %7.2f %6.1f %6.1f %6.3f %9s %9s %9s %9s %8.0fms %7.0f..%-7.0f %8.0fms %8.0fms %10.0f %7llu\n",
+                  "%-10s %7.3g %7.2f %6.1f %6.1f %6.3f %9s %9s %9s %9s %8.0fms %7.0f..%-7.0f %8.0fms %8.0fms %10.0f %7llu\n",
                   r.policy.c_str(), r.load, 100.0 * r.hit_rate(), 100.0 * double(r.dram_hit_blocks) / hits,
                   100.0 * double(r.ssd_hit_blocks) / hits, r.ssd_read_amplification(), Gb(r.dram_bytes_read).c_str(),
                   Gb(r.ssd_bytes_read).c_str(), Gb(r.dram_bytes_written).c_str(), Gb(r.ssd_bytes_written).c_str(),
@@ -57,6 +57,12 @@ std::string FormatTable(const std::vector<SimResult>& results) {
          "read amplification (bytes read / payload); R/W: bytes read and written per medium; ttft_mean over all\n"
          "orders, (min..max) the spread of the orders' means; tok/s: input + output tokens per second;\n"
          "preempt: recompute preemptions (HBM for KV ran out).\n";
+  for (const SimResult& r : results)
+    if (r.prefetch_ssd_bytes > 0) {
+      std::snprintf(line, sizeof line, "%s at load %.3g: %s GB more read from SSD by prefetches on arrival (not in ssdR_GB).\n",
+                    r.policy.c_str(), r.load, Gb(r.prefetch_ssd_bytes).c_str());
+      out += line;
+    }
   return out;
 }
 
@@ -99,6 +105,7 @@ nlohmann::json ToJson(const SimResult& r) {
   j["ssd_bytes_written"] = r.ssd_bytes_written;
   j["evicted_blocks"] = r.evicted_blocks;
   j["migrated_blocks"] = r.migrated_blocks;
+  j["prefetch_ssd_bytes"] = r.prefetch_ssd_bytes;
   j["restore_gbps"] = r.restore_gbps();
   j["restore_s"] = r.restore_s;
   j["model_restore_s"] = r.model_restore_s;

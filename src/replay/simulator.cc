@@ -50,6 +50,10 @@ struct Seq {
   uint32_t generated = 0;  // output tokens produced
   uint32_t hit = 0;        // blocks the lookup found
   int64_t flow = -1;       // its load, while one runs
+  int64_t prefetch = -1;   // its arrival's prefetch (CachePolicy::Arrive), while it runs
+  bool after_prefetch = false;  // admitted during that prefetch: its load starts when it ends
+  std::vector<std::pair<uint32_t, double>> load_demand;  // that load, and its latency
+  double load_latency_s = 0, admitted_s = 0;
   bool ready = false;      // may be scheduled (load done, or its first layer arrived)
   bool resumed = false;    // preempted: recomputes, no second lookup
   bool first = false;      // first token produced
@@ -207,7 +211,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   std::vector<Instance> inst(instances);
   for (Instance& in : inst) in.free_kv = kv_tokens;
   NodeIo io(instances);
-  std::vector<int64_t> flow_seq;      // flow id -> request whose load it is (-1: an offload)
+  std::vector<int64_t> flow_seq;      // flow id -> request whose load it is (-1: an offload; -2 - i: request i's prefetch)
   std::vector<double> flow_start;
   auto track = [&](uint32_t id, int64_t req, double t) {
     if (flow_seq.size() <= id) {
@@ -250,6 +254,29 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     return false;
   };
 
+  // Starts request i's load (Seq::load_demand) on instance `id` at `now`;
+  // restore_s counts from its admission.
+  auto start_load = [&](uint32_t id, size_t i, double now) {
+    Seq& s = seqs[i];
+    const uint32_t f = io.Start(now, std::move(s.load_demand), s.load_latency_s);
+    s.load_demand.clear();
+    track(f, int64_t(i), s.admitted_s);
+    s.flow = f;
+    (void)id;
+  };
+  // After admission (or its prefetch's end): waits for the first layer, or
+  // the whole load, or is ready now.
+  auto settle = [&](size_t i, double now) {
+    Seq& s = seqs[i];
+    if (s.flow >= 0 && !io.done(uint32_t(s.flow))) {
+      if (layerwise) io.NotifyAt(uint32_t(s.flow), 1.0 / layers);
+    } else {
+      s.flow = -1;  // nothing to load, or done at once
+      s.ready = true;
+      s.ready_s = now;
+    }
+  };
+
   auto admit = [&](uint32_t id, Instance& in, size_t i, double now) {
     const Request& r = trace.requests[i];
     Seq& s = seqs[i];
@@ -280,28 +307,28 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     res.model_restore_s += o.io_model.RestoreSeconds(lk);
     if (lk.real_restore_s >= 0) res.real_restore_s += lk.real_restore_s;
     const double moved = double(lk.dram_bytes_read + lk.ssd_bytes_useful);
+    s.admitted_s = now;
     if (o.io == IoMode::kReal && lk.real_restore_s >= 0 && hit > 0) {
       const uint32_t f = io.StartFixed(now, lk.real_restore_s * o.real_time_scale);
       track(f, int64_t(i), now);
       s.flow = f;
     } else if (moved > 0 || lk.ssd_bytes_read > 0) {
-      std::vector<std::pair<uint32_t, double>> d = {
+      s.load_demand = {
           {NodeIo::kSsd, double(lk.ssd_bytes_read) / ssd_read_bps + double(lk.ssd_requests) / ssd_iops},
           {NodeIo::kDram, moved / dram_bps},
           {NodeIo::H2d(id), moved / link_bps}};
       // Queued reads pay one latency; serial ones (one at a time per TP worker) pay each.
       const double rounds = serial ? std::ceil(double(lk.ssd_requests) / double(tp)) : (lk.ssd_requests > 0 ? 1.0 : 0.0);
-      const uint32_t f = io.Start(now, std::move(d), rounds * hw.nvme_latency_us * 1e-6);
-      track(f, int64_t(i), now);
-      s.flow = f;
+      s.load_latency_s = rounds * hw.nvme_latency_us * 1e-6;
+      if (s.prefetch >= 0 && !io.done(uint32_t(s.prefetch))) {
+        // What it restores from DRAM is what its prefetch is still bringing in.
+        s.after_prefetch = true;
+        if (o.progress && (++admitted % 64 == 0 || admitted == n)) o.progress(admitted, n);
+        return;
+      }
+      start_load(id, i, now);
     }
-    if (s.flow >= 0 && !io.done(uint32_t(s.flow))) {
-      if (layerwise) io.NotifyAt(uint32_t(s.flow), 1.0 / layers);
-    } else {
-      s.flow = -1;  // nothing to load, or done at once
-      s.ready = true;
-      s.ready_s = now;
-    }
+    settle(i, now);
     if (o.progress && (++admitted % 64 == 0 || admitted == n)) o.progress(admitted, n);
   };
 
@@ -427,6 +454,17 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
       }
     }
     for (uint32_t f : io.TakeCompleted()) {
+      if (f < flow_seq.size() && flow_seq[f] <= -2) {  // a prefetch ended
+        const size_t v = size_t(-2 - flow_seq[f]);
+        Seq& s = seqs[v];
+        s.prefetch = -1;
+        if (s.after_prefetch) {
+          s.after_prefetch = false;
+          start_load(instance_of[v], v, t);
+          settle(v, t);
+        }
+        continue;
+      }
       if (f >= flow_seq.size() || flow_seq[f] < 0) continue;
       Seq& s = seqs[size_t(flow_seq[f])];
       res.restore_s += t - flow_start[f];
@@ -438,7 +476,20 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     while (next < n && arrival(order[next]) <= t) {
       const size_t i = order[next++];
       seqs[i].prompt = std::max<uint64_t>(1, trace.requests[i].input_tokens);
-      inst[instance_of[i]].waiting.push_back(i);
+      Instance& in = inst[instance_of[i]];
+      const uint32_t ahead = static_cast<uint32_t>(in.waiting.size());
+      in.waiting.push_back(i);
+      const ArriveResult ar = policy.Arrive(trace.requests[i], instance_of[i], t, ahead);
+      res.prefetch_ssd_bytes += ar.ssd_bytes_read;
+      if (ar.ssd_bytes_read > 0 || ar.dram_bytes_written > 0) {
+        // In the background: the SSD array and host memory, not the GPU link.
+        std::vector<std::pair<uint32_t, double>> d = {
+            {NodeIo::kSsd, double(ar.ssd_bytes_read) / ssd_read_bps + double(ar.ssd_requests) / ssd_iops},
+            {NodeIo::kDram, double(std::max(ar.ssd_bytes_read, ar.dram_bytes_written)) / dram_bps}};
+        const uint32_t f = io.Start(t, std::move(d), ar.ssd_requests > 0 ? hw.nvme_latency_us * 1e-6 : 0.0);
+        track(f, -2 - int64_t(i), t);
+        seqs[i].prefetch = f;
+      }
     }
     for (uint32_t id = 0; id < instances; ++id)
       if (inst[id].busy && inst[id].step_end <= t) finish_step(id, t);
@@ -479,6 +530,7 @@ SimResult MergeRuns(const std::vector<SimResult>& runs) {
     m.ssd_bytes_written += r.ssd_bytes_written;
     m.evicted_blocks += r.evicted_blocks;
     m.migrated_blocks += r.migrated_blocks;
+    m.prefetch_ssd_bytes += r.prefetch_ssd_bytes;
     m.restore_s += r.restore_s;
     m.model_restore_s += r.model_restore_s;
     m.real_restore_s += r.real_restore_s;

@@ -126,6 +126,7 @@ struct SimResult {
   uint64_t dram_bytes_read = 0, ssd_bytes_read = 0, ssd_bytes_useful = 0;
   uint64_t dram_bytes_written = 0, ssd_bytes_written = 0;
   uint64_t evicted_blocks = 0, migrated_blocks = 0;
+  uint64_t prefetch_ssd_bytes = 0;  // read from SSD by prefetches on arrival (CachePolicy::Arrive)
   double restore_s = 0;             // total restore time used (measured in kReal)
   double model_restore_s = 0;       // total restore time the IoModel gives
   double real_restore_s = 0;        // total measured restore time (kReal, as measured, unscaled; 0 otherwise)

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -144,7 +145,7 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
                 "Synthetic trace instead of --trace: multiturn:clients=N,rounds=N,turn_tokens=N,output_tokens=N,"
                 "request_rate=R,distribution=poisson|uniform,barrier=0|1,seed=N,block_tokens=N (docs/format_trace.md)")
       ->excludes(trace_opt);
-  c->add_option("--policy", a.policies, "Policies, comma separated (default flat,tiered,files,infinite,belady)");
+  c->add_option("--policy", a.policies, "Policies, comma separated (default flat,tiered,files,infinite,belady; also flat-hints: flat with Retain and Prefetch as an agent-aware engine would call them)");
   c->add_option("--dram", a.dram, "Host DRAM for KV on the node, e.g. 64GiB (default 64GiB)");
   c->add_option("--ssd", a.ssd, "SSD capacity for KV on the node, e.g. 2TiB (default 2TiB)");
   c->add_option("--model", a.model, "Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, deepseek-v3 (default llama-3.1-70b)");
@@ -356,8 +357,11 @@ int RunReplay(const ReplayArgs& a) {
   const std::vector<std::string> policies = SplitList(a.policies);
   if (policies.empty()) return Fail(kExitUsage, "--policy: no policies given");
   for (const std::string& p : policies)
-    if (p != "flat" && p != "tiered" && p != "files" && p != "infinite" && p != "belady")
-      return Fail(kExitUsage, "--policy: unknown policy '" + p + "' (known: flat, tiered, files, infinite, belady)");
+    if (std::find(PolicyNames().begin(), PolicyNames().end(), p) == PolicyNames().end()) {
+      std::string known;
+      for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
+      return Fail(kExitUsage, "--policy: unknown policy '" + p + "' (known: " + known + ")");
+    }
   const std::string hw_file = a.hw_file.empty() ? DefaultHwFile() : a.hw_file;
   auto hw = FindHwProfile(hw_file, a.hw);
   if (!hw.ok()) return Fail(kExitUsage, "--hw: " + hw.status().message());

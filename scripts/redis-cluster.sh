@@ -12,12 +12,33 @@
 #   scripts/redis-cluster.sh stop DIR
 #       stops every node started under DIR (SIGTERM, then SIGKILL) and removes DIR
 #
+# With REDIS_CLUSTER_TLS=1 at start, the nodes speak only TLS, to clients and on the cluster
+# bus (port 0, tls-port, tls-cluster yes, tls-replication yes; clients need no certificate):
+# a throwaway CA and a server certificate for 127.0.0.1 are made with openssl under DIR/tls/,
+# and clients verify against DIR/tls/ca.crt. restart and stop find the mode in DIR.
+#
 # Settings: persistence off (a cache), cluster-node-timeout 1000 ms so failover takes
 # seconds in tests (the default 15 s is for production; docs/service.md), everything else
 # Redis's defaults (cluster-require-full-coverage yes, maxmemory unset).
 set -euo pipefail
 
 die() { echo "redis-cluster.sh: $*" >&2; exit 1; }
+# redis-cli against one of DIR's nodes, over TLS when DIR's cluster uses it ($dir is set below).
+cli() {
+  if [ -f "$dir/tls/ca.crt" ]; then redis-cli --tls --cacert "$dir/tls/ca.crt" "$@"; else redis-cli "$@"; fi
+}
+make_tls() {  # make_tls DIR: a CA and a certificate for 127.0.0.1 signed by it
+  command -v openssl >/dev/null || die "openssl is not installed (apt-get install openssl)"
+  local t="$1/tls"
+  mkdir -p "$t"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$t/ca.key" -out "$t/ca.crt" -days 7 \
+    -subj "/CN=flatkv test CA" >/dev/null 2>&1 || die "openssl could not make the test CA"
+  openssl req -newkey rsa:2048 -nodes -keyout "$t/server.key" -out "$t/server.csr" \
+    -subj "/CN=127.0.0.1" >/dev/null 2>&1 || die "openssl could not make the server key"
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$t/ext.cnf"
+  openssl x509 -req -in "$t/server.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial \
+    -out "$t/server.crt" -days 7 -extfile "$t/ext.cnf" >/dev/null 2>&1 || die "openssl could not sign the server certificate"
+}
 need_redis() {
   command -v redis-server >/dev/null || die "redis-server is not installed (apt-get install redis-server redis-tools)"
   command -v redis-cli >/dev/null || die "redis-cli is not installed (apt-get install redis-tools)"
@@ -54,8 +75,19 @@ EOF
 start_node() {  # start_node DIR PORT: 0 once the node answers PING, 1 if it exited or stayed silent
   local d="$1/$2" i
   mkdir -p "$d"
+  local listen="port $2"
+  if [ -f "$1/tls/ca.crt" ]; then
+    listen="port 0
+tls-port $2
+tls-cert-file $1/tls/server.crt
+tls-key-file $1/tls/server.key
+tls-ca-cert-file $1/tls/ca.crt
+tls-auth-clients no
+tls-cluster yes
+tls-replication yes"
+  fi
   [ -f "$d/redis.conf" ] || cat > "$d/redis.conf" <<EOF
-port $2
+$listen
 bind 127.0.0.1
 cluster-enabled yes
 cluster-config-file nodes.conf
@@ -71,7 +103,7 @@ EOF
   # A loaded 2-core CI machine can take seconds to start a node: wait up to 20 s, and stop
   # waiting as soon as the node is gone (a port taken since free_ports checked it).
   for i in $(seq 1 400); do
-    redis-cli -p "$2" ping 2>/dev/null | grep -q PONG && return 0
+    cli -p "$2" ping 2>/dev/null | grep -q PONG && return 0
     if [ "$i" -gt 20 ] && { [ ! -f "$d/redis.pid" ] || ! kill -0 "$(cat "$d/redis.pid")" 2>/dev/null; }; then
       return 1
     fi
@@ -86,9 +118,9 @@ wait_ok() {  # wait_ok DIR: every node in state ok, every replica linked
     ok=1
     for port in $(cat "$1/ports"); do
       [ -f "$1/$port/redis.pid" ] && kill -0 "$(cat "$1/$port/redis.pid")" 2>/dev/null || continue
-      redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
-      if redis-cli -p "$port" info replication 2>/dev/null | grep -q 'role:slave'; then
-        redis-cli -p "$port" info replication | grep -q 'master_link_status:up' || ok=0
+      cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+      if cli -p "$port" info replication 2>/dev/null | grep -q 'role:slave'; then
+        cli -p "$port" info replication | grep -q 'master_link_status:up' || ok=0
       fi
     done
     [ $ok = 1 ] && return 0
@@ -109,6 +141,7 @@ case "$cmd" in
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     [ ! -f "$dir/ports" ] || die "$dir already holds a cluster; stop it first"
+    if [ "${REDIS_CLUSTER_TLS:-0}" = 1 ]; then make_tls "$dir"; fi
     nodes=()
     ports=()
     for _ in $(seq 1 $((masters * (1 + replicas)))); do
@@ -125,7 +158,7 @@ case "$cmd" in
       nodes+=("127.0.0.1:$port")
       echo "${ports[*]}" > "$dir/ports"
     done
-    redis-cli --cluster create "${nodes[@]}" --cluster-replicas "$replicas" --cluster-yes > "$dir/create.log" 2>&1 \
+    cli --cluster create "${nodes[@]}" --cluster-replicas "$replicas" --cluster-yes > "$dir/create.log" 2>&1 \
       || die "redis-cli --cluster create failed; see $dir/create.log"
     wait_ok "$dir"
     (IFS=,; echo "${nodes[*]}") | tee "$dir/seeds"

@@ -319,5 +319,78 @@ TEST_F(ClusterClientTest, KillingAMasterLosesNoAcknowledgedWriteAndNeverReturnsW
   EXPECT_EQ(std::system(cmd.c_str()), 0);
 }
 
+// The TLS-only cluster beside the plain one (REDIS_CLUSTER_TLS=1
+// scripts/redis-cluster.sh: client connections and the cluster bus both
+// TLS, verified against the fixture's own CA).
+ClusterOptions TlsOptions() {
+  ClusterOptions o;
+  o.seeds = cluster_testing::LocalClusterSeeds(cluster_testing::TlsClusterDir());
+  o.tls = true;
+  o.tls_ca_file = cluster_testing::TlsClusterCa();
+  return o;
+}
+
+TEST(ClusterClientTlsTest, PipelinesOverTlsReachEveryShard) {
+  const ClusterOptions o = TlsOptions();
+  ASSERT_FALSE(o.seeds.empty()) << "no TLS cluster at " << cluster_testing::TlsClusterDir()
+                                << " (ctest's RedisCluster fixture starts one: scripts/redis-cluster.sh)";
+  auto c = ClusterClient::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ClusterClient& client = **c;
+  ASSERT_EQ(client.Masters().size(), 3u);
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 200; ++i) {
+    keys.push_back("fkv:test:tls:" + std::to_string(i));
+    values.push_back(std::string(size_t(1000 + 37 * i), char('A' + i % 26)));  // up to 8 KB: several TLS records
+  }
+  std::vector<std::vector<std::string_view>> sets, gets;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    sets.push_back({"SET", keys[i], values[i]});
+    gets.push_back({"GET", keys[i]});
+  }
+  for (auto& r : client.Pipeline(sets)) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto got = client.Pipeline(gets);
+  std::set<std::string> used;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().ToString();
+    EXPECT_EQ(got[i]->str, values[i]) << keys[i];
+    used.insert(client.NodeForSlot(KeySlot(keys[i])));
+  }
+  EXPECT_EQ(used.size(), 3u);
+}
+
+TEST(ClusterClientTlsTest, AnUntrustedServerOrAPlainClientIsRefusedWithinTheTimeout) {
+  ClusterOptions o = TlsOptions();
+  ASSERT_FALSE(o.seeds.empty()) << "no TLS cluster at " << cluster_testing::TlsClusterDir();
+  o.timeout = std::chrono::milliseconds(1000);
+  o.retry_for = std::chrono::milliseconds(0);
+  // The system's CAs do not know the fixture's CA: verification fails.
+  ClusterOptions untrusted = o;
+  untrusted.tls_ca_file.clear();
+  auto start = std::chrono::steady_clock::now();
+  auto c = ClusterClient::Connect(untrusted);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("TLS"), std::string::npos) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("certificate"), std::string::npos) << c.status().ToString();
+  // A CA file that does not exist is named.
+  ClusterOptions missing = o;
+  missing.tls_ca_file = cluster_testing::TlsClusterDir() + "/tls/no-such-ca.crt";
+  auto m = ClusterClient::Connect(missing);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("no-such-ca.crt"), std::string::npos) << m.status().ToString();
+  // Plain RESP to a TLS port: an error, not a hang.
+  ClusterOptions plain = o;
+  plain.tls = false;
+  auto p = ClusterClient::Connect(plain);
+  ASSERT_FALSE(p.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // Without verification the same untrusted server is accepted.
+  untrusted.tls_verify = false;
+  auto v = ClusterClient::Connect(untrusted);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  auto r = (*v)->Command({"SET", "fkv:test:tls:unverified", "x"});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+}
+
 }  // namespace
 }  // namespace flatkv::remote

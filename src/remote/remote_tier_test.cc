@@ -55,10 +55,19 @@ std::vector<std::byte> Slice(const BlockKey& key, uint32_t layer) {
 
 class RemoteTierTest : public ::testing::Test {
  protected:
+  // RemoteTierTlsTest: the same tier on the TLS-only cluster.
+  virtual bool Tls() const { return false; }
   void SetUp() override {
     RemoteTierOptions o;
-    o.cluster.seeds = Seeds();
-    ASSERT_FALSE(o.cluster.seeds.empty()) << "no cluster at " << FLATKV_REDIS_CLUSTER_DIR;
+    if (Tls()) {
+      o.cluster.seeds = cluster_testing::LocalClusterSeeds(cluster_testing::TlsClusterDir());
+      o.cluster.tls = true;
+      o.cluster.tls_ca_file = cluster_testing::TlsClusterCa();
+    } else {
+      o.cluster.seeds = Seeds();
+    }
+    ASSERT_FALSE(o.cluster.seeds.empty()) << "no cluster at " << (Tls() ? cluster_testing::TlsClusterDir()
+                                                                        : cluster_testing::ClusterDir());
     // Unique per run: the cluster outlives a test process.
     o.prefix = "fkvtest-" + std::to_string(::getpid()) + "-" +
                std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -121,6 +130,20 @@ TEST_F(RemoteTierTest, PublishedChainRestoresLayerByLayer) {
   const auto first = Chain(10, 1, {}, &tokens);
   const auto longer = Chain(14, 2, tokens);
   EXPECT_EQ(tier_->Match(longer)->blocks, 10u);
+}
+
+class RemoteTierTlsTest : public RemoteTierTest {
+ protected:
+  bool Tls() const override { return true; }
+};
+
+TEST_F(RemoteTierTlsTest, APublishedChainRestoresLayerByLayerOverTls) {
+  const auto chain = Chain(10, 1);
+  ASSERT_TRUE(Publish(chain).ok());
+  EXPECT_EQ(tier_->stats().objects_written, 3u * kLayers);
+  std::vector<uint32_t> done;
+  EXPECT_EQ(RestoreAndCheck(chain, &done), 10u);
+  EXPECT_EQ(done, (std::vector<uint32_t>{0, 1, 2, 3}));
 }
 
 TEST_F(RemoteTierTest, ASharedPrefixIsPublishedOnceAndRestoresFromTheFirstChainsObjects) {

@@ -54,8 +54,12 @@ class ClientImpl final : public Client {
     return wire::DecodeU32(reply);
   }
 
-  Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data, PutHint hint) override {
+  Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data, PutHint hint,
+             uint32_t first_block) override {
     MutexLock lock(&mu_);
+    // A daemon below protocol 5 places the blocks by its own rule (going on
+    // from the session's last position), which a position only refines.
+    if (info_.protocol_version < 5) first_block = kNoPosition;
     const uint64_t bb = info_.block_bytes;
     if (data.size() != keys.size() * bb) {
       return Status::InvalidArgument("put: " + std::to_string(data.size()) + " bytes for " + std::to_string(keys.size()) +
@@ -72,6 +76,10 @@ class ClientImpl final : public Client {
       m.deadline_ms = DeadlineMs();
       m.session = session;
       m.hint = static_cast<uint8_t>(hint);
+      if (first_block != kNoPosition) {  // each frame's keys[0] is `at` blocks further on
+        m.has_first_block = true;
+        m.first_block = first_block + static_cast<uint32_t>(at);
+      }
       m.keys.assign(keys.begin() + at, keys.begin() + at + n);
       auto chunk = data.subspan(at * bb, n * bb);
       const auto deadline = Deadline();

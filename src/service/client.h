@@ -109,9 +109,13 @@ class Client {
   // Stores `keys.size()` blocks for `session` (a tenant-local id). `data` is
   // the blocks back to back, block_bytes each. Large puts are split into
   // frames below max_frame_bytes. Blocks already stored are skipped.
-  // NoSpace when the tenant's quota cannot hold them.
+  // NoSpace when the tenant's quota cannot hold them. `first_block` is the
+  // chain position of keys[0] (PutOptions::first_block; kNoPosition: the
+  // session's puts go on from the last); sent to daemons of protocol 5 and
+  // up, left out for older ones (they go on from the last).
+  static constexpr uint32_t kNoPosition = 0xFFFFFFFFu;  // PutOptions::kUnknownBlock
   virtual Status Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
-                     PutHint hint = PutHint::kAuto) = 0;
+                     PutHint hint = PutHint::kAuto, uint32_t first_block = kNoPosition) = 0;
 
   // Restores the longest stored prefix of `chain` over the socket into `out`,
   // in Put's layout (block-major, block_bytes per block); `out` must hold

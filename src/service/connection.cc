@@ -217,6 +217,9 @@ Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> pa
     }
     case wire::Type::kPut: {
       auto m = wire::DecodePut(payload);
+      if (m.ok() && m->has_first_block && protocol_ < 5)
+        return bad(Status::NotSupported("put with a first_block needs protocol version 5; this connection negotiated " +
+                                        std::to_string(protocol_)));
       return m.ok() ? Put(id, *m, arrival) : bad(m.status());
     }
     case wire::Type::kRestore: {
@@ -358,6 +361,7 @@ Status Connection::Put(uint32_t id, const wire::Put& m, Clock::time_point arriva
     PutOptions po;
     po.hint = static_cast<PutHint>(m.hint);
     po.tenant = tenant_->index + 1;  // DRAM is shared fairly between tenants
+    if (m.has_first_block) po.first_block = m.first_block;
     st = store.Put(*session, salted_, m.data, po);
     if (!st.ok()) {
       uint64_t stored = 0;

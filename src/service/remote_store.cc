@@ -44,10 +44,12 @@ RemoteStore::RemoteStore(std::unique_ptr<Client> client) : client_(std::move(cli
   options_.dram_capacity_bytes = 0;
 }
 
+static_assert(Client::kNoPosition == PutOptions::kUnknownBlock);
+
 Status RemoteStore::Put(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
                         const PutOptions& options) {
   if (closed_) return Status::FailedPrecondition("remote store: closed");
-  return client_->Put(session, keys, data, options.hint);
+  return client_->Put(session, keys, data, options.hint, options.first_block);
 }
 
 uint32_t RemoteStore::Match(std::span<const BlockKey> chain) const {

@@ -372,7 +372,7 @@ TEST(ServerTest, DropSessionOverTheWire) {
   auto b = ConnectOrNull(server->tcp_address(), kTokenB);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(a->info().protocol_version, 4u);
+  EXPECT_EQ(a->info().protocol_version, 5u);
   const uint64_t bb = a->info().block_bytes;
   auto shared = ChainKeys(11, 2), own = ChainKeys(12, 2);
   ASSERT_TRUE(a->Put(1, shared, Blocks(bb, 2, 11)).ok());
@@ -473,6 +473,38 @@ TEST(ServerTest, RetainAndTruncateSessionOverTheWire) {
   const Status st = ReplyAtProtocol(server->tcp_address(), 3, wire::EncodeTruncateSession(2, {1, 0}));
   EXPECT_EQ(st.code(), Code::kNotSupported);
   EXPECT_NE(st.message().find("truncate_session needs protocol version 4; this connection negotiated 3"), std::string::npos)
+      << st.ToString();
+}
+
+TEST(ServerTest, APutsChainPositionCrossesTheWireSoTruncationCutsWhereTheEngineSaid) {
+  TempDir dir;
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->info().protocol_version, 5u);
+  const uint64_t bb = a->info().block_bytes;
+  // Session 1: blocks 0..3 of one history, then a rewritten tail put at
+  // positions 2..5 (first_block 2). Without the position it would have gone
+  // on at 4..7.
+  ASSERT_TRUE(a->Put(1, ChainKeys(41, 4), Blocks(bb, 4, 41), PutHint::kAuto, 0).ok());
+  ASSERT_TRUE(a->Put(1, ChainKeys(42, 4), Blocks(bb, 4, 42), PutHint::kAuto, 2).ok());
+  // Keeping 4 positions releases the rewritten tail's blocks at positions 4
+  // and 5; had the put gone on at 4..7, all four would go.
+  auto released = a->TruncateSession(1, 4);
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(*released, 2u);
+  EXPECT_EQ(*a->Lookup(ChainKeys(42, 4)), 2u);
+  EXPECT_EQ(*a->Lookup(ChainKeys(41, 4)), 4u);
+  // A protocol-4 connection that sends a position is told what it needs.
+  wire::Put m;
+  m.session = 1;
+  m.has_first_block = true;
+  m.first_block = 0;
+  const Status st = ReplyAtProtocol(server->tcp_address(), 4, wire::EncodePutHead(2, m, 0));
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_NE(st.message().find("put with a first_block needs protocol version 5; this connection negotiated 4"),
+            std::string::npos)
       << st.ToString();
 }
 

@@ -214,13 +214,17 @@ Result<Lookup> DecodeKeys(std::span<const std::byte> p, const char* what) {
 std::vector<std::byte> EncodeLookup(uint32_t id, const Lookup& m) { return EncodeKeys(Type::kLookup, id, m); }
 std::vector<std::byte> EncodePrefetch(uint32_t id, const Lookup& m) { return EncodeKeys(Type::kPrefetch, id, m); }
 
+// A put's flags byte: bit 0, a u32 first_block follows (protocol 5).
+constexpr uint8_t kPutHasFirstBlock = 1;
+
 std::vector<std::byte> EncodePutHead(uint32_t id, const Put& m, uint64_t data_bytes) {
   Writer w(Type::kPut, id);
   w.U32(m.deadline_ms);
   w.U64(m.session);
   w.U8(m.hint);
-  w.U8(0);
+  w.U8(m.has_first_block ? kPutHasFirstBlock : 0);
   w.U16(0);
+  if (m.has_first_block) w.U32(m.first_block);
   w.Keys(m.keys);
   return w.Finish(data_bytes);
 }
@@ -354,14 +358,15 @@ bool KnownPutHint(uint8_t hint) {
 Result<Put> DecodePut(std::span<const std::byte> p) {
   Reader r(p, "put");
   Put m;
-  uint8_t pad8 = 0;
+  uint8_t flags = 0;
   uint16_t pad16 = 0;
-  if (r.U32(&m.deadline_ms) && r.U64(&m.session) && r.U8(&m.hint) && r.U8(&pad8) && r.U16(&pad16) && r.Keys(&m.keys)) {
-    m.data = r.Rest();
+  if (r.U32(&m.deadline_ms) && r.U64(&m.session) && r.U8(&m.hint) && r.U8(&flags) && r.U16(&pad16)) {
+    m.has_first_block = (flags & kPutHasFirstBlock) != 0;
+    if ((!m.has_first_block || r.U32(&m.first_block)) && r.Keys(&m.keys)) m.data = r.Rest();
   }
   FLATKV_RETURN_IF_ERROR(r.Done());
   if (!KnownPutHint(m.hint)) return Status::InvalidArgument("put: unknown placement hint " + std::to_string(m.hint));
-  if (pad8 != 0 || pad16 != 0) return Status::InvalidArgument("put: reserved bytes are not zero");
+  if ((flags & ~kPutHasFirstBlock) != 0 || pad16 != 0) return Status::InvalidArgument("put: reserved bytes are not zero");
   return m;
 }
 

@@ -27,7 +27,7 @@ inline constexpr uint8_t kVersion = 1;  // the frame format (every frame's heade
 // adds drop_session; 3 adds prefetch; 4 adds retain and truncate_session.
 // A request newer than the connection's version is answered NotSupported
 // naming the version it needs.
-inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 4;
+inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 5;
 inline constexpr size_t kHeaderBytes = 16;
 // The most keys one request may carry, and the longest token or name.
 inline constexpr uint32_t kMaxKeys = 1u << 20;
@@ -92,6 +92,10 @@ struct Put {
   uint32_t deadline_ms = 0;
   uint64_t session = 0;
   uint8_t hint = 0;  // PutHint
+  // Protocol 5: the chain position of keys[0] (PutOptions::first_block),
+  // sent only when known.
+  bool has_first_block = false;
+  uint32_t first_block = 0;
   std::vector<BlockKey> keys;
   std::span<const std::byte> data;  // points into the decoded payload
 };

@@ -65,6 +65,21 @@ TEST(WireTest, RequestsRoundTrip) {
   EXPECT_EQ(p->session, 42u);
   EXPECT_EQ(p->keys, put.keys);
   EXPECT_EQ(p->data.size(), 64u);
+  EXPECT_FALSE(p->has_first_block);
+  // Protocol 5: a chain position crosses too; unknown flag bits are refused.
+  put.has_first_block = true;
+  put.first_block = 70000;
+  auto fb_frame = EncodePutHead(3, put, data.size());
+  fb_frame.insert(fb_frame.end(), data.begin(), data.end());
+  auto fb = DecodePut(Payload(fb_frame));
+  ASSERT_TRUE(fb.ok()) << fb.status().ToString();
+  EXPECT_TRUE(fb->has_first_block);
+  EXPECT_EQ(fb->first_block, 70000u);
+  EXPECT_EQ(fb->keys, put.keys);
+  EXPECT_EQ(fb->data.size(), 64u);
+  fb_frame[kHeaderBytes + 13] = std::byte{3};  // the flags byte (after deadline, session, hint): an unknown bit
+  EXPECT_NE(DecodePut(Payload(fb_frame)).status().message().find("reserved bytes are not zero"), std::string::npos);
+  put.has_first_block = false;
   // Every placement hint crosses the wire; a value beyond them is refused.
   for (PutHint hint : {PutHint::kAuto, PutHint::kOneShot, PutHint::kHot}) {
     put.hint = static_cast<uint8_t>(hint);

@@ -215,12 +215,12 @@ class FlatPolicy final : public CachePolicy {
       if (c.gaps.size() == kGapHistory) c.gaps.erase(c.gaps.begin());
       c.gaps.push_back(std::max(0.0, now_s - c.last_put_s));
     }
-    Keys(req);
     // Admitted at once, the request streams its restore by layer under its
     // own prefill; a prefetch would only put a whole read in front of it.
     // And copies prefetched for queued requests must not crowd each other
     // (or the sessions writing now) out of DRAM before they are restored.
     if (waiting_ahead == 0 || prefetched_bytes_ >= store_dram_bytes_ / kPrefetchDramDivisor) return out;
+    Keys(req);
     const StoreStats before = store_->Stats();
     if (!store_->Prefetch(keys_).ok()) return out;
     // The prefetch reads on the store's thread; this replay charges its
@@ -233,14 +233,13 @@ class FlatPolicy final : public CachePolicy {
       after = store_->Stats();
     }
     const double unscale = double(config_.block_bytes) / double(store_->BlockBytes());
+    const uint64_t copied_blocks = after.readmitted_blocks - before.readmitted_blocks;
     out.ssd_bytes_read = static_cast<uint64_t>(double(after.ssd.bytes_read - before.ssd.bytes_read) * unscale);
-    out.dram_bytes_written =
-        static_cast<uint64_t>(double(after.readmitted_blocks - before.readmitted_blocks) * double(config_.block_bytes));
+    out.dram_bytes_written = copied_blocks * config_.block_bytes;
     out.ssd_requests = static_cast<uint32_t>(after.ssd.read_requests - before.ssd.read_requests);
-    const uint64_t copied = (after.readmitted_blocks - before.readmitted_blocks) * store_->BlockBytes();
-    if (copied > 0) {
-      prefetched_[&req] += copied;
-      prefetched_bytes_ += copied;
+    if (copied_blocks > 0) {
+      prefetched_[&req] += copied_blocks * store_->BlockBytes();
+      prefetched_bytes_ += copied_blocks * store_->BlockBytes();
     }
     return out;
   }

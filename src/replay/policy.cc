@@ -12,6 +12,12 @@ const std::vector<std::string>& PolicyNames() {
   return names;
 }
 
+std::string PolicyNameList() {
+  std::string known;
+  for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
+  return known;
+}
+
 Result<std::unique_ptr<CachePolicy>> MakePolicy(std::string_view name, const PolicyConfig& config) {
   if (name == "flat") return MakeFlatPolicy(config, FlatHints::kNone);
   if (name == "flat-hints") return MakeFlatPolicy(config, FlatHints::kAgent);
@@ -19,9 +25,7 @@ Result<std::unique_ptr<CachePolicy>> MakePolicy(std::string_view name, const Pol
   if (name == "files") return MakeFilesPolicy(config);
   if (name == "infinite") return MakeInfinitePolicy(config);
   if (name == "belady") return MakeBeladyPolicy(config);
-  std::string known;
-  for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
-  return Status::InvalidArgument("unknown policy '" + std::string(name) + "'; known: " + known);
+  return Status::InvalidArgument("unknown policy '" + std::string(name) + "'; known: " + PolicyNameList());
 }
 
 }  // namespace flatkv::replay

@@ -111,9 +111,11 @@ class CachePolicy {
   virtual bool serial_ssd_reads() const { return false; }
 };
 
-// The names MakePolicy knows, in the order a replay runs them by default
-// (flat-hints is not in that default: it is asked for by name).
+// The names MakePolicy knows ("flat", "flat-hints", "tiered", "files",
+// "infinite", "belady"), and the same as one comma-separated list for
+// messages. A replay's default runs all but flat-hints.
 const std::vector<std::string>& PolicyNames();
+std::string PolicyNameList();
 // Makes a policy by name (PolicyNames()); InvalidArgument names the unknown
 // policy and lists the known ones.
 Result<std::unique_ptr<CachePolicy>> MakePolicy(std::string_view name, const PolicyConfig& config);

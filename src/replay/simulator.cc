@@ -254,15 +254,14 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     return false;
   };
 
-  // Starts request i's load (Seq::load_demand) on instance `id` at `now`;
-  // restore_s counts from its admission.
-  auto start_load = [&](uint32_t id, size_t i, double now) {
+  // Starts request i's load (Seq::load_demand) at `now`; restore_s counts
+  // from its admission.
+  auto start_load = [&](size_t i, double now) {
     Seq& s = seqs[i];
     const uint32_t f = io.Start(now, std::move(s.load_demand), s.load_latency_s);
     s.load_demand.clear();
     track(f, int64_t(i), s.admitted_s);
     s.flow = f;
-    (void)id;
   };
   // After admission (or its prefetch's end): waits for the first layer, or
   // the whole load, or is ready now.
@@ -320,15 +319,11 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
       // Queued reads pay one latency; serial ones (one at a time per TP worker) pay each.
       const double rounds = serial ? std::ceil(double(lk.ssd_requests) / double(tp)) : (lk.ssd_requests > 0 ? 1.0 : 0.0);
       s.load_latency_s = rounds * hw.nvme_latency_us * 1e-6;
-      if (s.prefetch >= 0 && !io.done(uint32_t(s.prefetch))) {
-        // What it restores from DRAM is what its prefetch is still bringing in.
-        s.after_prefetch = true;
-        if (o.progress && (++admitted % 64 == 0 || admitted == n)) o.progress(admitted, n);
-        return;
-      }
-      start_load(id, i, now);
+      // What it restores from DRAM may be what its prefetch is still bringing in.
+      s.after_prefetch = s.prefetch >= 0 && !io.done(uint32_t(s.prefetch));
+      if (!s.after_prefetch) start_load(i, now);
     }
-    settle(i, now);
+    if (!s.after_prefetch) settle(i, now);
     if (o.progress && (++admitted % 64 == 0 || admitted == n)) o.progress(admitted, n);
   };
 
@@ -460,7 +455,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
         s.prefetch = -1;
         if (s.after_prefetch) {
           s.after_prefetch = false;
-          start_load(instance_of[v], v, t);
+          start_load(v, t);
           settle(v, t);
         }
         continue;

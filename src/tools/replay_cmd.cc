@@ -357,11 +357,8 @@ int RunReplay(const ReplayArgs& a) {
   const std::vector<std::string> policies = SplitList(a.policies);
   if (policies.empty()) return Fail(kExitUsage, "--policy: no policies given");
   for (const std::string& p : policies)
-    if (std::find(PolicyNames().begin(), PolicyNames().end(), p) == PolicyNames().end()) {
-      std::string known;
-      for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
-      return Fail(kExitUsage, "--policy: unknown policy '" + p + "' (known: " + known + ")");
-    }
+    if (std::find(PolicyNames().begin(), PolicyNames().end(), p) == PolicyNames().end())
+      return Fail(kExitUsage, "--policy: unknown policy '" + p + "' (known: " + PolicyNameList() + ")");
   const std::string hw_file = a.hw_file.empty() ? DefaultHwFile() : a.hw_file;
   auto hw = FindHwProfile(hw_file, a.hw);
   if (!hw.ok()) return Fail(kExitUsage, "--hw: " + hw.status().message());

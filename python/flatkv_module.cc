@@ -176,6 +176,8 @@ const Keyword kKeywords[] = {
     {"dram_extent_layer_bytes", "the same, DRAM extents only",
      U64<flatkv_options_set_dram_extent_layer_bytes>},
     {"ssd_extent_layer_bytes", "the same, SSD extents only", U64<flatkv_options_set_ssd_extent_layer_bytes>},
+    {"sized_extents", "new extents sized to their session (default True); False: every extent the largest",
+     Flag<flatkv_options_set_sized_extents>},
     {"session_dram_share_bytes", "most DRAM copies one session holds, bytes; 0 derives it (default)",
      U64<flatkv_options_set_session_dram_share>},
     {"dram_idle_after_ms", "DRAM-only stores: a session idle this long (ms) is reclaimed first",

@@ -103,6 +103,10 @@ flatkv_status* flatkv_options_set_extent_layer_bytes(flatkv_options* options, ui
 /* The same, one medium at a time. */
 flatkv_status* flatkv_options_set_dram_extent_layer_bytes(flatkv_options* options, uint64_t bytes);
 flatkv_status* flatkv_options_set_ssd_extent_layer_bytes(flatkv_options* options, uint64_t bytes);
+/* New extents sized to their session, the extent layer bytes above being
+ * the largest (default 1); 0: every extent the largest, as stores before
+ * manifest version 5 (an SSD directory keeps the choice it was created with). */
+flatkv_status* flatkv_options_set_sized_extents(flatkv_options* options, int32_t enable);
 /* Ask for O_DIRECT on segment files (default 1). */
 flatkv_status* flatkv_options_set_direct_io(flatkv_options* options, int32_t enable);
 /* fdatasync data and manifest after every put (default 0). */

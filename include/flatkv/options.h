@@ -72,6 +72,14 @@ struct StoreOptions {
   // at the cost of more space held by a session's last, partly filled extent.
   uint64_t dram_extent_layer_bytes = 256ull << 10;
   uint64_t ssd_extent_layer_bytes = 2ull << 20;
+  // Extents sized to their session: the targets above are the largest
+  // extent, and a new extent holds about the blocks its put still places,
+  // and at least an eighth of what its session holds, so a short session
+  // takes little more than its blocks and a long one few large extents
+  // (docs/format_segment.md, "Sized extents"). Fixed with this false: every
+  // extent is the largest (what stores before manifest version 5 hold; an
+  // SSD directory keeps the choice it was created with).
+  bool sized_extents = true;
 
   // Placement with an SSD tier (docs/architecture.md, "Placement and
   // reclaim"): every block gets its home on SSD, written once and never

@@ -11,6 +11,7 @@ struct MediumStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;       // bytes of allocated extents
   uint64_t extents = 0;          // allocated extents
+  uint64_t allocated_bytes = 0;  // bytes of every extent (DRAM: and copy) allocated so far, freed or not
   uint64_t blocks = 0;           // blocks readable from this medium (DRAM: copies and DRAM homes)
   uint64_t hit_blocks = 0;       // blocks restored from this medium
   uint64_t bytes_written = 0;    // payload bytes put

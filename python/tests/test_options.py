@@ -20,6 +20,7 @@ SETTINGS = {
     "dram_idle_after_ms": (2500, "dram_idle_after_ms", 2500),
     "ssd_admission": ("on-reuse", "ssd_admission", "on-reuse"),
     "readmit_on_restore": (False, "readmit_on_restore", False),
+    "sized_extents": (False, "sized_extents", False),
     "ssd_write_buffer_bytes": (3 << 20, "ssd_write_buffer_bytes", 3 << 20),
     "manifest_checkpoint_bytes": (5 << 20, "manifest_checkpoint_bytes", 5 << 20),
     "window_layers": (2, "window_layers", 2),

@@ -227,6 +227,10 @@ flatkv_status* flatkv_options_set_ssd_admission(flatkv_options* options, int32_t
   });
 }
 
+flatkv_status* flatkv_options_set_sized_extents(flatkv_options* options, int32_t enable) {
+  return SetField(__func__, options, &flatkv::StoreOptions::sized_extents, enable != 0);
+}
+
 flatkv_status* flatkv_options_set_readmit_on_restore(flatkv_options* options, int32_t enable) {
   return SetField(__func__, options, &flatkv::StoreOptions::readmit_on_restore, enable != 0);
 }

@@ -400,6 +400,7 @@ static void test_options_take_effect(void) {
   OK(flatkv_options_set_dram_idle_after_ms(o, 1500));
   OK(flatkv_options_set_ssd_admission(o, FLATKV_SSD_ADMISSION_ON_REUSE));
   OK(flatkv_options_set_readmit_on_restore(o, 0));
+  OK(flatkv_options_set_sized_extents(o, 0));
   OK(flatkv_options_set_ssd_write_buffer(o, 3u << 20));
   OK(flatkv_options_set_manifest_checkpoint(o, 5u << 20));
   OK(flatkv_options_set_window_layers(o, 2));
@@ -430,6 +431,7 @@ static void test_options_take_effect(void) {
   HAS(json, "\"dram_idle_after_ms\":1500");
   HAS(json, "\"ssd_admission\":\"on-reuse\"");
   HAS(json, "\"readmit_on_restore\":false");
+  HAS(json, "\"sized_extents\":false");
   HAS(json, "\"ssd_write_buffer_bytes\":3145728");
   HAS(json, "\"manifest_checkpoint_bytes\":5242880");
   HAS(json, "\"window_layers\":2");

@@ -46,23 +46,23 @@ Result<std::unique_ptr<SsdDir>> SsdDir::Open(const SsdDirOptions& options, const
   if (g.slot_stride < g.block_layer_bytes || g.slot_stride % 4096 != 0)
     return Status::Corruption(options.path + ": manifest slot_stride " + std::to_string(g.slot_stride) +
                               " does not fit blocks of " + std::to_string(g.block_layer_bytes) + " bytes per layer");
-  const uint64_t total_slots = options.capacity_bytes / g.extent_bytes;
-  if (total_slots == 0)
+  if (options.capacity_bytes < g.extent_bytes)
     return Status::InvalidArgument(options.path + ": ssd_capacity_bytes=" + std::to_string(options.capacity_bytes) +
                                    " is smaller than one SSD extent (" + std::to_string(g.extent_bytes) + " bytes)");
   std::unique_ptr<SsdDir> d(new SsdDir(options, stored, g));
   d->manifest_ = std::move(manifest);
-  d->slots_ = SlotAllocator(total_slots);
+  const uint64_t total_units = options.capacity_bytes / d->unit_bytes();
+  d->units_ = RangeAllocator(total_units, d->units_per_segment());
   MutexLock lock(&d->mu_);
-  d->segments_.resize((total_slots + d->slots_per_segment() - 1) / d->slots_per_segment());
+  d->segments_.resize((total_units + d->units_per_segment() - 1) / d->units_per_segment());
   d->sums_.resize(d->segments_.size());
   return d;
 }
 
 uint64_t SsdDir::SegmentFileBytes(uint32_t segment) const {
-  const uint64_t first = uint64_t{segment} * slots_per_segment();
-  const uint64_t n = std::min(slots_per_segment(), slots_.capacity() - first);
-  return n * header_.extent_bytes;
+  const uint64_t first = uint64_t{segment} * units_per_segment();
+  const uint64_t n = std::min(units_per_segment(), units_.capacity() - first);
+  return n * unit_bytes();
 }
 
 Result<const io::File*> SsdDir::Segment(uint32_t segment, bool create) {
@@ -109,8 +109,8 @@ Result<int> SsdDir::SumsFd(uint32_t segment) {
   return sums_[segment]->fd();
 }
 
-Status SsdDir::WriteSums(uint64_t slot, uint32_t first_block, std::span<const SumEntry> entries) {
-  const auto ref = RefOf(slot);
+Status SsdDir::WriteSums(uint64_t unit, uint32_t first_block, std::span<const SumEntry> entries) {
+  const auto ref = RefOf(unit);
   FLATKV_ASSIGN_OR_RETURN(int fd, SumsFd(ref.segment));
   const uint64_t at = ref.slot * SumsRegionBytes() + uint64_t{first_block} * geometry_.layers * sizeof(SumEntry);
   const auto* p = reinterpret_cast<const char*>(entries.data());
@@ -126,8 +126,8 @@ Status SsdDir::WriteSums(uint64_t slot, uint32_t first_block, std::span<const Su
   return Status::Ok();
 }
 
-Status SsdDir::ReadSums(uint64_t slot, uint32_t first_block, std::span<SumEntry> entries) {
-  const auto ref = RefOf(slot);
+Status SsdDir::ReadSums(uint64_t unit, uint32_t first_block, std::span<SumEntry> entries) {
+  const auto ref = RefOf(unit);
   FLATKV_ASSIGN_OR_RETURN(int fd, SumsFd(ref.segment));
   const uint64_t at = ref.slot * SumsRegionBytes() + uint64_t{first_block} * geometry_.layers * sizeof(SumEntry);
   auto* p = reinterpret_cast<char*>(entries.data());
@@ -147,13 +147,13 @@ Status SsdDir::ReadSums(uint64_t slot, uint32_t first_block, std::span<SumEntry>
   return Status::Ok();
 }
 
-bool SsdDir::SegmentHolds(uint64_t slot) {
-  if (slot >= slots_.capacity()) return false;
-  auto ref = RefOf(slot);
+bool SsdDir::SegmentHolds(uint64_t unit, uint64_t n) {
+  if (unit + n > units_.capacity()) return false;
+  auto ref = RefOf(unit);
   auto f = Segment(ref.segment, /*create=*/false);
   if (!f.ok()) return false;
   auto size = f.value()->Size();
-  return size.ok() && size.value() >= (uint64_t{ref.slot} + 1) * header_.extent_bytes;
+  return size.ok() && size.value() >= (uint64_t{ref.slot} + n) * unit_bytes();
 }
 
 bool SsdDir::all_direct() const {

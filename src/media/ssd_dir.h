@@ -1,7 +1,10 @@
 // SsdDir: one SSD directory of the SSD medium. It holds preallocated
 // segment files `seg-NNNNNN.dat` (created lazily, up to the directory's
-// capacity) and its own manifest. Extent slot s lives in segment
-// s / slots_per_segment at byte (s % slots_per_segment) * extent_bytes.
+// capacity) and its own manifest. Space is handed out in allocation units
+// (ManifestHeader::UnitBytes: one block slot over all layers in a sized
+// store, a whole extent in an older one); an extent is a run of units
+// within one segment, and unit u lives in segment u / units_per_segment at
+// byte (u % units_per_segment) * unit_bytes.
 // Beside each segment, `sums-NNNNNN.dat` (buffered, sparse) holds every
 // block's per-layer checksum and coded (offset, length): a cache of the
 // manifest's BlockPut records, rebuilt from them on every open, so memory
@@ -23,7 +26,7 @@
 #include "io/io_engine.h"
 #include "io/posix_file.h"
 #include "media/geometry.h"
-#include "media/slot_allocator.h"
+#include "media/range_allocator.h"
 #include "persist/manifest.h"
 
 namespace flatkv {
@@ -56,42 +59,53 @@ class SsdDir {
                                               io::IoEngine* engine, persist::ManifestContents* contents);
 
   const std::string& path() const { return options_.path; }
+  // The largest extent's layout (every extent's, when not sized).
   const ExtentGeometry& geometry() const { return geometry_; }
+  // The layout of an extent of `blocks` block slots (0: the largest).
+  ExtentGeometry GeometryFor(uint32_t blocks) const {
+    return header_.sized() && blocks ? geometry_.Sized(blocks) : geometry_;
+  }
   const persist::ManifestHeader& header() const { return header_; }
   persist::Manifest& manifest() { return *manifest_; }
-  SlotAllocator& slots() { return slots_; }
-  const SlotAllocator& slots() const { return slots_; }
+  RangeAllocator& units() { return units_; }
+  const RangeAllocator& units() const { return units_; }
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
+  bool sized() const { return header_.sized(); }
+  uint32_t unit_blocks() const { return header_.UnitBlocks(); }
+  uint64_t unit_bytes() const { return header_.UnitBytes(); }
+  // Units an extent of `blocks` block slots takes (not sized: 1).
+  uint64_t UnitsFor(uint32_t blocks) const { return sized() ? (blocks + unit_blocks() - 1) / unit_blocks() : 1; }
 
-  uint64_t slots_per_segment() const { return header_.segment_bytes / header_.extent_bytes; }
-  persist::ExtentRef RefOf(uint64_t slot) const {
-    return {static_cast<uint32_t>(slot / slots_per_segment()), static_cast<uint32_t>(slot % slots_per_segment())};
+  uint64_t units_per_segment() const { return header_.UnitsPerSegment(); }
+  persist::ExtentRef RefOf(uint64_t unit) const {
+    return {static_cast<uint32_t>(unit / units_per_segment()), static_cast<uint32_t>(unit % units_per_segment())};
   }
-  uint64_t SlotOf(persist::ExtentRef ref) const { return uint64_t{ref.segment} * slots_per_segment() + ref.slot; }
-  // Offset of an extent slot in this directory's address space
+  uint64_t UnitOf(persist::ExtentRef ref) const { return uint64_t{ref.segment} * units_per_segment() + ref.slot; }
+  // Offset of a unit in this directory's address space
   // (segment * segment_bytes + offset in the segment).
-  uint64_t SlotAddress(uint64_t slot) const {
-    auto ref = RefOf(slot);
-    return uint64_t{ref.segment} * header_.segment_bytes + uint64_t{ref.slot} * header_.extent_bytes;
+  uint64_t UnitAddress(uint64_t unit) const {
+    auto ref = RefOf(unit);
+    return uint64_t{ref.segment} * header_.segment_bytes + uint64_t{ref.slot} * unit_bytes();
   }
   // Splits an address offset into (fd, file offset), creating and
   // preallocating the segment file on first use when `create`.
   Result<std::pair<int, uint64_t>> Locate(uint64_t address_offset, bool create);
-  // The sums table (docs/format_segment.md, "Sums tables"): extent slot s's
-  // region starts at (s % slots_per_segment) * SumsRegionBytes() in
-  // sums-(s / slots_per_segment).dat; block slot i's layer l at entry
-  // i * layers + l. Writes `entries` from block slot `first_block` on (one
-  // pwrite; concurrent writers of one extent write disjoint ranges). Both
-  // are thread-safe and never hold a lock across the I/O.
+  // The sums table (docs/format_segment.md, "Sums tables"): the region of
+  // an extent starting at unit u begins at (u % units_per_segment) *
+  // SumsRegionBytes() in sums-(u / units_per_segment).dat (a region per
+  // unit, so an extent of n units owns n of them); block slot i's layer l
+  // at entry i * layers + l. Writes `entries` from block slot `first_block`
+  // on (one pwrite; concurrent writers of one extent write disjoint
+  // ranges). Both are thread-safe and never hold a lock across the I/O.
   uint64_t SumsRegionBytes() const {
-    return uint64_t{persist::kCodedBlocksPerSlot} * header_.extent_blocks * geometry_.layers * sizeof(SumEntry);
+    return uint64_t{persist::kCodedBlocksPerSlot} * unit_blocks() * geometry_.layers * sizeof(SumEntry);
   }
-  Status WriteSums(uint64_t slot, uint32_t first_block, std::span<const SumEntry> entries);
+  Status WriteSums(uint64_t unit, uint32_t first_block, std::span<const SumEntry> entries);
   // Reads entries from block slot `first_block` on; bytes past the file's
   // end (never written) read as zero entries, which fail any checksum.
-  Status ReadSums(uint64_t slot, uint32_t first_block, std::span<SumEntry> entries);
-  // Whether an existing segment file holds `slot` in full (recovery).
-  bool SegmentHolds(uint64_t slot);
+  Status ReadSums(uint64_t unit, uint32_t first_block, std::span<SumEntry> entries);
+  // Whether an existing segment file holds units [unit, unit + n) in full (recovery).
+  bool SegmentHolds(uint64_t unit, uint64_t n);
   // True unless some segment file had to fall back to buffered I/O.
   bool all_direct() const;
   std::vector<int> OpenFds() const;
@@ -107,7 +121,7 @@ class SsdDir {
   SsdDirOptions options_;
   persist::ManifestHeader header_;
   ExtentGeometry geometry_;
-  SlotAllocator slots_;
+  RangeAllocator units_;
   std::unique_ptr<persist::Manifest> manifest_;
   mutable Mutex mu_;
   std::vector<std::unique_ptr<io::File>> segments_ FLATKV_GUARDED_BY(mu_);  // null = not opened yet

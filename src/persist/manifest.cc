@@ -15,7 +15,7 @@ constexpr char kMagic[8] = {'F', 'L', 'A', 'T', 'K', 'V', 'M', 'F'};
 constexpr uint32_t kMaxRecordBytes = 1u << 20;
 constexpr uint32_t kHeaderBodyBytes = 68;
 enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3, kExtentCreateCoded = 4, kBlockPutCoded = 5,
-                         kExtentSessions = 6, kBlockPositions = 7, kBlocksDropped = 8 };
+                         kExtentSessions = 6, kBlockPositions = 7, kBlocksDropped = 8, kExtentCreateSized = 9 };
 constexpr uint32_t kMaxCodecSpecBytes = 256;
 
 void PutU8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
@@ -93,7 +93,8 @@ Status ParseHeader(Reader& r, ManifestHeader* h, uint32_t* version_out) {
   h->block_tokens = b.U32();
   h->segment_bytes = b.U64();
   h->extent_blocks = b.U32();
-  b.U32();
+  const uint32_t unit_blocks = b.U32();  // reserved (0) before version 5
+  h->unit_blocks = version >= kManifestVersionSized ? unit_blocks : 0;
   h->slot_stride = b.U64();
   h->layer_stride = b.U64();
   h->extent_bytes = b.U64();
@@ -101,7 +102,8 @@ Status ParseHeader(Reader& r, ManifestHeader* h, uint32_t* version_out) {
   if (!s.ok()) return Status::Corruption("manifest header: " + s.message());
   if (h->block_tokens == 0 || h->extent_blocks == 0 || h->slot_stride == 0 ||
       h->layer_stride < uint64_t{h->extent_blocks} * h->slot_stride ||
-      h->extent_bytes != h->layer_stride * h->shape.layers || h->segment_bytes < h->extent_bytes)
+      h->extent_bytes != h->layer_stride * h->shape.layers || h->segment_bytes < h->extent_bytes ||
+      h->unit_blocks > h->extent_blocks || (h->sized() && h->layer_stride != uint64_t{h->extent_blocks} * h->slot_stride))
     return Status::Corruption("manifest header: inconsistent extent layout: " + h->ToString());
   return Status::Ok();
 }
@@ -112,7 +114,7 @@ std::string ManifestHeader::ToString() const {
   return shape.ToString() + " block_tokens=" + std::to_string(block_tokens) +
          " segment_bytes=" + std::to_string(segment_bytes) + " extent_blocks=" + std::to_string(extent_blocks) +
          " slot_stride=" + std::to_string(slot_stride) + " layer_stride=" + std::to_string(layer_stride) +
-         " extent_bytes=" + std::to_string(extent_bytes);
+         " extent_bytes=" + std::to_string(extent_bytes) + (sized() ? " unit_blocks=" + std::to_string(unit_blocks) : "");
 }
 
 void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& h, uint32_t version) {
@@ -131,19 +133,24 @@ void EncodeHeader(std::vector<uint8_t>& out, const ManifestHeader& h, uint32_t v
   PutU32(out, h.block_tokens);
   PutU64(out, h.segment_bytes);
   PutU32(out, h.extent_blocks);
-  PutU32(out, 0);
+  PutU32(out, h.unit_blocks);
   PutU64(out, h.slot_stride);
   PutU64(out, h.layer_stride);
   PutU64(out, h.extent_bytes);
   PutU32(out, RecordChecksum(out.data() + body, out.size() - body));
 }
 
-void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec) {
-  size_t start = BeginRecord(out, codec.empty() ? kExtentCreate : kExtentCreateCoded);
+void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec,
+                        uint32_t blocks) {
+  size_t start = BeginRecord(out, blocks ? kExtentCreateSized : codec.empty() ? kExtentCreate : kExtentCreateCoded);
   PutU32(out, ref.segment);
   PutU32(out, ref.slot);
+  if (blocks) PutU32(out, blocks);
   PutU64(out, session);
-  if (!codec.empty()) {
+  if (blocks) {  // the codec spec, empty for a raw extent
+    PutU16(out, static_cast<uint16_t>(codec.size()));
+    out.insert(out.end(), codec.begin(), codec.end());
+  } else if (!codec.empty()) {
     PutU16(out, static_cast<uint16_t>(codec.size()));
     out.insert(out.end(), codec.begin(), codec.end());
   }
@@ -211,7 +218,10 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
   ManifestContents c;
   Reader r(bytes);
   FLATKV_RETURN_IF_ERROR(ParseHeader(r, &c.header, &c.version));
-  const uint64_t max_slot = c.header.segment_bytes / c.header.extent_bytes;
+  const ManifestHeader& h = c.header;
+  const uint64_t max_slot = h.UnitsPerSegment();  // units (sized) or extents per segment
+  // An extent's layer region: its block slots times slot_stride (sized), else the header's.
+  auto layer_bytes = [&](const ExtentRecord& e) { return h.sized() ? uint64_t{ExtentBlocks(h, e)} * h.slot_stride : h.layer_stride; };
   uint64_t sequence = 0;
   auto stop = [&](size_t at, std::string why) {
     c.good_bytes = at;
@@ -242,12 +252,13 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
       ExtentRef ref{p.U32(), p.U32()};
       const uint32_t n = p.U32();
       auto it = c.extents.find(ref);
-      const uint64_t max_index = uint64_t{c.header.extent_blocks} * kCodedBlocksPerSlot;
+      const uint64_t max_index =
+          it == c.extents.end() ? 0 : uint64_t{ExtentBlocks(h, it->second)} * kCodedBlocksPerSlot;
       const uint64_t each = type == kBlockPositions ? 8 : 4;
-      if (n > max_index || !need(each * n)) problem = "record type " + std::to_string(type) + " with " + std::to_string(n) + " entries";
-      else if (it == c.extents.end())
+      if (it == c.extents.end())
         problem = "record type " + std::to_string(type) + " for unknown extent " + std::to_string(ref.segment) + "/" +
                   std::to_string(ref.slot);
+      else if (n > max_index || !need(each * n)) problem = "record type " + std::to_string(type) + " with " + std::to_string(n) + " entries";
       else if (type == kBlockPositions) {
         auto& runs = it->second.positions;
         for (uint32_t i = 0; i < n && problem.empty(); ++i) {
@@ -285,22 +296,32 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
         for (uint32_t i = 0; i < n; ++i) it->second.sharers.push_back(p.U64());
         it->second.sequence = ++sequence;
       }
-    } else if ((type == kExtentCreate && need(16)) || (type == kExtentCreateCoded && p.remaining() >= 18)) {
+    } else if ((type == kExtentCreate && need(16)) || (type == kExtentCreateCoded && p.remaining() >= 18) ||
+               (type == kExtentCreateSized && p.remaining() >= 22)) {
       ExtentRef ref{p.U32(), p.U32()};
+      const uint32_t blocks = type == kExtentCreateSized ? p.U32() : 0;
       uint64_t session = p.U64();
       std::string codec;
-      if (type == kExtentCreateCoded) {
+      if (type != kExtentCreate) {
         const uint16_t n = p.U16();
-        if (n == 0 || n > kMaxCodecSpecBytes || !need(n)) problem = "codec spec of " + std::to_string(n) + " bytes";
+        if ((n == 0 && type == kExtentCreateCoded) || n > kMaxCodecSpecBytes || !need(n))
+          problem = "codec spec of " + std::to_string(n) + " bytes";
         else {
           auto spec = p.Bytes(n);
           codec.assign(reinterpret_cast<const char*>(spec.data()), spec.size());
         }
       }
       if (!problem.empty()) {
-      } else if (ref.slot >= max_slot) problem = "extent slot " + std::to_string(ref.slot) + " beyond segment";
-      else if (c.extents.count(ref)) problem = "extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot) + " created twice";
-      else c.extents[ref] = ExtentRecord{session, std::move(codec), ++sequence, {}};
+      } else if ((type == kExtentCreateSized) != h.sized()) {
+        problem = h.sized() ? "fixed-size extent record type " + std::to_string(type) + " in a log of sized extents"
+                            : std::string("sized extent record type 9 in a log without allocation units");
+      } else if (h.sized() && (blocks == 0 || blocks > h.extent_blocks || blocks % h.unit_blocks != 0)) {
+        problem = "sized extent of " + std::to_string(blocks) + " block slots (units of " + std::to_string(h.unit_blocks) +
+                  ", at most " + std::to_string(h.extent_blocks) + ")";
+      } else if (uint64_t{ref.slot} + (h.sized() ? blocks / h.unit_blocks : 1) > max_slot) {
+        problem = "extent slot " + std::to_string(ref.slot) + " beyond segment";
+      } else if (c.extents.count(ref)) problem = "extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot) + " created twice";
+      else c.extents[ref] = ExtentRecord{session, std::move(codec), ++sequence, {}, {}, {}, blocks};
     } else if ((type == kBlockPut || type == kBlockPutCoded) && p.remaining() >= 32) {
       const bool coded = type == kBlockPutCoded;
       ExtentRef ref{p.U32(), p.U32()};
@@ -310,7 +331,9 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
       b.key.hi = p.U64();
       uint32_t n = p.U32();
       auto it = c.extents.find(ref);
-      const uint64_t max_index = uint64_t{c.header.extent_blocks} * (coded ? kCodedBlocksPerSlot : 1);
+      const uint64_t max_index =
+          it == c.extents.end() ? 0 : uint64_t{ExtentBlocks(h, it->second)} * (coded ? kCodedBlocksPerSlot : 1);
+      const uint64_t region = it == c.extents.end() ? 0 : layer_bytes(it->second);
       if (n != c.header.shape.layers || !need((coded ? 16ull : 8ull) * n)) problem = "block record with " + std::to_string(n) + " checksums";
       else if (it == c.extents.end()) problem = "block in unknown extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
       else if (it->second.codec.empty() == coded)
@@ -328,10 +351,10 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
           if (!coded) continue;
           b.offsets[l] = p.U32();
           b.lengths[l] = p.U32();
-          if (b.lengths[l] == 0 || uint64_t{b.offsets[l]} + b.lengths[l] > c.header.layer_stride)
+          if (b.lengths[l] == 0 || uint64_t{b.offsets[l]} + b.lengths[l] > region)
             problem = "block " + std::to_string(b.index) + " layer " + std::to_string(l) + ": encoded bytes [" +
                       std::to_string(b.offsets[l]) + ", +" + std::to_string(b.lengths[l]) + ") outside the layer region of " +
-                      std::to_string(c.header.layer_stride) + " bytes";
+                      std::to_string(region) + " bytes";
         }
         if (problem.empty()) {
           it->second.sequence = ++sequence;
@@ -364,15 +387,17 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
   FLATKV_ASSIGN_OR_RETURN(m->file_, io::File::Open(path, /*create=*/true, /*want_direct=*/false, read_only));
   if (!exists) {
     std::vector<uint8_t> bytes;
-    EncodeHeader(bytes, header);
+    const uint32_t version = header.sized() ? kManifestVersionSized : 1;
+    EncodeHeader(bytes, header, version);
     FLATKV_RETURN_IF_ERROR(m->WriteAll(m->file_, 0, bytes));
     FLATKV_RETURN_IF_ERROR(engine->Execute({io::Op::kSync, m->file_.fd(), 0, nullptr, 0, nullptr}).WithContext(path));
     FLATKV_RETURN_IF_ERROR(io::SyncDir(dir));
     m->tail_ = bytes.size();
     *contents = ManifestContents{};
     contents->header = header;
-    contents->version = 1;
+    contents->version = version;
     contents->good_bytes = bytes.size();
+    m->version_ = version;
     return m;
   }
   FLATKV_ASSIGN_OR_RETURN(uint64_t size, m->file_.Size());
@@ -442,6 +467,7 @@ namespace {
 // (ExtentRecord::sequence). *version: max(min_version, what it holds needs).
 std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t min_version, uint32_t* version) {
   *version = min_version;
+  if (contents.header.sized()) *version = std::max(*version, kManifestVersionSized);
   for (const auto& [ref, e] : contents.extents) {
     if (!e.codec.empty()) *version = std::max(*version, kManifestVersionCoded);
     if (!e.sharers.empty()) *version = std::max(*version, kManifestVersionShared);
@@ -454,7 +480,7 @@ std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t m
   std::sort(order.begin(), order.end());
   for (const auto& [seq, ref] : order) {
     const ExtentRecord& e = contents.extents.at(ref);
-    EncodeExtentCreate(bytes, ref, e.session, e.codec);
+    EncodeExtentCreate(bytes, ref, e.session, e.codec, contents.header.sized() ? ExtentBlocks(contents.header, e) : 0);
     if (!e.sharers.empty()) EncodeExtentSessions(bytes, ref, e.session, e.sharers);
     if (!e.positions.empty()) EncodeBlockPositions(bytes, ref, e.positions);
     for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);

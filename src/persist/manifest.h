@@ -36,8 +36,13 @@ namespace flatkv::persist {
 // of an extent's block slots sits in its session's chain, for
 // TruncateSession) and dropped blocks (record 8: blocks taken out of the
 // index while their extent lives); a store writes them from its first put.
-// This build reads versions 1 to 4.
-inline constexpr uint32_t kManifestVersion = 4;
+// Version 5 adds sized extents: the header's unit_blocks (formerly
+// reserved) makes extent slots allocation units of that many block slots,
+// and an extent is created (record 9) with its own block-slot count, a
+// multiple of it; a new store is written at version 5 from its header on.
+// This build reads versions 1 to 5.
+inline constexpr uint32_t kManifestVersion = 5;
+inline constexpr uint32_t kManifestVersionSized = 5;
 inline constexpr uint32_t kManifestVersionCoded = 2;
 inline constexpr uint32_t kManifestVersionShared = 3;
 inline constexpr uint32_t kManifestVersionPositions = 4;
@@ -60,6 +65,16 @@ struct ManifestHeader {
   uint64_t slot_stride = 0;     // bytes between consecutive blocks within a layer region
   uint64_t layer_stride = 0;    // bytes between consecutive layer regions of an extent
   uint64_t extent_bytes = 0;    // layers * layer_stride
+  // Version 5: block slots per allocation unit (ExtentRef::slot counts
+  // units; an extent holds a multiple of them, up to extent_blocks, laid out
+  // with layer_stride = its block slots * slot_stride). 0: every extent has
+  // the layout above and ExtentRef::slot counts extents.
+  uint32_t unit_blocks = 0;
+
+  bool sized() const { return unit_blocks != 0; }
+  uint32_t UnitBlocks() const { return sized() ? unit_blocks : extent_blocks; }
+  uint64_t UnitBytes() const { return sized() ? uint64_t{unit_blocks} * slot_stride * shape.layers : extent_bytes; }
+  uint64_t UnitsPerSegment() const { return segment_bytes / UnitBytes(); }
 
   bool operator==(const ManifestHeader&) const = default;
   std::string ToString() const;
@@ -67,7 +82,7 @@ struct ManifestHeader {
 
 struct ExtentRef {
   uint32_t segment = 0;
-  uint32_t slot = 0;  // extent index within the segment
+  uint32_t slot = 0;  // the extent's first allocation unit within the segment (ManifestHeader::UnitBlocks)
   auto operator<=>(const ExtentRef&) const = default;
 };
 
@@ -92,7 +107,13 @@ struct ExtentRecord {
   // the owner's chain position of that block); the blocks after a run's
   // start up to the next run's follow on one by one. Sorted by index.
   std::vector<std::pair<uint32_t, uint32_t>> positions = {};
+  // Its block slots (sized extents, record 9); 0: the header's extent_blocks.
+  uint32_t block_slots = 0;
 };
+
+// The block slots of `e` (raw; a coded extent packs up to
+// kCodedBlocksPerSlot times as many blocks into the same bytes).
+inline uint32_t ExtentBlocks(const ManifestHeader& h, const ExtentRecord& e) { return e.block_slots ? e.block_slots : h.extent_blocks; }
 
 // The live state a log describes.
 struct ManifestContents {
@@ -106,8 +127,10 @@ struct ManifestContents {
 
 // Record encoders: append one record to `out`.
 // A non-empty `codec` writes an ExtentCreateCoded record, a block with
-// offsets a BlockPutCoded record (both need a version 2 log).
-void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec = {});
+// offsets a BlockPutCoded record (both need a version 2 log). `blocks` > 0
+// writes an ExtentCreateSized record (a sized log, version 5) instead.
+void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec = {},
+                        uint32_t blocks = 0);
 void EncodeBlockPut(std::vector<uint8_t>& out, ExtentRef ref, const BlockRecord& block);
 void EncodeExtentFree(std::vector<uint8_t>& out, ExtentRef ref);
 // The extent's owner and referencing sessions from now on (version 3 log).

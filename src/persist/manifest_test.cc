@@ -110,6 +110,87 @@ std::vector<uint8_t> CodedLog(uint32_t version) {
   return b;
 }
 
+ManifestHeader SizedHeader() {
+  ManifestHeader h = Header();
+  h.unit_blocks = 1;
+  return h;
+}
+
+// A sized log: units of one block slot (2 layers x 4096 bytes), so a 1 MiB
+// segment holds 128 units; extents of 1 and 3 block slots, raw and coded.
+std::vector<uint8_t> SizedLog() {
+  std::vector<uint8_t> b;
+  EncodeHeader(b, SizedHeader(), kManifestVersionSized);
+  EncodeExtentCreate(b, {0, 0}, 7, {}, 1);
+  EncodeBlockPut(b, {0, 0}, {0, {1, 2}, {11, 12}});
+  EncodeExtentCreate(b, {0, 1}, 8, "pred:eps=0.01", 3);
+  // A coded extent of 3 slots: up to 48 blocks, slices within 3 x 4096 bytes.
+  EncodeBlockPut(b, {0, 1}, {40, {3, 4}, {13, 14}, {0, 8000}, {4000, 4288}});
+  EncodeExtentCreate(b, {1, 125}, 9, {}, 3);  // the last three units of segment 1
+  return b;
+}
+
+TEST(ManifestTest, SizedExtentsRoundTripWithTheirBlockSlots) {
+  auto bytes = SizedLog();
+  auto c = ParseManifest(bytes);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->torn_tail) << c->tail_problem;
+  EXPECT_EQ(c->version, kManifestVersionSized);
+  EXPECT_EQ(c->header, SizedHeader());
+  EXPECT_EQ(c->header.UnitBytes(), 2u * 4096);
+  EXPECT_EQ(c->header.UnitsPerSegment(), 128u);
+  EXPECT_EQ(ExtentBlocks(c->header, c->extents.at({0, 0})), 1u);
+  const ExtentRecord& coded = c->extents.at({0, 1});
+  EXPECT_EQ(coded.block_slots, 3u);
+  EXPECT_EQ(coded.codec, "pred:eps=0.01");
+  ASSERT_EQ(coded.blocks.size(), 1u);
+  EXPECT_EQ(coded.blocks[0].index, 40u);
+  EXPECT_EQ(ExtentBlocks(c->header, c->extents.at({1, 125})), 3u);
+  for (size_t n = 100; n < bytes.size(); ++n) ASSERT_TRUE(ParseManifest(std::span(bytes).first(n)).ok()) << n;
+}
+
+TEST(ManifestTest, SizedRecordsOutsideTheirLayoutEndTheValidPrefix) {
+  auto problem = [](const ManifestHeader& h, uint32_t version, auto add) {
+    std::vector<uint8_t> b;
+    EncodeHeader(b, h, version);
+    add(b);
+    auto c = ParseManifest(b);
+    EXPECT_TRUE(c.ok());
+    return c.ok() && c->torn_tail ? c->tail_problem : std::string("none");
+  };
+  // A sized record where units are not defined, and a fixed one among sized ones.
+  EXPECT_NE(problem(Header(), 4, [](auto& b) { EncodeExtentCreate(b, {0, 0}, 7, {}, 2); }).find("without allocation units"),
+            std::string::npos);
+  EXPECT_NE(problem(SizedHeader(), 5, [](auto& b) { EncodeExtentCreate(b, {0, 0}, 7); }).find("log of sized extents"),
+            std::string::npos);
+  // More block slots than the largest extent, none, or past the segment's end.
+  EXPECT_NE(problem(SizedHeader(), 5, [](auto& b) { EncodeExtentCreate(b, {0, 0}, 7, {}, 5); }).find("at most 4"),
+            std::string::npos);
+  EXPECT_NE(problem(SizedHeader(), 5, [](auto& b) { EncodeExtentCreate(b, {0, 126}, 7, {}, 3); }).find("beyond segment"),
+            std::string::npos);
+  // A raw block past the extent's slots; a coded slice past its layer region.
+  EXPECT_NE(problem(SizedHeader(), 5,
+                    [](auto& b) {
+                      EncodeExtentCreate(b, {0, 0}, 7, {}, 2);
+                      EncodeBlockPut(b, {0, 0}, {2, {1, 2}, {11, 12}});
+                    })
+                .find("beyond extent"),
+            std::string::npos);
+  EXPECT_NE(problem(SizedHeader(), 5,
+                    [](auto& b) {
+                      EncodeExtentCreate(b, {0, 0}, 7, "pred:eps=0.01", 1);
+                      EncodeBlockPut(b, {0, 0}, {0, {1, 2}, {11, 12}, {0, 4000}, {100, 200}});
+                    })
+                .find("outside the layer region of 4096"),
+            std::string::npos);
+  // A version 4 header's reserved field is not read as units.
+  std::vector<uint8_t> b;
+  EncodeHeader(b, SizedHeader(), 4);
+  auto c = ParseManifest(b);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->header.sized());
+}
+
 TEST(ManifestTest, CodedRecordsRoundTripInAVersion2Log) {
   auto bytes = CodedLog(2);
   auto c = ParseManifest(bytes);

@@ -95,6 +95,8 @@ const Knob kKnobs[] = {
     {"segment_bytes", &StoreOptions::segment_bytes, "bytes of one preallocated segment file"},
     {"dram_extent_layer_bytes", &StoreOptions::dram_extent_layer_bytes, "target bytes of one layer's run in a DRAM extent"},
     {"ssd_extent_layer_bytes", &StoreOptions::ssd_extent_layer_bytes, "target bytes of one layer's run in an SSD extent"},
+    {"sized_extents", &StoreOptions::sized_extents,
+     "new extents sized to their session (false: every extent the largest, as before manifest version 5)"},
     {"session_dram_share_bytes", &StoreOptions::session_dram_share_bytes,
      "most DRAM copies one session may hold, bytes; 0 derives it from the capacities"},
     {"dram_idle_after_ms", &StoreOptions::dram_idle_after,

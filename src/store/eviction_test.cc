@@ -28,6 +28,7 @@ TEST_P(EvictionTest, CapacityHoldsExactlyAndTheLeastRecentSessionGoesFirst) {
   TempDir dir;
   const Medium m = GetParam();
   StoreOptions o = SmallOptions(m == Medium::kSsd ? dir.Sub("ssd") : "", 0, 0);
+  o.sized_extents = false;  // whole extents of 4 blocks (sized ones: StoreSizedTest)
   // Room for 4.5 extents: only 4 may ever be allocated.
   if (m == Medium::kDram) o.dram_capacity_bytes = 4 * kExtentBytes + kExtentBytes / 2;
   else {

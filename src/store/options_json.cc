@@ -55,6 +55,7 @@ std::string StoreOptionsToJson(const StoreOptions& o) {
   j["segment_bytes"] = o.segment_bytes;
   j["dram_extent_layer_bytes"] = o.dram_extent_layer_bytes;
   j["ssd_extent_layer_bytes"] = o.ssd_extent_layer_bytes;
+  j["sized_extents"] = o.sized_extents;
   j["session_dram_share_bytes"] = o.session_dram_share_bytes;
   j["dram_idle_after_ms"] = static_cast<int64_t>(o.dram_idle_after.count());
   j["ssd_admission"] = SsdAdmissionName(o.ssd_admission);

@@ -72,7 +72,7 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
     } else if (e->durable(slot) != kDurable) {
       break;  // not readable yet (cannot happen while a copy holds it; never read unwritten SSD bytes)
     }
-    const ExtentGeometry& g = store->Geometry(e->medium, e->device);  // a copy has its home's layout
+    const ExtentGeometry& g = e->geom;  // a copy has its home's layout
     const uint32_t device = from == Medium::kDram ? 0 : e->device;
     Run* last = runs_.empty() ? nullptr : &runs_.back();
     if (last && last->extent == e->id && last->medium == from && last->first_slot + last->count == slot) {

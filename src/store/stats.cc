@@ -8,10 +8,10 @@ namespace {
 void AppendMedium(std::string& out, const char* name, const MediumStats& m) {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
-                "%s: capacity=%llu used=%llu extents=%llu blocks=%llu hit_blocks=%llu written=%llu read=%llu "
+                "%s: capacity=%llu used=%llu extents=%llu allocated=%llu blocks=%llu hit_blocks=%llu written=%llu read=%llu "
                 "delivered=%llu requests=%llu evicted_extents=%llu evicted_blocks=%llu queue_depth=%llu max_queue_depth=%llu stored=%llu logical=%llu\n",
                 name, (unsigned long long)m.capacity_bytes, (unsigned long long)m.used_bytes,
-                (unsigned long long)m.extents, (unsigned long long)m.blocks, (unsigned long long)m.hit_blocks,
+                (unsigned long long)m.extents, (unsigned long long)m.allocated_bytes, (unsigned long long)m.blocks, (unsigned long long)m.hit_blocks,
                 (unsigned long long)m.bytes_written, (unsigned long long)m.bytes_read,
                 (unsigned long long)m.bytes_delivered, (unsigned long long)m.read_requests,
                 (unsigned long long)m.evicted_extents, (unsigned long long)m.evicted_blocks,
@@ -23,12 +23,12 @@ void AppendMedium(std::string& out, const char* name, const MediumStats& m) {
 void AppendMediumJson(std::string& out, const char* name, const MediumStats& m) {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
-                "\"%s\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu,\"extents\":%llu,\"blocks\":%llu,"
+                "\"%s\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu,\"extents\":%llu,\"allocated_bytes\":%llu,\"blocks\":%llu,"
                 "\"hit_blocks\":%llu,\"bytes_written\":%llu,\"bytes_read\":%llu,\"bytes_delivered\":%llu,"
                 "\"read_requests\":%llu,\"evicted_extents\":%llu,\"evicted_blocks\":%llu,\"queue_depth\":%llu,"
                 "\"max_queue_depth\":%llu,\"stored_bytes\":%llu,\"logical_bytes\":%llu}",
                 name, (unsigned long long)m.capacity_bytes, (unsigned long long)m.used_bytes,
-                (unsigned long long)m.extents, (unsigned long long)m.blocks, (unsigned long long)m.hit_blocks,
+                (unsigned long long)m.extents, (unsigned long long)m.allocated_bytes, (unsigned long long)m.blocks, (unsigned long long)m.hit_blocks,
                 (unsigned long long)m.bytes_written, (unsigned long long)m.bytes_read,
                 (unsigned long long)m.bytes_delivered, (unsigned long long)m.read_requests,
                 (unsigned long long)m.evicted_extents, (unsigned long long)m.evicted_blocks,

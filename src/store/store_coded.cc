@@ -98,7 +98,15 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     // A DropSession may have removed the session while the lock was down.
     SetTenant(TouchSession(session), options.tenant);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
+    // Per layer, the encoded bytes of the blocks still to place: a new
+    // extent is sized to hold them (in raw block slots of the SSD's stride).
+    std::vector<uint64_t> left(layers, 0);
+    for (size_t k = 0; k < todo.size(); ++k)
+      for (uint32_t l = 0; l < layers; ++l) left[l] += len[k * layers + l];
+    const uint64_t slot_bytes = RoundUp(block_layer_bytes_, kSsdAlign);
     for (size_t k = 0; k < todo.size(); ++k) {
+      const uint64_t want = (*std::max_element(left.begin(), left.end()) + slot_bytes - 1) / slot_bytes;
+      for (uint32_t l = 0; l < layers; ++l) left[l] -= len[k * layers + l];
       if (Indexed(keys[todo[k]])) {  // a concurrent put stored it meanwhile
         counters_.dedup_blocks++;
         res.dedup_blocks++;
@@ -107,7 +115,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       const uint32_t* lk = &len[k * layers];
       auto fits = [&](const Extent* x) FLATKV_REQUIRES(mu_) {
         if (x->doomed || x->full || x->codec_spec != spec || x->reserved >= x->capacity) return false;
-        const uint64_t stride = Geometry(x->medium, x->device).layer_stride;
+        const uint64_t stride = x->geom.layer_stride;
         if (stride > UINT32_MAX) return false;
         for (uint32_t l = 0; l < layers; ++l) {
           const uint64_t start = x == batch ? x->fill[l] : RoundUp(x->fill[l], BatchAlign(x->medium));
@@ -119,7 +127,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
       if (e == nullptr || !fits(e)) {
         if (e != nullptr) e->full = true;
-        auto created = CreateExtent(session, options.hint, codec, spec);
+        auto created = CreateExtent(session, options.hint, want, codec, spec);
         if (!created.ok()) {
           alloc_status = created.status().WithContext("put: block " + std::to_string(todo[k]));
           break;
@@ -131,7 +139,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
               "put: block " + std::to_string(todo[k]) + ": its encoded layer slices (up to " +
               std::to_string(*std::max_element(lk, lk + layers)) + " bytes with codec " + spec +
               ") do not fit an empty extent's layer region of " +
-              std::to_string(Geometry(e->medium, e->device).layer_stride) + " bytes; raise the extent layer bytes");
+              std::to_string(e->geom.layer_stride) + " bytes; raise the extent layer bytes");
           break;
         }
       }
@@ -225,7 +233,7 @@ Status StoreImpl::WriteCoded(const std::vector<std::pair<Extent*, uint32_t>>& sl
     size_t n = 1;
     while (j + n < slots.size() && slots[j + n].first == slots[j].first) ++n;
     Extent* e = slots[j].first;  // medium, copy and base fixed while this put writes into it
-    const ExtentGeometry& g = Geometry(e->medium, e->device);
+    const ExtentGeometry& g = e->geom;
     const size_t at = j;
     j += n;
     auto span_of = [&](uint32_t l, uint64_t* start, uint64_t* end) {

@@ -75,7 +75,7 @@ Status StoreImpl::Init() {
                                                                       options_.ssd_extent_layer_bytes, max_extent,
                                                                       4096, "ssd extent"));
         header = {options_.shape, options_.block_tokens, options_.segment_bytes, g.extent_blocks,
-                  g.slot_stride, g.layer_stride, g.extent_bytes};
+                  g.slot_stride, g.layer_stride, g.extent_bytes, options_.sized_extents ? 1u : 0u};
       }
       SsdDirOptions so{options_.ssd_dirs[d], options_.ssd_capacity_bytes, options_.segment_bytes,
                        options_.use_direct_io, options_.read_only};
@@ -97,21 +97,26 @@ Status StoreImpl::Init() {
     FLATKV_RETURN_IF_ERROR(options_.codec->Supports({options_.shape, options_.block_tokens})
                                .WithContext("codec " + options_.codec->Spec()));
   if (options_.dram_capacity_bytes > 0 && !ssd_.empty()) {
-    // DRAM holds copies of SSD extents, laid out as their homes are, so its
-    // slots take the largest SSD extent (DRAM homes use the same layout).
+    // DRAM holds copies of SSD extents, laid out as their homes are (DRAM
+    // homes use the largest SSD extent's layout, sized like it); its unit is
+    // the smallest SSD unit, which every SSD extent's bytes are a multiple of.
     ExtentGeometry g = ssd_[0]->geometry();
-    for (const auto& d : ssd_)
+    uint64_t unit = ssd_[0]->unit_bytes();
+    for (const auto& d : ssd_) {
       if (d->geometry().extent_bytes > g.extent_bytes) g = d->geometry();
+      unit = std::min(unit, d->unit_bytes());
+    }
     if (options_.dram_capacity_bytes < g.extent_bytes)
       return Status::InvalidArgument("dram_capacity_bytes=" + std::to_string(options_.dram_capacity_bytes) +
                                      " is smaller than one SSD extent (" + std::to_string(g.extent_bytes) +
                                      " bytes), which a DRAM copy mirrors; raise it, or set it to 0 for no DRAM tier");
-    FLATKV_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_capacity_bytes, g));
+    FLATKV_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_capacity_bytes, g, unit));
   } else if (options_.dram_capacity_bytes > 0) {
     FLATKV_ASSIGN_OR_RETURN(ExtentGeometry g, ExtentGeometry::Make(options_.shape, options_.block_tokens,
                                                                   options_.dram_extent_layer_bytes,
                                                                   options_.dram_capacity_bytes, 1, "dram_capacity_bytes"));
-    FLATKV_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_capacity_bytes, g));
+    FLATKV_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_capacity_bytes, g,
+                                                     options_.sized_extents ? g.BlockSlotBytes() : g.extent_bytes));
   }
   write_budget_ = options_.ssd_write_buffer_bytes
                       ? options_.ssd_write_buffer_bytes
@@ -130,16 +135,19 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
   MutexLock lock(&mu_);
   for (const auto& [seq, ref] : order) {
     const persist::ExtentRecord& rec = contents.extents.at(ref);
-    const uint64_t slot = dir.SlotOf(ref);
-    if (slot >= dir.slots().capacity())
+    const uint64_t slot = dir.UnitOf(ref);
+    const uint32_t extent_blocks = persist::ExtentBlocks(dir.header(), rec);
+    const uint64_t units = dir.UnitsFor(extent_blocks);
+    if (slot + units > dir.units().capacity())
       return Status::InvalidArgument(dir.path() + ": ssd_capacity_bytes=" + std::to_string(dir.capacity_bytes()) +
                                      " is smaller than the data already stored (extent " + std::to_string(ref.segment) +
                                      "/" + std::to_string(ref.slot) + " ends at byte " +
-                                     std::to_string((slot + 1) * dir.geometry().extent_bytes) +
+                                     std::to_string((slot + units) * dir.unit_bytes()) +
                                      "); reopen with a larger capacity, nothing was changed");
-    if (!dir.SegmentHolds(slot) || !dir.slots().Claim(slot)) {
+    if (!dir.SegmentHolds(slot, units) || !dir.units().Claim(slot, units)) {
       LogWarning(dir.path() + ": extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot) +
-                 " has no segment file behind it; its " + std::to_string(rec.blocks.size()) + " blocks are lost");
+                 " has no segment file behind it, or overlaps another extent; its " + std::to_string(rec.blocks.size()) +
+                 " blocks are lost");
       counters_.lost_blocks += rec.blocks.size();
       dropped = true;
       continue;
@@ -149,15 +157,17 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     e->medium = Medium::kSsd;
     e->device = device;
     e->slot = slot;
-    e->base = dir.SlotAddress(slot);
+    e->units = units;
+    e->base = dir.UnitAddress(slot);
+    e->geom = dir.GeometryFor(extent_blocks);
     e->session = rec.session;
     e->last_access = Now();
-    e->capacity = dir.geometry().extent_blocks;
+    e->capacity = extent_blocks;
     e->sums_in_memory = options_.read_only;  // else the sums table, rebuilt below
     if (!rec.codec.empty()) {
       auto codec = CodecForSpec(rec.codec);
       if (!codec.ok()) {
-        dir.slots().Release(slot);
+        dir.units().Release(slot, units);
         return codec.status().WithContext(dir.path() + ": extent " + std::to_string(ref.segment) + "/" +
                                           std::to_string(ref.slot) + " (nothing was changed)");
       }
@@ -170,7 +180,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     e->full = true;
     e->runs = rec.positions;
     if (Status hs = AddHandle(e.get()); !hs.ok()) {
-      dir.slots().Release(slot);
+      dir.units().Release(slot, units);
       return hs.WithContext(dir.path() + " (nothing was changed)");
     }
     GrowSlots(e.get(), e->reserved);
@@ -253,7 +263,8 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
     for (uint64_t id : sessions_[*it].extents) {
       const Extent& e = *extents_.at(id);
       if (e.medium != Medium::kSsd || e.device != device) continue;
-      persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers, e.runs};
+      persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers, e.runs,
+                                dir.sized() ? e.geom.extent_blocks : 0};
       // The sums come from the table: one buffered read per extent, under
       // mu_ (only at Close and recovery, when no put runs).
       std::vector<SumEntry> sums(uint64_t{e.reserved} * layers);
@@ -318,8 +329,26 @@ uint64_t StoreImpl::SessionShare() const {
   return std::max(dram_->geometry().extent_bytes, dram_->capacity_bytes() / 2);
 }
 
-const ExtentGeometry& StoreImpl::Geometry(Medium m, uint32_t device) const {
-  return m == Medium::kDram ? dram_->geometry() : ssd_[device]->geometry();
+uint64_t StoreImpl::DramBytesOf(const Extent& e) const {
+  const uint64_t units = e.medium == Medium::kDram ? e.units : e.has_copy ? e.copy_units : 0;
+  return units * (dram_ ? dram_->unit_bytes() : 0);
+}
+
+uint32_t StoreImpl::DramUnitBlocks() const {
+  const ExtentGeometry& g = dram_->geometry();
+  const uint64_t per = g.BlockSlotBytes();
+  if (dram_->unit_bytes() % per != 0 || dram_->unit_bytes() >= g.extent_bytes) return 0;
+  return static_cast<uint32_t>(dram_->unit_bytes() / per);
+}
+
+uint32_t StoreImpl::SizeFor(const Session& s, uint64_t want, uint32_t unit, uint32_t largest) const {
+  if (unit >= largest) return largest;
+  uint64_t held = 0;
+  for (uint64_t id : s.extents)
+    if (auto it = extents_.find(id); it != extents_.end()) held += it->second->geom.extent_blocks;
+  uint64_t b = std::max<uint64_t>({want, (held + kSizeGrowth - 1) / kSizeGrowth, 1});
+  b = (b + unit - 1) / unit * unit;
+  return static_cast<uint32_t>(std::min<uint64_t>(b, largest));
 }
 
 PlacementContext StoreImpl::MakeContext(SessionId session, PutHint hint) {
@@ -329,12 +358,11 @@ PlacementContext StoreImpl::MakeContext(SessionId session, PutHint hint) {
   c.session_dram_bytes = sessions_[session].dram_bytes;
   c.session_share_bytes = SessionShare();
   if (dram_) {
-    const uint64_t eb = dram_->geometry().extent_bytes;
-    c.dram_extent_bytes = eb;
+    c.dram_extent_bytes = dram_->geometry().extent_bytes;
     c.dram_capacity_bytes = dram_->capacity_bytes();
-    c.dram_free_bytes = dram_->slots().free() * eb;
+    c.dram_free_bytes = dram_->units().free() * dram_->unit_bytes();
   }
-  for (const auto& d : ssd_) c.ssd_capacity_bytes += d->slots().capacity() * d->geometry().extent_bytes;
+  for (const auto& d : ssd_) c.ssd_capacity_bytes += d->units().capacity() * d->unit_bytes();
   return c;
 }
 
@@ -396,9 +424,18 @@ bool StoreImpl::ReclaimFrom(Medium m, SessionId requester, bool idle_only) {
   return oldest != nullptr && Evict(oldest, requester);
 }
 
-std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
+std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester, uint64_t units) {
   if (!dram_) return std::nullopt;
-  if (auto s = dram_->slots().Allocate()) return s;
+  // Copies of other sizes may have to go before a run this long is free;
+  // past kMaxDrops of them the extent goes without a copy this time.
+  constexpr int kMaxDrops = 16;
+  for (int drops = 0;; ++drops) {
+    if (auto s = dram_->units().Allocate(units)) return s;
+    if (drops == kMaxDrops || !DropCopyFor(requester)) return std::nullopt;
+  }
+}
+
+bool StoreImpl::DropCopyFor(SessionId requester) {
   const auto now = Now();
   auto ok = [&](const Extent* x, const Session&) { return x->has_copy && x->pins == 0 && !x->retained(now); };
   // Tenants over their share of DRAM give up copies first.
@@ -413,16 +450,16 @@ std::optional<uint64_t> StoreImpl::CopySlot(SessionId requester) {
     // recently accessed one (history it no longer reads; never its open
     // extent or one in use).
     auto self = sessions_.find(requester);
-    if (self == sessions_.end()) return std::nullopt;
+    if (self == sessions_.end()) return false;
     for (uint64_t id : self->second.extents) {
       Extent* x = extents_.at(id).get();
       if (!x->has_copy || x->pins > 0 || x->retained(now) || id == self->second.open_extent) continue;
       if (victim == nullptr || x->last_access < victim->last_access) victim = x;
     }
-    if (victim == nullptr) return std::nullopt;
+    if (victim == nullptr) return false;
   }
   DropCopy(victim);
-  return dram_->slots().Allocate();
+  return true;
 }
 
 void StoreImpl::DropCopy(Extent* e) {
@@ -441,25 +478,28 @@ void StoreImpl::DropCopy(Extent* e) {
     }
     e->set_in_copy(i, false);
   }
-  dram_->slots().Release(e->copy_slot);
-  e->has_copy = false;
   auto s = sessions_.find(e->session);
-  if (s != sessions_.end()) ChargeDram(s->second, -int64_t(dram_->geometry().extent_bytes));
+  if (s != sessions_.end()) ChargeDram(s->second, -int64_t(DramBytesOf(*e)));
+  dram_->units().Release(e->copy_slot, e->copy_units);
+  e->has_copy = false;
   counters_.dram.evicted_extents++;
   counters_.dram.evicted_blocks += dropped;
 }
 
 bool StoreImpl::GiveCopy(Extent* e) {
   if (!dram_ || e->medium != Medium::kSsd || e->has_copy || e->writers > 0 || e->doomed) return false;
-  if (CopyGeometry(*e).extent_bytes > dram_->geometry().extent_bytes) return false;
+  if (e->geom.extent_bytes > dram_->geometry().extent_bytes) return false;
   if (!placement_->Choose(MakeContext(e->session, PutHint::kAuto)).dram_copy) return false;
-  auto slot = CopySlot(e->session);
+  const uint64_t units = dram_->UnitsFor(e->geom.extent_bytes);
+  auto slot = CopySlot(e->session, units);
   if (!slot) return false;
   e->has_copy = true;
   e->copy_slot = *slot;
-  e->copy_base = dram_->SlotOffset(*slot);
+  e->copy_units = units;
+  e->copy_base = dram_->UnitOffset(*slot);
   for (uint32_t i = 0; i < e->slots(); ++i) e->set_in_copy(i, false);
-  ChargeDram(sessions_[e->session], int64_t(dram_->geometry().extent_bytes));
+  ChargeDram(sessions_[e->session], int64_t(DramBytesOf(*e)));
+  counters_.dram.allocated_bytes += DramBytesOf(*e);
   return true;
 }
 
@@ -504,55 +544,93 @@ void StoreImpl::ForgetIfEmpty(SessionId id) {
   sessions_.erase(it);
 }
 
-Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint32_t* device) {
+Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint64_t want, uint32_t* device,
+                                          uint32_t* blocks, uint64_t* units) {
+  const Session& s = sessions_[requester];
   if (m == Medium::kDram) {
     if (!dram_) return Status::NoSpace("no DRAM tier");
-    // With an SSD to fall back on, a DRAM home takes a copy's slot, else
+    const ExtentGeometry& g = dram_->geometry();
+    const uint32_t unit = DramUnitBlocks();
+    *blocks = unit ? SizeFor(s, want, unit, g.extent_blocks) : g.extent_blocks;
+    *units = dram_->UnitsFor(g.Sized(*blocks).extent_bytes);
+    *device = 0;
+    // With an SSD to fall back on, a DRAM home takes copies' units, else
     // only idle sessions give up DRAM homes.
     const bool idle_only = !ssd_.empty();
     if (idle_only)
-      if (auto s = CopySlot(requester)) return *s;
+      if (auto got = CopySlot(requester, *units)) return *got;
     do {
-      if (auto s = dram_->slots().Allocate()) return *s;
+      if (auto got = dram_->units().Allocate(*units)) return *got;
     } while (ReclaimFrom(m, requester, idle_only));
-    return Status::NoSpace("dram: all " + std::to_string(dram_->slots().capacity()) + " extents are held by active sessions");
+    return Status::NoSpace("dram: " + std::to_string(dram_->units().free() * dram_->unit_bytes()) + " of " +
+                           std::to_string(dram_->capacity_bytes()) +
+                           " bytes free, not enough in one run, and the rest is held by active sessions");
   }
   if (ssd_.empty()) return Status::NoSpace("no SSD tier");
   do {
+    // The size wanted, in the first directory (round robin) with a run that long.
     for (uint32_t k = 0; k < ssd_.size(); ++k) {
       const uint32_t d = (next_device_ + k) % ssd_.size();
-      if (auto s = ssd_[d]->slots().Allocate()) {
+      SsdDir& dir = *ssd_[d];
+      const uint32_t b = SizeFor(s, want, dir.unit_blocks(), dir.geometry().extent_blocks);
+      if (auto got = dir.units().Allocate(dir.UnitsFor(b))) {
         next_device_ = d + 1;
         *device = d;
-        return *s;
+        *blocks = b;
+        *units = dir.UnitsFor(b);
+        return *got;
+      }
+    }
+    // Else at least half of it from a directory's longest free run, before
+    // evicting anything (the put goes on in another extent).
+    for (uint32_t k = 0; k < ssd_.size(); ++k) {
+      const uint32_t d = (next_device_ + k) % ssd_.size();
+      SsdDir& dir = *ssd_[d];
+      if (!dir.sized()) continue;
+      const uint64_t need = dir.UnitsFor(SizeFor(s, want, dir.unit_blocks(), dir.geometry().extent_blocks));
+      const uint64_t run = dir.units().largest_free();
+      if (run == 0 || 2 * run < need) continue;
+      if (auto got = dir.units().Allocate(run)) {
+        next_device_ = d + 1;
+        *device = d;
+        *blocks = static_cast<uint32_t>(run * dir.unit_blocks());
+        *units = run;
+        return *got;
       }
     }
   } while (ReclaimFrom(m, requester, false));
   return Status::NoSpace("ssd: every extent is in use and none can be evicted");
 }
 
-Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const std::shared_ptr<const Codec>& codec,
-                                        const std::string& spec) {
+Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, uint64_t want,
+                                        const std::shared_ptr<const Codec>& codec, const std::string& spec) {
   const Placement p = placement_->Choose(MakeContext(session, hint));
   Medium m = p.home;
   if (m == Medium::kDram && !dram_) m = Medium::kSsd;
   if (m != Medium::kDram && ssd_.empty()) m = Medium::kDram;
-  uint32_t device = 0;
-  auto slot = AllocateSlot(m, session, &device);
+  uint32_t device = 0, blocks = 0;
+  uint64_t units = 0;
+  auto slot = AllocateSlot(m, session, want, &device, &blocks, &units);
   if (!slot.ok() && m == Medium::kDram && !ssd_.empty()) {
     m = Medium::kSsd;
-    slot = AllocateSlot(m, session, &device);
+    slot = AllocateSlot(m, session, want, &device, &blocks, &units);
   }
   if (!slot.ok()) return slot.status();
+  auto release = [&]() FLATKV_REQUIRES(mu_) {
+    if (m == Medium::kDram) dram_->units().Release(*slot, units);
+    else ssd_[device]->units().Release(*slot, units);
+  };
   auto e = std::make_unique<Extent>();
   e->id = next_extent_id_++;
   e->medium = m;
   e->device = device;
   e->slot = slot.value();
+  e->units = units;
   e->session = session;
   e->last_access = Now();
   e->sums_in_memory = m == Medium::kDram;
-  const ExtentGeometry& g = Geometry(m, device);
+  e->geom = (m == Medium::kDram ? dram_->geometry() : ssd_[device]->geometry()).Sized(blocks);
+  const ExtentGeometry& g = e->geom;
   if (codec) {  // per-slot vectors grow as slots are reserved
     e->codec = codec;
     e->codec_spec = spec;
@@ -563,41 +641,45 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, const s
     GrowSlots(e.get(), g.extent_blocks);
   }
   if (Status hs = AddHandle(e.get()); !hs.ok()) {
-    if (m == Medium::kDram) dram_->slots().Release(e->slot);
-    else ssd_[device]->slots().Release(e->slot);
+    release();
     return hs;
   }
   if (m == Medium::kDram) {
-    e->base = dram_->SlotOffset(e->slot);
+    e->base = dram_->UnitOffset(e->slot);
   } else {
     SsdDir& dir = *ssd_[device];
-    e->base = dir.SlotAddress(e->slot);
+    e->base = dir.UnitAddress(e->slot);
     std::vector<uint8_t> rec;
-    persist::EncodeExtentCreate(rec, dir.RefOf(e->slot), session, spec);
+    persist::EncodeExtentCreate(rec, dir.RefOf(e->slot), session, spec, dir.sized() ? blocks : 0);
     Status s = dir.Locate(e->base, /*create=*/true).status();
     if (s.ok() && codec) s = dir.manifest().Upgrade(persist::kManifestVersionCoded);
     if (s.ok()) s = dir.manifest().Append(rec, /*sync=*/false);  // under mu_: the put syncs (SyncManifests)
     if (!s.ok()) {
-      dir.slots().Release(e->slot);
+      release();
       ReleaseHandle(e.get());
       return s;
     }
   }
+  counters_.of(m).allocated_bytes += units * (m == Medium::kDram ? dram_->unit_bytes() : ssd_[device]->unit_bytes());
   Session& sess = sessions_[session];
   sess.extents.push_back(e->id);
   sess.open_extent = e->id;
-  if (m == Medium::kDram) ChargeDram(sess, int64_t(dram_->geometry().extent_bytes));
+  if (m == Medium::kDram) ChargeDram(sess, int64_t(DramBytesOf(*e)));
   Extent* raw = e.get();
   extents_[e->id] = std::move(e);
   // The session being written gets a DRAM copy of its new extent when the
-  // policy wants one and a slot can be had without waiting.
-  if (m == Medium::kSsd && p.dram_copy && dram_ && g.extent_bytes <= dram_->geometry().extent_bytes)
-    if (auto cs = CopySlot(session)) {
+  // policy wants one and DRAM units can be had without waiting.
+  if (m == Medium::kSsd && p.dram_copy && dram_ && g.extent_bytes <= dram_->geometry().extent_bytes) {
+    const uint64_t copy_units = dram_->UnitsFor(g.extent_bytes);
+    if (auto cs = CopySlot(session, copy_units)) {
       raw->has_copy = true;
       raw->copy_slot = *cs;
-      raw->copy_base = dram_->SlotOffset(*cs);
-      ChargeDram(sess, int64_t(dram_->geometry().extent_bytes));
+      raw->copy_units = copy_units;
+      raw->copy_base = dram_->UnitOffset(*cs);
+      ChargeDram(sess, int64_t(DramBytesOf(*raw)));
+      counters_.dram.allocated_bytes += DramBytesOf(*raw);
     }
+  }
   return raw;
 }
 
@@ -616,23 +698,22 @@ Status StoreImpl::FreeExtent(Extent* e) {
     std::vector<uint8_t> rec;
     persist::EncodeExtentFree(rec, dir.RefOf(e->slot));
     FLATKV_RETURN_IF_ERROR(dir.manifest().Append(rec, /*sync=*/false));  // under mu_: the caller syncs
-    dir.slots().Release(e->slot);
+    dir.units().Release(e->slot, e->units);
   } else {
-    dram_->slots().Release(e->slot);
+    dram_->units().Release(e->slot, e->units);
   }
   for (uint32_t i = 0; i < e->slots(); ++i)
     if (e->present(i)) Unindex(e, i);
   auto sit = sessions_.find(e->session);
+  if (sit != sessions_.end()) ChargeDram(sit->second, -int64_t(DramBytesOf(*e)));  // its DRAM home or copy
   if (e->has_copy) {
-    dram_->slots().Release(e->copy_slot);
+    dram_->units().Release(e->copy_slot, e->copy_units);
     e->has_copy = false;
-    if (sit != sessions_.end()) ChargeDram(sit->second, -int64_t(dram_->geometry().extent_bytes));
   }
   if (sit != sessions_.end()) {
     Session& s = sit->second;
     s.extents.erase(std::remove(s.extents.begin(), s.extents.end(), e->id), s.extents.end());
     if (s.open_extent == e->id) s.open_extent = 0;
-    if (e->medium == Medium::kDram) ChargeDram(s, -int64_t(dram_->geometry().extent_bytes));
   }
   for (SessionId h : e->sharers) {
     auto hs = sessions_.find(h);
@@ -765,7 +846,7 @@ Status StoreImpl::DropSessionLocked(SessionId session) {
       e->runs = {{0, from == hs.shared_from.end() ? 0 : from->second}};
       if (from != hs.shared_from.end()) hs.shared_from.erase(from);
       if (Status s = LogPositions(*e, 0); !s.ok() && first.ok()) first = s;
-      const uint64_t held = (e->has_copy || e->medium == Medium::kDram) ? dram_->geometry().extent_bytes : 0;
+      const uint64_t held = DramBytesOf(*e);
       ChargeDram(hs, int64_t(held));
       ChargeDram(it->second, -int64_t(held));
       auto& own = it->second.extents;
@@ -792,6 +873,7 @@ Status StoreImpl::DropSessionLocked(SessionId session) {
 StoreStats StoreImpl::Stats() const {
   StoreStats st;
   auto fill = [](MediumStats& m, const MediumCounters& c) {
+    m.allocated_bytes = c.allocated_bytes;
     m.hit_blocks = c.hit_blocks;
     m.bytes_written = c.bytes_written;
     m.bytes_read = c.bytes_read;
@@ -807,14 +889,14 @@ StoreStats StoreImpl::Stats() const {
     MutexLock lock(&mu_);
     if (dram_) {
       st.dram.capacity_bytes = dram_->capacity_bytes();
-      st.dram.extents = dram_->slots().used();
-      st.dram.used_bytes = st.dram.extents * dram_->geometry().extent_bytes;
+      st.dram.extents = dram_->units().runs();
+      st.dram.used_bytes = dram_->units().used() * dram_->unit_bytes();
     }
     st.ssd_direct_io = !ssd_.empty();
     for (const auto& d : ssd_) {
       st.ssd.capacity_bytes += d->capacity_bytes();
-      st.ssd.extents += d->slots().used();
-      st.ssd.used_bytes += d->slots().used() * d->geometry().extent_bytes;
+      st.ssd.extents += d->units().runs();
+      st.ssd.used_bytes += d->units().used() * d->unit_bytes();
       st.ssd_direct_io = st.ssd_direct_io && d->all_direct();
       st.manifest_bytes += d->manifest().bytes();
       st.manifest_checkpoints += d->manifest().checkpoints();

@@ -64,11 +64,13 @@ struct Extent {
   uint32_t handle = 0;  // its index in StoreImpl::handles_ (what index_ refers to; reused once freed)
   Medium medium = Medium::kNone;
   uint32_t device = 0;  // SSD directory index; 0 for DRAM
-  uint64_t slot = 0;    // extent slot on its medium/device
+  uint64_t slot = 0;    // its first allocation unit on its medium/device
+  uint64_t units = 0;   // allocation units it takes there
   uint64_t base = 0;    // address offset of (layer 0, block slot 0)
+  ExtentGeometry geom;  // its layout: its medium's, sized to its block slots (a DRAM copy has the same)
   SessionId session = 0;
   uint32_t reserved = 0;  // block slots handed out to puts
-  uint32_t capacity = 0;  // block slots it may hold (raw: extent_blocks)
+  uint32_t capacity = 0;  // block slots it may hold (raw: geom.extent_blocks)
   uint32_t pins = 0;
   uint32_t writers = 0;  // puts (or SSD admissions) writing into it now; no copy is added meanwhile
   bool doomed = false;
@@ -89,7 +91,8 @@ struct Extent {
   // the arena); `state` says which slots it holds, and which slots' SSD
   // writes and BlockPut records completed.
   bool has_copy = false;
-  uint64_t copy_slot = 0;
+  uint64_t copy_slot = 0;   // its first DRAM unit
+  uint64_t copy_units = 0;
   uint64_t copy_base = 0;
   // Other live sessions that reference its blocks (they put blocks it
   // already held); they keep it from being freed by its owner's drop.
@@ -153,7 +156,7 @@ struct Session {
 };
 
 struct MediumCounters {
-  std::atomic<uint64_t> hit_blocks{0}, bytes_written{0}, bytes_read{0}, bytes_delivered{0}, read_requests{0},
+  std::atomic<uint64_t> allocated_bytes{0}, hit_blocks{0}, bytes_written{0}, bytes_read{0}, bytes_delivered{0}, read_requests{0},
       evicted_extents{0}, evicted_blocks{0}, max_queue_depth{0};
   void NoteDepth(uint64_t d) {
     uint64_t prev = max_queue_depth.load(std::memory_order_relaxed);
@@ -191,8 +194,6 @@ class StoreImpl final : public Store {
   uint64_t BlockLayerBytes() const override { return block_layer_bytes_; }
   uint64_t BlockBytes() const override { return block_layer_bytes_ * options_.shape.layers; }
 
-  // Used by restores.
-  const ExtentGeometry& Geometry(Medium m, uint32_t device) const;
   Clock::time_point Now() const { return options_.clock ? options_.clock() : Clock::now(); }
   DramArena* dram() { return dram_.get(); }
   SsdDir* ssd(uint32_t device) { return ssd_[device].get(); }
@@ -206,7 +207,6 @@ class StoreImpl final : public Store {
   // re-admitted blocks (`readmitted`) as held by their extents' DRAM copies.
   void EndRestore(const std::vector<uint64_t>& pinned, const std::vector<BlockRef>& corrupt,
                   const std::vector<BlockRef>& readmitted = {});
-  const ExtentGeometry& CopyGeometry(const Extent& e) const { return Geometry(Medium::kSsd, e.device); }
   // Window buffers are pre-faulted once and recycled.
   AlignedBuffer AcquireWindow(uint64_t bytes);
   void ReleaseWindow(AlignedBuffer buffer);
@@ -228,9 +228,23 @@ class StoreImpl final : public Store {
   // Gives SSD extent `e` (no copy yet) a DRAM copy to re-admit restored
   // blocks into, if the policy and a cheap slot allow.
   bool GiveCopy(Extent* e) FLATKV_REQUIRES(mu_);
-  // `codec` null: a raw extent; else a coded one of spec `spec`.
-  Result<Extent*> CreateExtent(SessionId session, PutHint hint, const std::shared_ptr<const Codec>& codec = nullptr,
-                               const std::string& spec = {}) FLATKV_REQUIRES(mu_);
+  // `codec` null: a raw extent; else a coded one of spec `spec`. A sized
+  // medium gives it about `want` block slots (the put's blocks still to
+  // place, or for a coded put the raw slots its slices fill), and at least
+  // 1/kSizeGrowth of what the session's extents hold, so a session's
+  // extents grow geometrically: few of them for a long session, and little
+  // unfilled space behind a short one (docs/format_segment.md, "Sized extents").
+  Result<Extent*> CreateExtent(SessionId session, PutHint hint, uint64_t want,
+                               const std::shared_ptr<const Codec>& codec = nullptr, const std::string& spec = {})
+      FLATKV_REQUIRES(mu_);
+  static constexpr uint64_t kSizeGrowth = 8;
+  // Block slots for a new extent of `s` on a medium whose extents hold
+  // multiples of `unit` up to `largest` (unit == largest: fixed size).
+  uint32_t SizeFor(const Session& s, uint64_t want, uint32_t unit, uint32_t largest) const FLATKV_REQUIRES(mu_);
+  // DRAM that e's DRAM home or DRAM copy takes (0 without either).
+  uint64_t DramBytesOf(const Extent& e) const;
+  // Block slots per DRAM unit of a DRAM home (0: DRAM homes are not sized).
+  uint32_t DramUnitBlocks() const;
   // Put with a codec (store_coded.cc): encodes outside the lock, reserves
   // packed room, writes each extent's batch as one request per layer.
   Status PutCoded(SessionId session, std::span<const BlockKey> keys, std::span<const std::byte> data,
@@ -267,10 +281,19 @@ class StoreImpl final : public Store {
   // extents or kMaxSlots slots); ReleaseHandle when it is freed.
   Status AddHandle(Extent* e) FLATKV_REQUIRES(mu_);
   void ReleaseHandle(Extent* e) FLATKV_REQUIRES(mu_);
-  Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint32_t* device) FLATKV_REQUIRES(mu_);
-  // A DRAM slot for a copy: a free one, else one taken from the least
-  // recently used other session's copy (never a DRAM home, never waiting).
-  std::optional<uint64_t> CopySlot(SessionId requester) FLATKV_REQUIRES(mu_);
+  // Space for a new extent of medium `m` of about `want` block slots (see
+  // CreateExtent): its first unit; *device, *blocks (its block slots) and
+  // *units say where and how much. Past a free run of the size wanted it
+  // takes a run of at least half of it, else reclaims.
+  Result<uint64_t> AllocateSlot(Medium m, SessionId requester, uint64_t want, uint32_t* device, uint32_t* blocks,
+                                uint64_t* units) FLATKV_REQUIRES(mu_);
+  // `units` DRAM units for a copy: free ones, else those of the least
+  // recently used other sessions' copies (never a DRAM home, never waiting).
+  std::optional<uint64_t> CopySlot(SessionId requester, uint64_t units) FLATKV_REQUIRES(mu_);
+  // Drops the DRAM copy CopySlot takes next (the least recently used other
+  // session's, else the requester's own least recently accessed one that
+  // is not in use); false when there is none.
+  bool DropCopyFor(SessionId requester) FLATKV_REQUIRES(mu_);
   // Drops e's DRAM copy (its blocks stay on SSD; blocks that are not
   // durable, kOnReuse, are lost).
   void DropCopy(Extent* e) FLATKV_REQUIRES(mu_);

@@ -48,7 +48,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
       Session& s = sessions_[session];
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
       if (e == nullptr || e->doomed || e->coded() || e->reserved == e->capacity) {
-        auto created = CreateExtent(session, options.hint);
+        auto created = CreateExtent(session, options.hint, keys.size() - i);
         if (!created.ok()) {
           alloc_status = created.status().WithContext("put: block " + std::to_string(i));
           break;
@@ -145,7 +145,7 @@ Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& s
     // e's medium, copy and base do not change while this put pins it as a writer.
     Extent* e = slots[k].first;
     const uint32_t first = slots[k].second;
-    const ExtentGeometry& g = Geometry(e->medium, e->device);
+    const ExtentGeometry& g = e->geom;
     const size_t at = k;
     k += n;
     auto src = [&](size_t j, uint32_t l) { return data.data() + inputs[at + j] * block_bytes + l * block_layer_bytes_; };
@@ -368,7 +368,7 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     SegmentWriter writer(*this);
     for (const Job& job : jobs) {
       const Extent* e = job.e;
-      const ExtentGeometry& g = Geometry(e->medium, e->device);
+      const ExtentGeometry& g = e->geom;
       auto loc = ssd_[e->device]->Locate(e->base, true);
       if (!loc.ok()) {
         status = loc.status();

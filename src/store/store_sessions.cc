@@ -112,15 +112,18 @@ Result<uint32_t> StoreImpl::Retain(std::span<const BlockKey> chain, std::chrono:
       continue;
     }
     const Extent& x = *xe->second;
-    dram_held += x.medium == Medium::kDram || x.has_copy;
-    ssd_held += x.medium == Medium::kSsd;
+    dram_held += DramBytesOf(x);
+    ssd_held += x.medium == Medium::kSsd ? x.geom.extent_bytes : 0;
     ++it;
   }
-  // Half of each medium, rounded up (a store of one extent can retain it).
-  const uint64_t dram_cap = dram_ ? (dram_->slots().capacity() + 1) / 2 : 0;
-  uint64_t ssd_slots = 0;
-  for (const auto& d : ssd_) ssd_slots += d->slots().capacity();
-  const uint64_t ssd_cap = (ssd_slots + 1) / 2;
+  // Half of each medium's bytes, or one extent (a store of one extent can retain it).
+  const uint64_t dram_cap = dram_ ? std::max(dram_->capacity_bytes() / 2, dram_->geometry().extent_bytes) : 0;
+  uint64_t ssd_bytes = 0, ssd_extent = 0;
+  for (const auto& d : ssd_) {
+    ssd_bytes += d->units().capacity() * d->unit_bytes();
+    ssd_extent = std::max(ssd_extent, d->geometry().extent_bytes);
+  }
+  const uint64_t ssd_cap = std::max(ssd_bytes / 2, ssd_extent);
   uint32_t n = 0;
   for (; n < chain.size(); ++n) {
     uint32_t slot = 0;
@@ -131,9 +134,9 @@ Result<uint32_t> StoreImpl::Retain(std::span<const BlockKey> chain, std::chrono:
       continue;
     }
     if (!e->retained(now)) {
-      const bool dram = e->medium == Medium::kDram || e->has_copy;
-      const bool ssd = e->medium == Medium::kSsd;
-      if ((dram && dram_held + 1 > dram_cap) || (ssd && ssd_held + 1 > ssd_cap)) {
+      const uint64_t dram = DramBytesOf(*e);
+      const uint64_t ssd = e->medium == Medium::kSsd ? e->geom.extent_bytes : 0;
+      if ((dram && dram_held + dram > dram_cap) || (ssd && ssd_held + ssd > ssd_cap)) {
         uint32_t stored = n;
         while (stored < chain.size() && Indexed(chain[stored])) ++stored;
         counters_.retain_refused_blocks += stored - n;

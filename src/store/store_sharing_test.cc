@@ -69,12 +69,12 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
     {
       auto store = OpenStore(o);
       ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
-      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 4u);  // chain positions: version 4 from the first put
+      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 5u);  // sized extents: version 5 from the start
       PutResult result;
       PutOptions po;
       po.result = &result;
       ASSERT_TRUE(store->Put(2, ChainKeys(1, 12), Payload(*store, 12, 1), po).ok());
-      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 4u);
+      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 5u);
       if (clean) {
         ASSERT_TRUE(store->Close().ok());
       } else {

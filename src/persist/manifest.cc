@@ -229,6 +229,8 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
     c.tail_problem = "offset " + std::to_string(at) + ": " + why;
   };
   c.good_bytes = r.pos();
+  ExtentRef last_ref;
+  auto last = c.extents.end();  // the extent of the last block record (reset when one is freed)
   while (r.remaining() > 0) {
     const size_t at = r.pos();
     if (!r.Has(9)) { stop(at, "truncated record header"); break; }
@@ -330,7 +332,10 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
       b.key.lo = p.U64();
       b.key.hi = p.U64();
       uint32_t n = p.U32();
-      auto it = c.extents.find(ref);
+      // Block records of one extent mostly follow each other: look it up once.
+      if (!(ref == last_ref) || last == c.extents.end()) last = c.extents.find(ref);
+      last_ref = ref;
+      auto it = last;
       const uint64_t max_index =
           it == c.extents.end() ? 0 : uint64_t{ExtentBlocks(h, it->second)} * (coded ? kCodedBlocksPerSlot : 1);
       const uint64_t region = it == c.extents.end() ? 0 : layer_bytes(it->second);
@@ -363,6 +368,7 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
       }
     } else if (type == kExtentFree && need(8)) {
       ExtentRef ref{p.U32(), p.U32()};
+      last = c.extents.end();
       if (c.extents.erase(ref) == 0) problem = "free of unknown extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
       ++sequence;
     } else {

@@ -73,6 +73,12 @@ class BlockIndex {
     return std::nullopt;
   }
 
+  // Starts loading the bucket `key`'s probe begins at (a caller about to
+  // Find or Insert many keys issues these a few keys ahead).
+  void Prefetch(const BlockKey& key) const {
+    if (cur_.cap != 0) __builtin_prefetch(&cur_.slots[Hash(key) & (cur_.cap - 1)], 1);
+  }
+
   template <typename KeyOf>
   bool Contains(const BlockKey& key, const KeyOf& key_of) const {
     return Find(key, key_of).has_value();
@@ -106,6 +112,15 @@ class BlockIndex {
       return true;
     }
     return false;
+  }
+
+  // Sizes an empty index for `n` entries at once (recovery knows how many
+  // it will insert), so no growth or migration runs while they go in.
+  void Reserve(uint64_t n) {
+    if (size() != 0 || old_.cap != 0) return;
+    uint64_t cap = kMinCapacity;
+    while (cap * 4 < n * 5) cap *= 2;
+    if (cap > cur_.cap) cur_ = Allocate(cap);
   }
 
   uint64_t size() const { return cur_.live + old_.live; }

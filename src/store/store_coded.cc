@@ -99,13 +99,16 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     SetTenant(TouchSession(session), options.tenant);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
     // Per layer, the encoded bytes of the blocks still to place: a new
-    // extent is sized to hold them (in raw block slots of the SSD's stride).
+    // extent is sized to hold them (in raw block slots of the SSD's stride),
+    // and their count (a slot holds at most kCodedBlocksPerSlot blocks).
     std::vector<uint64_t> left(layers, 0);
     for (size_t k = 0; k < todo.size(); ++k)
       for (uint32_t l = 0; l < layers; ++l) left[l] += len[k * layers + l];
     const uint64_t slot_bytes = RoundUp(block_layer_bytes_, kSsdAlign);
     for (size_t k = 0; k < todo.size(); ++k) {
-      const uint64_t want = (*std::max_element(left.begin(), left.end()) + slot_bytes - 1) / slot_bytes;
+      const uint64_t want = std::max<uint64_t>(
+          (*std::max_element(left.begin(), left.end()) + slot_bytes - 1) / slot_bytes,
+          (todo.size() - k + persist::kCodedBlocksPerSlot - 1) / persist::kCodedBlocksPerSlot);
       for (uint32_t l = 0; l < layers; ++l) left[l] -= len[k * layers + l];
       if (Indexed(keys[todo[k]])) {  // a concurrent put stored it meanwhile
         counters_.dedup_blocks++;

@@ -133,6 +133,9 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
   std::sort(order.begin(), order.end());
   bool dropped = false;
   MutexLock lock(&mu_);
+  uint64_t blocks = 0;
+  for (const auto& [ref, e] : contents.extents) blocks += e.blocks.size();
+  index_.Reserve(blocks);  // the first directory's: no growth while its blocks go in
   for (const auto& [seq, ref] : order) {
     const persist::ExtentRecord& rec = contents.extents.at(ref);
     const uint64_t slot = dir.UnitOf(ref);
@@ -188,7 +191,11 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     // in one write (or kept in memory when read-only), so a table a crash
     // tore, or one an older build left stale, is never read.
     std::vector<SumEntry> table(uint64_t{e->reserved} * layers);
-    for (const auto& b : rec.blocks) {
+    constexpr size_t kAhead = 8;  // index buckets loaded ahead: each is a cache miss at scale
+    for (size_t k = 0; k < std::min(kAhead, rec.blocks.size()); ++k) index_.Prefetch(rec.blocks[k].key);
+    for (size_t k = 0; k < rec.blocks.size(); ++k) {
+      const persist::BlockRecord& b = rec.blocks[k];
+      if (k + kAhead < rec.blocks.size()) index_.Prefetch(rec.blocks[k + kAhead].key);
       if (e->present(b.index) || Indexed(b.key)) continue;  // a duplicate put; the first copy wins
       IndexBlock(e.get(), b.index, b.key);
       for (uint32_t l = 0; l < layers; ++l) {

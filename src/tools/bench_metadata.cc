@@ -200,7 +200,9 @@ Result<RunPlan> Plan(const RunSpec& spec, const BenchMetadataArgs& a, bool quick
     p.blocks_per_extent = std::min<uint64_t>(16ull * p.geometry.extent_blocks, p.geometry.layer_stride / per_block);
     p.codec = std::move(codec);
   }
-  p.capacity = (ExtentsFor(spec.blocks, p.session_blocks, p.blocks_per_extent) + 2) * p.geometry.extent_bytes;
+  // Sized extents (the default) split a session over extents growing by an
+  // eighth of it, each leaving a tail: a quarter more than whole extents.
+  p.capacity = (ExtentsFor(spec.blocks, p.session_blocks, p.blocks_per_extent) * 5 / 4 + 2) * p.geometry.extent_bytes;
   p.space_capacity = SpaceCapacity(p.geometry, quick);
   return p;
 }

@@ -22,8 +22,11 @@
 // was occupied). So those buckets' pages are handed back to the kernel as
 // the cursor passes them (madvise, a 64 KiB run at a time) and freeing the
 // retiring table at the end unmaps almost nothing: no stall there either
-// (freeing a touched 128 MiB table at once took 5-77 ms). Tables are
-// calloc'ed, so a large one costs no zeroing under the caller's lock.
+// (freeing a touched 128 MiB table at once took 5-77 ms). Tables come
+// zeroed from the kernel (calloc, or an anonymous mapping from 2 MiB up),
+// so a large one costs no zeroing under the caller's lock; a mapping is 2
+// MiB aligned and asks for transparent huge pages (MADV_HUGEPAGE), so a
+// lookup in a table of millions of entries walks no 4 KiB page tables.
 //
 // `key_of(Ref) -> BlockKey` must return the key of every ref in the table
 // (and of the ref being inserted). Not thread-safe: the store calls it
@@ -32,6 +35,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -128,6 +132,9 @@ class BlockIndex {
   bool migrating() const { return old_.cap != 0; }
   // Bytes of the tables (both during a migration).
   uint64_t MemoryBytes() const { return (cur_.cap + old_.cap) * sizeof(uint64_t); }
+  // Bytes of the tables of every index in the process that are mapped
+  // rather than malloc'ed (so heap statistics do not see them).
+  static uint64_t MappedBytes() { return Mapped().load(std::memory_order_relaxed); }
   // Entries the last Insert moved from the retiring table.
   uint32_t last_moved() const { return last_moved_; }
 
@@ -136,9 +143,22 @@ class BlockIndex {
   static constexpr uint64_t kTombstone = ~uint64_t{0} >> 8;  // tag 0: never a live entry
   static constexpr uint64_t kReleaseBytes = 64 << 10;          // retiring-table memory handed back at once
 
+  static constexpr uint64_t kHugeBytes = 2ull << 20;  // tables this large are mapped, in huge pages
   struct Free {
-    void operator()(uint64_t* p) const { std::free(p); }
+    uint64_t bytes;  // of a mapping; 0: calloc'ed (value-initialized by unique_ptr)
+    void operator()(uint64_t* p) const {
+      if (bytes) {
+        ::munmap(p, bytes);
+        Mapped().fetch_sub(bytes, std::memory_order_relaxed);
+      } else {
+        std::free(p);
+      }
+    }
   };
+  static std::atomic<uint64_t>& Mapped() {
+    static std::atomic<uint64_t> bytes{0};
+    return bytes;
+  }
   struct Table {
     std::unique_ptr<uint64_t[], Free> slots;
     uint64_t cap = 0;  // 0 or a power of two
@@ -194,8 +214,22 @@ class BlockIndex {
   }
   static Table Allocate(uint64_t cap) {
     Table t;
-    t.slots.reset(static_cast<uint64_t*>(std::calloc(cap, sizeof(uint64_t))));
-    if (!t.slots) std::abort();  // as operator new would throw: the store cannot index without memory
+    const uint64_t bytes = cap * sizeof(uint64_t);
+    if (bytes >= kHugeBytes) {  // a power of two, so a multiple of 2 MiB: map 2 MiB more and trim to alignment
+      void* m = ::mmap(nullptr, bytes + kHugeBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) std::abort();  // as operator new would throw: the store cannot index without memory
+      const uintptr_t base = reinterpret_cast<uintptr_t>(m);
+      const uintptr_t aligned = (base + kHugeBytes - 1) & ~(kHugeBytes - 1);
+      if (aligned > base) ::munmap(m, aligned - base);
+      if (aligned + bytes < base + bytes + kHugeBytes)
+        ::munmap(reinterpret_cast<void*>(aligned + bytes), base + bytes + kHugeBytes - aligned - bytes);
+      ::madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // a hint: refused, it stays 4 KiB pages
+      t.slots = std::unique_ptr<uint64_t[], Free>(reinterpret_cast<uint64_t*>(aligned), Free{bytes});
+      Mapped().fetch_add(bytes, std::memory_order_relaxed);
+    } else {
+      t.slots.reset(static_cast<uint64_t*>(std::calloc(cap, sizeof(uint64_t))));
+      if (!t.slots) std::abort();
+    }
     t.cap = cap;
     return t;
   }

@@ -9,6 +9,7 @@
 
 #include "flatkv/codec.h"
 #include "flatkv/store.h"
+#include "store/block_index.h"
 #include "testing/test_util.h"
 
 namespace flatkv {
@@ -17,9 +18,10 @@ namespace {
 using testing::OpenStore;
 using testing::TempDir;
 
+// The heap, and the index tables it maps itself (huge pages) beside it.
 uint64_t HeapBytes() {
   const struct mallinfo2 m = ::mallinfo2();
-  return m.uordblks + m.hblkhd;
+  return m.uordblks + m.hblkhd + BlockIndex::MappedBytes();
 }
 
 StoreOptions OneLayerOptions(const std::string& dir, uint64_t ssd_bytes) {

@@ -56,6 +56,7 @@
 #include "flatkv/store.h"
 #include "media/geometry.h"
 #include "replay/trace.h"
+#include "store/block_index.h"
 #include "tools/bench_util.h"
 #include "tools/tool_common.h"
 
@@ -109,14 +110,15 @@ Result<RunSpec> ParseRun(const std::string& s) {
   return r;
 }
 
-// The heap in use (every arena, mmapped chunks included) and the resident set.
+// The heap in use (every arena, mmapped chunks included, and the index's
+// tables, which it maps itself in huge pages) and the resident set.
 struct Memory {
   uint64_t heap = 0, rss = 0;
 };
 
 Memory ReadMemory() {
   const struct mallinfo2 m = ::mallinfo2();
-  Memory out{m.uordblks + m.hblkhd, 0};
+  Memory out{m.uordblks + m.hblkhd + BlockIndex::MappedBytes(), 0};
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
     unsigned long long size = 0, resident = 0;
     if (std::fscanf(f, "%llu %llu", &size, &resident) == 2) out.rss = resident * uint64_t(::sysconf(_SC_PAGESIZE));

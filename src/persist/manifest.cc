@@ -529,6 +529,57 @@ Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version)
   return Replace(std::move(f), bytes.size(), version);
 }
 
+namespace {
+
+constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + kHeaderBodyBytes + 4;
+constexpr uint64_t kChunkBytes = 8ull << 20;  // log bytes a checkpoint reads or writes at once
+
+uint32_t Le32(const uint8_t* p) { return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24; }
+
+// Calls fn(ordinal, record) for each record of the log in [kHeaderBytes,
+// upto) of `fd`, read kChunkBytes at a time (a record is at most
+// kMaxRecordBytes); a record that is truncated or fails its checksum is
+// Corruption (the log up to its tail was validated as it was written).
+template <typename Fn>
+Status ForEachRecord(io::IoEngine* engine, int fd, const std::string& path, uint64_t upto, Fn fn) {
+  std::vector<uint8_t> buf(kChunkBytes + kMaxRecordBytes + 8);
+  uint64_t file_at = kHeaderBytes, ordinal = 0;
+  size_t have = 0;
+  while (file_at < upto || have > 0) {
+    const uint64_t want = std::min<uint64_t>(buf.size() - have, upto - file_at);
+    if (want > 0) {
+      FLATKV_RETURN_IF_ERROR(engine->Execute({io::Op::kRead, fd, file_at, buf.data() + have, want, nullptr})
+                                 .WithContext("read " + path));
+      file_at += want;
+      have += want;
+    }
+    size_t pos = 0;
+    while (have - pos >= 9) {
+      const uint32_t len = Le32(buf.data() + pos), sum = Le32(buf.data() + pos + 4);
+      if (len == 0 || len > kMaxRecordBytes) return Status::Corruption(path + ": checkpoint: record of " + std::to_string(len) + " bytes");
+      if (have - pos < 8 + uint64_t{len}) break;
+      if (RecordChecksum(buf.data() + pos + 8, len) != sum) return Status::Corruption(path + ": checkpoint: record checksum mismatch");
+      FLATKV_RETURN_IF_ERROR(fn(ordinal++, std::span<const uint8_t>(buf.data() + pos, 8 + len)));
+      pos += 8 + len;
+    }
+    if (pos == 0 && file_at >= upto) return Status::Corruption(path + ": checkpoint: truncated record at the tail");
+    std::memmove(buf.data(), buf.data() + pos, have - pos);
+    have -= pos;
+  }
+  return Status::Ok();
+}
+
+// The extent a record (not a header) is about: its type and ExtentRef.
+bool RecordExtent(std::span<const uint8_t> record, uint8_t* type, ExtentRef* ref) {
+  if (record.size() < 8 + 1 + 8) return false;
+  *type = record[8];
+  ref->segment = Le32(record.data() + 9);
+  ref->slot = Le32(record.data() + 13);
+  return true;
+}
+
+}  // namespace
+
 Status Manifest::Checkpoint() {
   MutexLock one_replace(&checkpoint_mu_);
   uint64_t upto;
@@ -543,17 +594,95 @@ Status Manifest::Checkpoint() {
     path = file_.path();
     version = version_;
   }
-  // The log up to `upto`, replayed into its live state, with no lock held.
-  std::vector<uint8_t> log(upto);
-  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kRead, fd, 0, log.data(), upto, nullptr}).WithContext("read " + path));
-  FLATKV_ASSIGN_OR_RETURN(ManifestContents live, ParseManifest(log));
-  if (live.torn_tail || live.good_bytes != upto)
-    return Status::Corruption(path + ": checkpoint: the log parses to " + std::to_string(live.good_bytes) + " of " +
-                              std::to_string(upto) + " bytes (" + live.tail_problem + ")");
-  log = {};
-  uint32_t snapshot_version;
-  const std::vector<uint8_t> bytes = EncodeSnapshot(live, version, &snapshot_version);
-  FLATKV_ASSIGN_OR_RETURN(io::File f, WriteTemp(bytes));
+  // The live records of the log up to `upto`, found in two streaming passes
+  // with no lock held and kept in log order; memory holds a few words per
+  // extent created, never the log or its blocks. Pass 1: which extents were
+  // freed, each live one's last ExtentSessions, and its dropped blocks.
+  struct Instance {
+    bool freed = false;
+    uint64_t last_sessions = UINT64_MAX;
+    std::vector<std::pair<uint32_t, uint64_t>> drops;  // (block index, ordinal of its BlocksDropped)
+  };
+  std::vector<Instance> instances;  // by creation
+  std::map<ExtentRef, size_t> current;
+  auto unknown = [&](ExtentRef ref) {
+    return Status::Corruption(path + ": checkpoint: a record of unknown extent " + std::to_string(ref.segment) + "/" +
+                              std::to_string(ref.slot));
+  };
+  FLATKV_RETURN_IF_ERROR(ForEachRecord(engine_, fd, path, upto, [&](uint64_t ordinal, std::span<const uint8_t> rec) -> Status {
+    uint8_t type = 0;
+    ExtentRef ref;
+    if (!RecordExtent(rec, &type, &ref)) return Status::Corruption(path + ": checkpoint: record too short");
+    if (type == kExtentCreate || type == kExtentCreateCoded || type == kExtentCreateSized) {
+      current[ref] = instances.size();
+      instances.emplace_back();
+      return Status::Ok();
+    }
+    auto it = current.find(ref);
+    if (it == current.end()) return unknown(ref);
+    Instance& x = instances[it->second];
+    if (type == kExtentFree) {
+      x.freed = true;
+      current.erase(it);
+    } else if (type == kExtentSessions) {
+      x.last_sessions = ordinal;
+    } else if (type == kBlocksDropped && rec.size() >= 8 + 1 + 12) {
+      const uint32_t n = Le32(rec.data() + 17);
+      if (rec.size() != 8 + 1 + 12 + 4ull * n) return Status::Corruption(path + ": checkpoint: malformed dropped-blocks record");
+      for (uint32_t k = 0; k < n; ++k) {
+        x.drops.push_back({Le32(rec.data() + 21 + 4 * k), ordinal});
+      }
+    }
+    return Status::Ok();
+  }));
+  // Pass 2: the header and the records of live extents into MANIFEST.tmp,
+  // leaving out frees, all but the last ExtentSessions, BlocksDropped and
+  // the puts they dropped.
+  const std::string tmp = dir_ + "/" + kManifestName + ".tmp";
+  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(tmp, true, false));
+  FLATKV_RETURN_IF_ERROR(f.Truncate(0));
+  std::vector<uint8_t> out(kHeaderBytes);
+  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kRead, fd, 0, out.data(), kHeaderBytes, nullptr}).WithContext("read " + path));
+  uint64_t written = 0;
+  auto flush = [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(WriteAll(f, written, out));
+    written += out.size();
+    out.clear();
+    return Status::Ok();
+  };
+  size_t created = 0;
+  current.clear();
+  FLATKV_RETURN_IF_ERROR(ForEachRecord(engine_, fd, path, upto, [&](uint64_t ordinal, std::span<const uint8_t> rec) -> Status {
+    uint8_t type = 0;
+    ExtentRef ref;
+    if (!RecordExtent(rec, &type, &ref)) return Status::Corruption(path + ": checkpoint: record too short");
+    bool keep = false;
+    if (type == kExtentCreate || type == kExtentCreateCoded || type == kExtentCreateSized) {
+      current[ref] = created;
+      keep = !instances[created++].freed;
+    } else {
+      auto it = current.find(ref);
+      if (it == current.end()) return unknown(ref);
+      const Instance& x = instances[it->second];
+      if (type == kExtentFree) current.erase(it);
+      if (!x.freed) {
+        if (type == kBlockPut || type == kBlockPutCoded) {
+          const uint32_t index = Le32(rec.data() + 17);
+          keep = std::none_of(x.drops.begin(), x.drops.end(), [&](const auto& d) { return d.first == index && d.second > ordinal; });
+        } else if (type == kExtentSessions) {
+          keep = ordinal == x.last_sessions;
+        } else {
+          keep = type == kBlockPositions;
+        }
+      }
+    }
+    if (keep) out.insert(out.end(), rec.begin(), rec.end());
+    return out.size() >= kChunkBytes ? flush() : Status::Ok();
+  }));
+  FLATKV_RETURN_IF_ERROR(flush());
+  FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, f.fd(), 0, nullptr, 0, nullptr}).WithContext(tmp));
+  const uint64_t snapshot_bytes = written;
+  const uint32_t snapshot_version = version;
   // Holding appends: the records appended since `upto` follow the snapshot
   // (they may need the version Upgrade has raised meanwhile).
   MutexLock one_sync(&sync_mu_);
@@ -568,10 +697,10 @@ Status Manifest::Checkpoint() {
     PutU32(v, final_version);
     FLATKV_RETURN_IF_ERROR(WriteAll(f, sizeof kMagic, v));  // the version follows the magic
   }
-  FLATKV_RETURN_IF_ERROR(WriteAll(f, bytes.size(), since));
+  FLATKV_RETURN_IF_ERROR(WriteAll(f, snapshot_bytes, since));
   if (!since.empty() || final_version != snapshot_version)
     FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, f.fd(), 0, nullptr, 0, nullptr}).WithContext(f.path()));
-  FLATKV_RETURN_IF_ERROR(Replace(std::move(f), bytes.size() + since.size(), final_version));
+  FLATKV_RETURN_IF_ERROR(Replace(std::move(f), snapshot_bytes + since.size(), final_version));
   ++checkpoints_;
   return Status::Ok();
 }

@@ -176,10 +176,11 @@ class Manifest {
   Status Upgrade(uint32_t version);
 
   // Online checkpoint: rewrites the log as a snapshot of itself without the
-  // caller's locks. The records up to the current tail are read back and
-  // replayed into their live state (ParseManifest, as recovery would) and
-  // written compactly to MANIFEST.tmp, which is synced; appends go on
-  // meanwhile. Then, holding appends, the records appended since are copied
+  // caller's locks. The records up to the current tail are streamed twice
+  // (8 MiB at a time): once to find freed extents, superseded sessions
+  // records and dropped blocks, once to copy the rest, in log order, to
+  // MANIFEST.tmp, which is synced; memory holds a few words per extent
+  // created, not the log or its blocks. Appends go on meanwhile. Then, holding appends, the records appended since are copied
   // after the snapshot, synced, and MANIFEST.tmp is renamed over MANIFEST.
   // A crash at any point leaves either log whole.
   Status Checkpoint();

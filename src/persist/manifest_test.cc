@@ -231,6 +231,69 @@ TEST(ManifestTest, CodedRecordsAreRejectedInAVersion1LogAndWhenInconsistent) {
   EXPECT_NE(bad({4 * kCodedBlocksPerSlot, {1, 2}, {1, 2}, {0, 0}, {10, 10}}, true).find("beyond extent"), std::string::npos);
 }
 
+// An online checkpoint streams the log's live records into the new one:
+// the replayed state is what the old log replayed to, with none of the
+// freed extents, superseded sessions records or dropped blocks left.
+TEST(ManifestTest, ACheckpointKeepsExactlyTheLiveStateOfTheLog) {
+  testing::TempDir dir;
+  auto engine = io::MakeThreadPoolEngine(1);
+  ManifestContents contents;
+  auto opened = Manifest::Open(dir.path(), SizedHeader(), engine.get(), &contents);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Manifest& m = *opened.value();
+  std::vector<uint8_t> rec;
+  EncodeExtentCreate(rec, {0, 0}, 7, {}, 2);
+  EncodeBlockPut(rec, {0, 0}, {0, {1, 1}, {10, 10}});
+  EncodeBlockPut(rec, {0, 0}, {1, {1, 2}, {11, 11}});
+  EncodeExtentCreate(rec, {0, 2}, 8, "pred:eps=0.01", 1);
+  EncodeBlockPut(rec, {0, 2}, {0, {2, 1}, {12, 12}, {0, 100}, {50, 60}});
+  EncodeExtentSessions(rec, {0, 2}, 8, std::vector<uint64_t>{9});
+  EncodeExtentSessions(rec, {0, 2}, 9, std::vector<uint64_t>{});  // the owner passed on: only this one counts
+  EncodeBlockPositions(rec, {0, 2}, std::vector<std::pair<uint32_t, uint32_t>>{{0, 5}});
+  EncodeExtentCreate(rec, {0, 3}, 10, {}, 1);  // created, then freed: gone
+  EncodeBlockPut(rec, {0, 3}, {0, {3, 1}, {13, 13}});
+  EncodeExtentFree(rec, {0, 3});
+  EncodeExtentCreate(rec, {0, 3}, 11, {}, 1);  // the same units again: a new extent
+  EncodeBlockPut(rec, {0, 3}, {0, {3, 2}, {14, 14}});
+  EncodeBlocksDropped(rec, {0, 0}, std::vector<uint32_t>{1});  // block 1 left the index
+  EncodeBlockPut(rec, {0, 0}, {1, {1, 3}, {15, 15}});         // and a later put filled its slot
+  ASSERT_TRUE(m.Append(rec, false).ok());
+  auto before = ParseManifest([&] {
+    std::vector<uint8_t> b;
+    EncodeHeader(b, SizedHeader(), kManifestVersionSized);
+    b.insert(b.end(), rec.begin(), rec.end());
+    return b;
+  }());
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(m.Checkpoint().ok());
+  EXPECT_EQ(m.checkpoints(), 1u);
+  EXPECT_LT(m.bytes(), 88 + rec.size());
+  opened.value().reset();  // closed: the reopen reads the checkpointed file
+  auto again = Manifest::Open(dir.path(), SizedHeader(), engine.get(), &contents);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(contents.torn_tail) << contents.tail_problem;
+  EXPECT_EQ(contents.version, kManifestVersionSized);
+  ASSERT_EQ(contents.extents.size(), before->extents.size());
+  for (const auto& [ref, e] : before->extents) {
+    const ExtentRecord& got = contents.extents.at(ref);
+    EXPECT_EQ(got.session, e.session);
+    EXPECT_EQ(got.codec, e.codec);
+    EXPECT_EQ(got.block_slots, e.block_slots);
+    EXPECT_EQ(got.sharers, e.sharers);
+    EXPECT_EQ(got.positions, e.positions);
+    ASSERT_EQ(got.blocks.size(), e.blocks.size());
+    for (size_t k = 0; k < e.blocks.size(); ++k) {
+      EXPECT_EQ(got.blocks[k].index, e.blocks[k].index);
+      EXPECT_EQ(got.blocks[k].key, e.blocks[k].key);
+      EXPECT_EQ(got.blocks[k].checksums, e.blocks[k].checksums);
+      EXPECT_EQ(got.blocks[k].offsets, e.blocks[k].offsets);
+    }
+  }
+  EXPECT_EQ(contents.extents.at({0, 0}).blocks.back().key, (BlockKey{1, 3}));
+  EXPECT_EQ(contents.extents.at({0, 3}).session, 11u);
+  EXPECT_EQ(contents.extents.at({0, 2}).session, 9u);
+}
+
 TEST(ManifestTest, UpgradeRaisesTheVersionInPlace) {
   testing::TempDir dir;
   auto engine = io::MakeThreadPoolEngine(1);

@@ -32,12 +32,7 @@ StoreOptions SsdOnly(const std::string& dir) {
   return o;
 }
 
-// Restores chain `chain` (`blocks` blocks) and expects all of it, byte for byte.
-void ExpectChain(Store& store, uint64_t chain, size_t blocks) {
-  std::vector<std::byte> got;
-  ASSERT_EQ(RestoreAll(store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
-  ASSERT_TRUE(got == Payload(store, blocks, chain)) << "chain " << chain;
-}
+using testing::ExpectChain;
 
 TEST(RecoveryTest, EveryBlockSurvivesACleanRestartAndDramCopiesDoNot) {
   TempDir dir;

@@ -16,6 +16,7 @@ namespace flatkv {
 namespace {
 
 using testing::ChainKeys;
+using testing::ExpectChain;
 using testing::OpenStore;
 using testing::Payload;
 using testing::RestoreAll;
@@ -34,11 +35,6 @@ StoreOptions Wide(const std::string& dir, uint64_t ssd_blocks) {
   return o;
 }
 
-void ExpectChain(Store& store, uint64_t chain, size_t blocks) {
-  std::vector<std::byte> got;
-  ASSERT_EQ(RestoreAll(store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
-  ASSERT_TRUE(got == Payload(store, blocks, chain)) << "chain " << chain;
-}
 
 TEST(StoreSizedTest, AShortSessionTakesItsBlocksNotAWholeExtent) {
   for (bool sized : {true, false}) {

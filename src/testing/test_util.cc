@@ -134,6 +134,12 @@ void PutUntilKilled(const StoreOptions& options, const std::string& progress, ui
   std::fclose(f);
 }
 
+void ExpectChain(Store& store, uint64_t chain, size_t blocks) {
+  std::vector<std::byte> got;
+  ASSERT_EQ(RestoreAll(store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
+  ASSERT_TRUE(got == Payload(store, blocks, chain)) << "chain " << chain;
+}
+
 uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out) {
   auto r = store.StartRestore(keys);
   if (!r.ok()) return 0;

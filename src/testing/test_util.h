@@ -69,6 +69,10 @@ void PutUntilKilled(const StoreOptions& options, const std::string& progress, ui
 // count and, if `out` is given, the bytes in Put's block-major layout.
 uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out);
 
+// Restores chain `chain` (`blocks` blocks, ChainKeys/Payload) and expects
+// all of it, byte for byte (fatal failures; wrap in ASSERT_NO_FATAL_FAILURE).
+void ExpectChain(Store& store, uint64_t chain, size_t blocks);
+
 // The same through a RestoreTarget: straight into a 4 KiB-aligned buffer
 // laid out layer-major (contiguous per layer, so SSD reads land in place)
 // or, with `block_major`, in Put's layout (scattered per layer, so SSD

@@ -682,7 +682,6 @@ Status Manifest::Checkpoint() {
   FLATKV_RETURN_IF_ERROR(flush());
   FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, f.fd(), 0, nullptr, 0, nullptr}).WithContext(tmp));
   const uint64_t snapshot_bytes = written;
-  const uint32_t snapshot_version = version;
   // Holding appends: the records appended since `upto` follow the snapshot
   // (they may need the version Upgrade has raised meanwhile).
   MutexLock one_sync(&sync_mu_);
@@ -691,14 +690,14 @@ Status Manifest::Checkpoint() {
   if (!since.empty())
     FLATKV_RETURN_IF_ERROR(
         engine_->Execute({io::Op::kRead, file_.fd(), upto, since.data(), since.size(), nullptr}).WithContext("read " + path));
-  const uint32_t final_version = std::max(snapshot_version, version_);
-  if (final_version != snapshot_version) {
+  const uint32_t final_version = std::max(version, version_);  // the snapshot has the log's header and version
+  if (final_version != version) {
     std::vector<uint8_t> v;
     PutU32(v, final_version);
     FLATKV_RETURN_IF_ERROR(WriteAll(f, sizeof kMagic, v));  // the version follows the magic
   }
   FLATKV_RETURN_IF_ERROR(WriteAll(f, snapshot_bytes, since));
-  if (!since.empty() || final_version != snapshot_version)
+  if (!since.empty() || final_version != version)
     FLATKV_RETURN_IF_ERROR(engine_->Execute({io::Op::kSync, f.fd(), 0, nullptr, 0, nullptr}).WithContext(f.path()));
   FLATKV_RETURN_IF_ERROR(Replace(std::move(f), snapshot_bytes + since.size(), final_version));
   ++checkpoints_;

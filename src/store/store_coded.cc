@@ -98,18 +98,18 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     // A DropSession may have removed the session while the lock was down.
     SetTenant(TouchSession(session), options.tenant);
     Extent* batch = nullptr;  // the extent this put's batch started in (its fill is aligned)
-    // Per layer, the encoded bytes of the blocks still to place: a new
-    // extent is sized to hold them (in raw block slots of the SSD's stride),
-    // and their count (a slot holds at most kCodedBlocksPerSlot blocks).
-    std::vector<uint64_t> left(layers, 0);
-    for (size_t k = 0; k < todo.size(); ++k)
-      for (uint32_t l = 0; l < layers; ++l) left[l] += len[k * layers + l];
-    const uint64_t slot_bytes = RoundUp(block_layer_bytes_, kSsdAlign);
+    // A new extent is sized for the blocks from k on: their encoded bytes in
+    // the fullest layer, in raw block slots of the SSD's stride, and their
+    // count (a slot holds at most kCodedBlocksPerSlot blocks).
+    auto want_from = [&](size_t k) {
+      std::vector<uint64_t> left(layers, 0);
+      for (size_t j = k; j < todo.size(); ++j)
+        for (uint32_t l = 0; l < layers; ++l) left[l] += len[j * layers + l];
+      const uint64_t slot_bytes = RoundUp(block_layer_bytes_, kSsdAlign);
+      return std::max<uint64_t>((*std::max_element(left.begin(), left.end()) + slot_bytes - 1) / slot_bytes,
+                                (todo.size() - k + persist::kCodedBlocksPerSlot - 1) / persist::kCodedBlocksPerSlot);
+    };
     for (size_t k = 0; k < todo.size(); ++k) {
-      const uint64_t want = std::max<uint64_t>(
-          (*std::max_element(left.begin(), left.end()) + slot_bytes - 1) / slot_bytes,
-          (todo.size() - k + persist::kCodedBlocksPerSlot - 1) / persist::kCodedBlocksPerSlot);
-      for (uint32_t l = 0; l < layers; ++l) left[l] -= len[k * layers + l];
       if (Indexed(keys[todo[k]])) {  // a concurrent put stored it meanwhile
         counters_.dedup_blocks++;
         res.dedup_blocks++;
@@ -130,7 +130,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
       if (e == nullptr || !fits(e)) {
         if (e != nullptr) e->full = true;
-        auto created = CreateExtent(session, options.hint, want, codec, spec);
+        auto created = CreateExtent(session, options.hint, want_from(k), codec, spec);
         if (!created.ok()) {
           alloc_status = created.status().WithContext("put: block " + std::to_string(todo[k]));
           break;

@@ -348,11 +348,15 @@ uint32_t StoreImpl::DramUnitBlocks() const {
   return static_cast<uint32_t>(dram_->unit_bytes() / per);
 }
 
-uint32_t StoreImpl::SizeFor(const Session& s, uint64_t want, uint32_t unit, uint32_t largest) const {
-  if (unit >= largest) return largest;
+uint64_t StoreImpl::HeldBlocks(const Session& s) const {
   uint64_t held = 0;
   for (uint64_t id : s.extents)
     if (auto it = extents_.find(id); it != extents_.end()) held += it->second->geom.extent_blocks;
+  return held;
+}
+
+uint32_t StoreImpl::SizeFor(uint64_t held, uint64_t want, uint32_t unit, uint32_t largest) {
+  if (unit >= largest) return largest;
   uint64_t b = std::max<uint64_t>({want, (held + kSizeGrowth - 1) / kSizeGrowth, 1});
   b = (b + unit - 1) / unit * unit;
   return static_cast<uint32_t>(std::min<uint64_t>(b, largest));
@@ -495,8 +499,14 @@ void StoreImpl::DropCopy(Extent* e) {
 
 bool StoreImpl::GiveCopy(Extent* e) {
   if (!dram_ || e->medium != Medium::kSsd || e->has_copy || e->writers > 0 || e->doomed) return false;
-  if (e->geom.extent_bytes > dram_->geometry().extent_bytes) return false;
   if (!placement_->Choose(MakeContext(e->session, PutHint::kAuto)).dram_copy) return false;
+  if (!AttachCopy(e)) return false;
+  for (uint32_t i = 0; i < e->slots(); ++i) e->set_in_copy(i, false);
+  return true;
+}
+
+bool StoreImpl::AttachCopy(Extent* e) {
+  if (e->geom.extent_bytes > dram_->geometry().extent_bytes) return false;
   const uint64_t units = dram_->UnitsFor(e->geom.extent_bytes);
   auto slot = CopySlot(e->session, units);
   if (!slot) return false;
@@ -504,7 +514,6 @@ bool StoreImpl::GiveCopy(Extent* e) {
   e->copy_slot = *slot;
   e->copy_units = units;
   e->copy_base = dram_->UnitOffset(*slot);
-  for (uint32_t i = 0; i < e->slots(); ++i) e->set_in_copy(i, false);
   ChargeDram(sessions_[e->session], int64_t(DramBytesOf(*e)));
   counters_.dram.allocated_bytes += DramBytesOf(*e);
   return true;
@@ -553,12 +562,12 @@ void StoreImpl::ForgetIfEmpty(SessionId id) {
 
 Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint64_t want, uint32_t* device,
                                           uint32_t* blocks, uint64_t* units) {
-  const Session& s = sessions_[requester];
+  const uint64_t held = HeldBlocks(sessions_[requester]);  // the session's block slots, for SizeFor
   if (m == Medium::kDram) {
     if (!dram_) return Status::NoSpace("no DRAM tier");
     const ExtentGeometry& g = dram_->geometry();
     const uint32_t unit = DramUnitBlocks();
-    *blocks = unit ? SizeFor(s, want, unit, g.extent_blocks) : g.extent_blocks;
+    *blocks = unit ? SizeFor(held, want, unit, g.extent_blocks) : g.extent_blocks;
     *units = dram_->UnitsFor(g.Sized(*blocks).extent_bytes);
     *device = 0;
     // With an SSD to fall back on, a DRAM home takes copies' units, else
@@ -579,7 +588,7 @@ Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint64_t
     for (uint32_t k = 0; k < ssd_.size(); ++k) {
       const uint32_t d = (next_device_ + k) % ssd_.size();
       SsdDir& dir = *ssd_[d];
-      const uint32_t b = SizeFor(s, want, dir.unit_blocks(), dir.geometry().extent_blocks);
+      const uint32_t b = SizeFor(held, want, dir.unit_blocks(), dir.geometry().extent_blocks);
       if (auto got = dir.units().Allocate(dir.UnitsFor(b))) {
         next_device_ = d + 1;
         *device = d;
@@ -594,7 +603,7 @@ Result<uint64_t> StoreImpl::AllocateSlot(Medium m, SessionId requester, uint64_t
       const uint32_t d = (next_device_ + k) % ssd_.size();
       SsdDir& dir = *ssd_[d];
       if (!dir.sized()) continue;
-      const uint64_t need = dir.UnitsFor(SizeFor(s, want, dir.unit_blocks(), dir.geometry().extent_blocks));
+      const uint64_t need = dir.UnitsFor(SizeFor(held, want, dir.unit_blocks(), dir.geometry().extent_blocks));
       const uint64_t run = dir.units().largest_free();
       if (run == 0 || 2 * run < need) continue;
       if (auto got = dir.units().Allocate(run)) {
@@ -676,17 +685,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, uint64_
   extents_[e->id] = std::move(e);
   // The session being written gets a DRAM copy of its new extent when the
   // policy wants one and DRAM units can be had without waiting.
-  if (m == Medium::kSsd && p.dram_copy && dram_ && g.extent_bytes <= dram_->geometry().extent_bytes) {
-    const uint64_t copy_units = dram_->UnitsFor(g.extent_bytes);
-    if (auto cs = CopySlot(session, copy_units)) {
-      raw->has_copy = true;
-      raw->copy_slot = *cs;
-      raw->copy_units = copy_units;
-      raw->copy_base = dram_->UnitOffset(*cs);
-      ChargeDram(sess, int64_t(DramBytesOf(*raw)));
-      counters_.dram.allocated_bytes += DramBytesOf(*raw);
-    }
-  }
+  if (m == Medium::kSsd && p.dram_copy && dram_) AttachCopy(raw);
   return raw;
 }
 

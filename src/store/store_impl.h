@@ -228,6 +228,10 @@ class StoreImpl final : public Store {
   // Gives SSD extent `e` (no copy yet) a DRAM copy to re-admit restored
   // blocks into, if the policy and a cheap slot allow.
   bool GiveCopy(Extent* e) FLATKV_REQUIRES(mu_);
+  // Gives SSD extent `e` a DRAM copy of its layout when DRAM units can be
+  // had without waiting (CopySlot), charging its session; its slots' in_copy
+  // bits are the caller's.
+  bool AttachCopy(Extent* e) FLATKV_REQUIRES(mu_);
   // `codec` null: a raw extent; else a coded one of spec `spec`. A sized
   // medium gives it about `want` block slots (the put's blocks still to
   // place, or for a coded put the raw slots its slices fill), and at least
@@ -238,9 +242,11 @@ class StoreImpl final : public Store {
                                const std::shared_ptr<const Codec>& codec = nullptr, const std::string& spec = {})
       FLATKV_REQUIRES(mu_);
   static constexpr uint64_t kSizeGrowth = 8;
-  // Block slots for a new extent of `s` on a medium whose extents hold
-  // multiples of `unit` up to `largest` (unit == largest: fixed size).
-  uint32_t SizeFor(const Session& s, uint64_t want, uint32_t unit, uint32_t largest) const FLATKV_REQUIRES(mu_);
+  // Block slots for a new extent of a session whose extents hold `held`, on
+  // a medium whose extents hold multiples of `unit` up to `largest` (unit ==
+  // largest: fixed size).
+  static uint32_t SizeFor(uint64_t held, uint64_t want, uint32_t unit, uint32_t largest);
+  uint64_t HeldBlocks(const Session& s) const FLATKV_REQUIRES(mu_);
   // DRAM that e's DRAM home or DRAM copy takes (0 without either).
   uint64_t DramBytesOf(const Extent& e) const;
   // Block slots per DRAM unit of a DRAM home (0: DRAM homes are not sized).

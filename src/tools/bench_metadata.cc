@@ -218,13 +218,13 @@ Result<RunPlan> Plan(const RunSpec& spec, const BenchMetadataArgs& a, bool quick
 // blocks) are about the size of the largest extent (512 blocks), so what an
 // extent leaves unfilled shows in full. Extents are layer-major, so every
 // layer region fills alike and one layer measures the fraction.
-Result<RunPlan> SpacePlan(const RunPlan& run, bool quick) {
+Result<RunPlan> SpacePlan(const RunPlan& run) {
   RunPlan p = run;
   p.shape = KvShape::Mha(1, 1, 64, DType::kBF16);
   const StoreOptions defaults;
   FLATKV_ASSIGN_OR_RETURN(p.geometry, ExtentGeometry::Make(p.shape, kBlockTokens, defaults.ssd_extent_layer_bytes,
                                                            defaults.segment_bytes, 4096, "ssd extent"));
-  p.space_capacity = SpaceCapacity(p.geometry, quick);
+  p.space_capacity = SpaceCapacity(p.geometry, p.quick);
   return p;
 }
 
@@ -502,7 +502,7 @@ Result<json> RunOne(const RunPlan& p, const SessionSizes& sizes, const std::stri
   FLATKV_RETURN_IF_ERROR(RemoveAll(dir + "/fill"));
   std::fprintf(stderr, "  recovered in %.2f s; space efficiency\n", rec["recovery_s"].get<double>());
   FLATKV_ASSIGN_OR_RETURN(json space_run, MeasureSpace(p, sizes, dir + "/space-run"));
-  FLATKV_ASSIGN_OR_RETURN(RunPlan sp, SpacePlan(p, p.quick));
+  FLATKV_ASSIGN_OR_RETURN(RunPlan sp, SpacePlan(p));
   FLATKV_ASSIGN_OR_RETURN(json space, MeasureSpace(sp, sizes, dir + "/space"));
   space["shape"] = sp.shape.ToString() + " (one layer of a multi-query model, Falcon-7B's KV head)";
   sp.sized_extents = false;  // the same sessions into extents of one size, as before manifest version 5

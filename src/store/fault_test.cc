@@ -2,6 +2,10 @@
 // wrong data, and lose nothing already stored.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "flatkv/store.h"
 #include "io/fault_injection.h"
 #include "testing/test_util.h"
@@ -123,6 +127,107 @@ TEST_F(FaultTest, TornAndLostWritesNeverReturnWrongBytes) {
   }
   EXPECT_EQ(store_->Stats().checksum_failures, 2u);
   EXPECT_EQ(CheckedRestore(), 8u);
+}
+
+// A put that finds its blocks indexed by a concurrent put whose SSD write is
+// still in flight (the DRAM copy serves them meanwhile) is acknowledged only
+// once that write is durable: an acknowledged block survives kill -9. The
+// crash harness lost three shared-prefix blocks this way.
+TEST(FaultDedupTest, APutDeduplicatedAgainstAnInFlightWriteIsAcknowledgedOnceThatWriteIsDurable) {
+  TempDir dir;
+  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
+  o.ssd_engine = engine;
+  o.sized_extents = false;  // the first put's extent has room for the rest
+  const std::vector<BlockKey> chain = ChainKeys(1, 4);  // one SSD extent (SmallOptions)
+  std::vector<std::byte> data;
+  {
+    auto opened = Store::Open(o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    Store& store = **opened;
+    data = Payload(store, 4, 1);
+    const uint64_t bb = store.BlockBytes();
+    // The first block creates the extent, so that the rest need no manifest
+    // record before their data (records go through the gated engine too).
+    ASSERT_TRUE(store.Put(1, std::span(chain).first(1), std::span(data).first(bb)).ok());
+    const auto rest = std::span(chain).subspan(1);
+    const auto rest_data = std::span(data).subspan(bb);
+    engine->CloseGate(io::Op::kWrite);
+    std::thread a([&] { EXPECT_TRUE(store.Put(1, rest, rest_data).ok()); });
+    while (store.Match(chain) < chain.size()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_GT(engine->held(), 0u) << "the first put's SSD writes should be held behind the gate";
+    std::atomic<uint64_t> held_at_return{~uint64_t{0}};
+    PutOptions again;
+    again.first_block = 1;
+    std::thread b([&] {
+      Status st = store.Put(1, rest, rest_data, again);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      held_at_return = engine->held();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    engine->OpenGate();
+    a.join();
+    b.join();
+    EXPECT_EQ(held_at_return.load(), 0u) << "the second put was acknowledged while the blocks' SSD writes were held";
+    ASSERT_TRUE(store.Close().ok());
+  }
+  auto reopened = Store::Open(o);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(**reopened, chain, &got), 4u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+}
+
+// Two puts that both plan the same new block (neither sees the other's
+// yet): the one indexed second holds the first one's block, as a
+// deduplicated put would. Dropping the session whose block won must not
+// lose it for the other, before or after a kill -9 (the crash harness lost a
+// shared system-prompt block this way).
+TEST(FaultDedupTest, TwoPutsRacingOnOneNewBlockBothKeepIt) {
+  TempDir dir;
+  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
+  StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
+  o.ssd_engine = engine;
+  o.sized_extents = false;  // every session's first put opens an extent with room for the rest
+  // A put larger than the SSD write buffer goes alone: the one in flight
+  // below makes the two racing puts wait after planning, before either
+  // indexes its block.
+  o.ssd_write_buffer_bytes = 1;
+  const std::vector<BlockKey> one = ChainKeys(100, 1);
+  const BlockKey& shared = one[0];
+  const std::vector<BlockKey> third = ChainKeys(3, 2);
+  auto opened = Store::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const std::vector<std::byte> block = Payload(store, 1, 100);
+  for (SessionId s : {1, 2, 3}) ASSERT_TRUE(store.Put(s, ChainKeys(s, 1), Payload(store, 1, s)).ok());  // their extents
+  engine->CloseGate(io::Op::kWrite);
+  std::thread x([&] { EXPECT_TRUE(store.Put(3, std::span(&third[1], 1), Payload(store, 1, 33)).ok()); });
+  while (engine->held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  PutResult got[2];
+  std::thread puts[2];
+  for (int i = 0; i < 2; ++i)
+    puts[i] = std::thread([&, i] {
+      PutOptions po;
+      po.result = &got[i];
+      EXPECT_TRUE(store.Put(SessionId(i + 1), std::span(&shared, 1), block, po).ok());
+    });
+  while (store.Stats().ssd_write_waits < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  engine->OpenGate();
+  x.join();
+  for (auto& t : puts) t.join();
+  ASSERT_EQ(got[0].stored_blocks + got[1].stored_blocks, 1u) << "one put stores the block";
+  ASSERT_EQ(got[0].dedup_blocks + got[1].dedup_blocks, 1u) << "the other holds it";
+  const SessionId winner = got[0].stored_blocks == 1 ? 1 : 2;
+  ASSERT_TRUE(store.DropSession(winner).ok());
+  EXPECT_EQ(store.Match(std::span(&shared, 1)), 1u) << "the other session still holds the block";
+  auto after_kill = Store::Open(o);  // a second opener sees the log as a kill -9 leaves it
+  ASSERT_TRUE(after_kill.ok()) << after_kill.status().ToString();
+  std::vector<std::byte> restored;
+  EXPECT_EQ(RestoreAll(**after_kill, one, &restored), 1u);
+  EXPECT_TRUE(restored == block);
+  ASSERT_TRUE((*after_kill)->DropSession(winner == 1 ? 2 : 1).ok());
+  EXPECT_EQ((*after_kill)->Match(std::span(&shared, 1)), 0u) << "its last holder dropped it";
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
   const std::string spec = codec->Spec();
   std::vector<size_t> todo;  // keys not stored yet
   std::vector<uint32_t> todo_position;  // their chain positions
+  Unsettled unsettled;  // deduplicated against blocks whose SSD write is in flight
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
@@ -43,13 +44,16 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     uint32_t position = named ? options.first_block : sessions_[session].next_position;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (named) position = options.first_block + static_cast<uint32_t>(i);
-      if (Deduplicate(session, keys[i], &seen, &res, &position)) continue;
+      if (Deduplicate(session, keys[i], &seen, &res, &position, &unsettled)) continue;
       todo.push_back(i);
       todo_position.push_back(position++);
     }
     sessions_[session].next_position = std::max(sessions_[session].next_position, position);
   }
-  if (todo.empty()) return options_.sync_writes ? SyncManifests() : Status::Ok();  // its references
+  if (todo.empty()) {  // its references
+    Status synced = options_.sync_writes ? SyncManifests() : Status::Ok();
+    return synced.ok() ? AwaitDurable(unsettled) : synced;
+  }
 
   // Encode, outside the lock, each slice into room for its bound.
   SliceLayout layout{options_.shape, options_.block_tokens, 0, SliceLayout::kUnknownPosition};
@@ -199,7 +203,7 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
     if (!early.ok()) (void)writer.Finish();
     if (!early.ok()) status = early;
     else status = Commit(
-        blocks, bsums.data(), offs.data(), lens.data(),
+        session, blocks, bsums.data(), offs.data(), lens.data(),
         [&] {
           Status s = WriteCoded(slots, offs, lens, ptrs, /*dram=*/false, &writer);
           Status finished = writer.Finish();
@@ -211,14 +215,17 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
                                       {offs.begin() + j * layers, offs.begin() + (j + 1) * layers},
                                       {lens.begin() + j * layers, lens.begin() + (j + 1) * layers}};
         },
-        /*admit=*/true, &res);
+        /*admit=*/true, &res, &unsettled);
     ReleaseWriteBudget(budget);
   }
-  MutexLock lock(&mu_);
-  for (Extent* e : pinned) {
-    e->writers--;
-    Unpin(e);
+  {
+    MutexLock lock(&mu_);
+    for (Extent* e : pinned) {
+      e->writers--;
+      Unpin(e);
+    }
   }
+  if (status.ok()) status = AwaitDurable(unsettled);
   return status.ok() ? alloc_status : status;
 }
 

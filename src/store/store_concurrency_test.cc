@@ -39,7 +39,7 @@ TEST(StoreConcurrencyTest, ConcurrentPutsAndRestoresSeeOnlyCorrectBytes) {
         auto keys = ChainKeys(chain, blocks);
         auto data = Payload(store, blocks, chain);
         Status st = store.Put(chain % 5, keys, data);
-        if (!st.ok() && st.code() != Code::kNoSpace) wrong++;
+        if (!st.ok() && st.code() != Code::kNoSpace) { wrong++; ADD_FAILURE() << st.ToString(); }
         std::vector<std::byte> got;
         uint32_t n = RestoreAll(store, keys, &got);
         hits += n;
@@ -85,7 +85,7 @@ TEST(StoreConcurrencyTest, ConcurrentCodedPutsAndRestoresSeeOnlyCorrectBytes) {
         po.codec = codecs[(chain + i) % 3];
         po.first_block = 0;
         Status st = store.Put(chain % 4, keys, data, po);
-        if (!st.ok() && st.code() != Code::kNoSpace) wrong++;
+        if (!st.ok() && st.code() != Code::kNoSpace) { wrong++; ADD_FAILURE() << st.ToString(); }
         std::vector<std::byte> got;
         hits += RestoreAll(store, keys, &got);
         if (!std::equal(got.begin(), got.end(), data.begin())) wrong++;

@@ -196,7 +196,19 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     for (size_t k = 0; k < rec.blocks.size(); ++k) {
       const persist::BlockRecord& b = rec.blocks[k];
       if (k + kAhead < rec.blocks.size()) index_.Prefetch(rec.blocks[k + kAhead].key);
-      if (e->present(b.index) || Indexed(b.key)) continue;  // a duplicate put; the first copy wins
+      if (e->present(b.index)) continue;
+      uint32_t first_at = 0;
+      if (Extent* first = FindBlock(b.key, &first_at)) {
+        // A duplicate put (two puts of the block raced, each writing its
+        // own): the first copy wins, and this extent's session holds it, as
+        // it did in the store that wrote them (Commit).
+        if (first != e.get() && first->session != rec.session &&
+            std::find(first->sharers.begin(), first->sharers.end(), rec.session) == first->sharers.end()) {
+          first->sharers.push_back(rec.session);
+          TouchSession(rec.session).shared.push_back(first->id);
+        }
+        continue;
+      }
       IndexBlock(e.get(), b.index, b.key);
       for (uint32_t l = 0; l < layers; ++l) {
         SumEntry& t = table[uint64_t{b.index} * layers + l];

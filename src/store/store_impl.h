@@ -224,6 +224,13 @@ class StoreImpl final : public Store {
   // The prefetch thread: finishes queued prefetch restores until stopped.
   void RunPrefetches() FLATKV_EXCLUDES(prefetch_mu_);
 
+  // Blocks a put found another put still writing (AwaitDurable waits for
+  // them), and failed_ssd_puts_ when the first was noted.
+  struct Unsettled {
+    std::vector<BlockKey> keys;
+    uint64_t failures = 0;
+  };
+
   Session& TouchSession(SessionId id) FLATKV_REQUIRES(mu_);
   // Gives SSD extent `e` (no copy yet) a DRAM copy to re-admit restored
   // blocks into, if the policy and a cheap slot allow.
@@ -327,8 +334,17 @@ class StoreImpl final : public Store {
   // *position: the key's chain position in `session` on entry; on return
   // the next key's (after a block of its own, the one after that block's
   // recorded position).
+  // A hit whose SSD write another put still has in flight (kWriting) is
+  // added to *unsettled (when given): this put is acknowledged only once
+  // that write is durable (AwaitDurable).
   bool Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
-                   PutResult* res, uint32_t* position) FLATKV_REQUIRES(mu_);
+                   PutResult* res, uint32_t* position, Unsettled* unsettled) FLATKV_REQUIRES(mu_);
+  void NoteUnsettled(Unsettled* u, const BlockKey& key) FLATKV_REQUIRES(mu_);
+  // Waits until no block of `u` is kWriting any more. An error when one
+  // left the index after a put's SSD write failed since `u` was begun (the
+  // put storing it may be that one): this put may not have stored it
+  // either. A block dropped or evicted after its write is no error.
+  Status AwaitDurable(const Unsettled& u) FLATKV_EXCLUDES(mu_);
   // Records that slot `slot` of `e` (just reserved) is at chain position
   // `position` of its owner: a new run when it does not follow on (logged
   // for SSD homes, version 4).
@@ -404,9 +420,14 @@ class StoreImpl final : public Store {
   // memory when sums_in_memory (the caller holds mu_), else from its SSD
   // home's sums table (no lock needed; the caller pins e).
   Status ReadSums(const Extent& e, uint32_t first, uint32_t n, SumEntry* out);
-  Status Commit(const std::vector<Pending>& blocks, const uint64_t* sums, const uint32_t* offs,
+  // A block a concurrent put indexed first (both planned it as new) is that
+  // put's: `session` becomes a holder of its extent, as a deduplicated put
+  // would, and its key goes to *unsettled while that put's SSD write is in
+  // flight (AwaitDurable).
+  Status Commit(SessionId session, const std::vector<Pending>& blocks, const uint64_t* sums, const uint32_t* offs,
                 const uint32_t* lens, const std::function<Status()>& write_ssd,
-                const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* result);
+                const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* result,
+                Unsettled* unsettled);
 
   StoreOptions options_;
   uint64_t block_layer_bytes_ = 0;
@@ -420,6 +441,8 @@ class StoreImpl final : public Store {
 
   mutable Mutex mu_;
   bool closed_ FLATKV_GUARDED_BY(mu_) = false;
+  CondVar settled_cv_;  // on mu_: signalled when blocks leave kWriting
+  uint64_t failed_ssd_puts_ FLATKV_GUARDED_BY(mu_) = 0;  // blocks unindexed because their put's SSD write failed
   // Prefetches (Prefetch): restores into the window that one thread
   // finishes in the background, so their blocks land in DRAM copies.
   static constexpr size_t kMaxPrefetches = 4;

@@ -31,6 +31,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
   std::vector<Extent*> pinned;
   Status alloc_status;
   bool admit = true;
+  Unsettled unsettled;  // deduplicated against blocks whose SSD write is in flight
   {
     MutexLock lock(&mu_);
     if (closed_) return Status::FailedPrecondition("put: store is closed");
@@ -44,7 +45,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     uint32_t position = named ? options.first_block : sessions_[session].next_position;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (named) position = options.first_block + static_cast<uint32_t>(i);
-      if (Deduplicate(session, keys[i], &seen, &res, &position)) continue;
+      if (Deduplicate(session, keys[i], &seen, &res, &position, admit ? &unsettled : nullptr)) continue;
       Session& s = sessions_[session];
       Extent* e = s.open_extent ? extents_[s.open_extent].get() : nullptr;
       if (e == nullptr || e->doomed || e->coded() || e->reserved == e->capacity) {
@@ -95,7 +96,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     if (!early.ok()) (void)writer.Finish();
     if (!early.ok()) status = early;
     else status = Commit(
-        blocks, sums.data(), nullptr, nullptr,
+        session, blocks, sums.data(), nullptr, nullptr,
         [&] {
           Status s = WriteBlocks(slots, inputs, data, /*dram=*/false, &writer);
           Status finished = writer.Finish();
@@ -105,24 +106,28 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
           return persist::BlockRecord{slots[k].second, keys[inputs[k]],
                                       {sums.begin() + k * layers, sums.begin() + (k + 1) * layers}, {}, {}};
         },
-        admit, &res);
+        admit, &res, &unsettled);
     ReleaseWriteBudget(budget);
   }
-  MutexLock lock(&mu_);
-  for (Extent* e : pinned) {
-    e->writers--;
-    Unpin(e);
+  {
+    MutexLock lock(&mu_);
+    for (Extent* e : pinned) {
+      e->writers--;
+      Unpin(e);
+    }
   }
+  if (status.ok()) status = AwaitDurable(unsettled);
   return status.ok() ? alloc_status : status;
 }
 
 bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
-                            PutResult* res, uint32_t* position) {
+                            PutResult* res, uint32_t* position, Unsettled* unsettled) {
   uint32_t slot = 0;
   Extent* hit = FindBlock(key, &slot);
   if (hit == nullptr && seen->insert(key).second) return false;
   counters_.dedup_blocks++;
   res->dedup_blocks++;
+  if (hit != nullptr && unsettled != nullptr && hit->durable(slot) == kWriting) NoteUnsettled(unsettled, key);
   if (hit != nullptr && hit->session == session && !hit->runs.empty()) {
     *position = hit->PositionOf(slot) + 1;  // its own block: the chain goes on after it
     return true;
@@ -130,6 +135,30 @@ bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unorder
   if (hit != nullptr) AddSharer(hit, session, *position);
   ++*position;
   return true;
+}
+
+void StoreImpl::NoteUnsettled(Unsettled* u, const BlockKey& key) {
+  if (u->keys.empty()) u->failures = failed_ssd_puts_;
+  u->keys.push_back(key);
+}
+
+Status StoreImpl::AwaitDurable(const Unsettled& u) {
+  MutexLock lock(&mu_);
+  for (const BlockKey& key : u.keys) {
+    for (;;) {
+      uint32_t slot = 0;
+      const Extent* e = FindBlock(key, &slot);
+      if (e == nullptr) {
+        if (failed_ssd_puts_ == u.failures) break;  // stored, then dropped or evicted
+        return Status::IoError("put: block " + key.ToHex() +
+                               " was being stored by a concurrent put, and an SSD write of a put failed meanwhile; "
+                               "it may not be stored");
+      }
+      if (e->durable(slot) != kWriting) break;
+      settled_cv_.Wait(&mu_);
+    }
+  }
+  return Status::Ok();
 }
 
 Status StoreImpl::WriteBlocks(const std::vector<std::pair<Extent*, uint32_t>>& slots, const std::vector<size_t>& inputs,
@@ -228,16 +257,28 @@ Status StoreImpl::WriteSums(const std::vector<Pending>& blocks, const uint64_t* 
   return Status::Ok();
 }
 
-Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sums, const uint32_t* offs,
-                         const uint32_t* lens, const std::function<Status()>& write_ssd,
-                         const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* res) {
+Status StoreImpl::Commit(SessionId session, const std::vector<Pending>& blocks, const uint64_t* sums,
+                         const uint32_t* offs, const uint32_t* lens, const std::function<Status()>& write_ssd,
+                         const std::function<persist::BlockRecord(size_t)>& record, bool admit, PutResult* res,
+                         Unsettled* unsettled) {
   const uint32_t layers = options_.shape.layers;
   const uint64_t block_bytes = BlockBytes();
   const uint64_t ssd_blocks = SsdBlocks(blocks);
-  std::vector<uint8_t> indexed(blocks.size(), 0);
+  std::vector<uint8_t> indexed(blocks.size(), 0), taken(blocks.size(), 0);
   auto index = [&](size_t k) FLATKV_REQUIRES(mu_) {
     const Pending& p = blocks[k];
-    if (Indexed(p.key)) return false;  // a concurrent put won
+    if (taken[k]) return false;
+    uint32_t won_at = 0;
+    if (Extent* winner = FindBlock(p.key, &won_at)) {
+      taken[k] = 1;
+      // A concurrent put of the same block won: the session holds that
+      // put's block, and this put is acknowledged once it is durable.
+      AddSharer(winner, session, p.e->PositionOf(p.slot));
+      if (admit && winner->durable(won_at) == kWriting) NoteUnsettled(unsettled, p.key);
+      counters_.dedup_blocks++;
+      res->dedup_blocks++;
+      return false;
+    }
     IndexBlock(p.e, p.slot, p.key);
     if (p.e->sums_in_memory)  // a DRAM home (SSD homes' entries are in their table already)
       for (uint32_t l = 0; l < layers; ++l) {
@@ -296,6 +337,7 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
         if (!indexed[k]) continue;
         e->set_durable(slot, kNotDurable);  // its DRAM copy alone would not survive: a miss, as the error says
         Unindex(e, slot);
+        failed_ssd_puts_++;
         res->stored_blocks--;
         continue;
       }
@@ -308,6 +350,7 @@ Status StoreImpl::Commit(const std::vector<Pending>& blocks, const uint64_t* sum
       Count(Medium::kSsd, *e, slot, +1);
       counters_.ssd.bytes_written += block_bytes;
     }
+    settled_cv_.SignalAll();
   }
   return status;
 }
@@ -422,6 +465,7 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     e->writers--;
     Unpin(e);
   }
+  settled_cv_.SignalAll();
 }
 
 }  // namespace flatkv

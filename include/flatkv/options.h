@@ -44,6 +44,34 @@ enum class SsdAdmission : uint8_t {
   kOnReuse = 1,
 };
 
+// The remote tier (docs/remote.md): a Redis Cluster that the nodes of a
+// fleet share. With `seeds` set, every put's blocks are published there in
+// the background, and a restore looks up what the local media miss and
+// restores it from there, layer by layer, into the same window or target.
+struct RemoteOptions {
+  std::vector<std::string> seeds;  // "host:port" of cluster nodes (one must answer at Open); empty: no remote tier
+  std::string user;                // ACL user (empty: `default`)
+  std::string password;            // AUTH when non-empty
+  bool tls = false;
+  std::string tls_ca_file;         // empty: the system's CAs
+  bool tls_verify = true;
+  // Every name starts "<prefix>:" (an ACL key pattern "~<prefix>:*"); no
+  // hash tags, so a prefix's objects spread over the shards. Nodes that
+  // share blocks must share it.
+  std::string prefix = "fkv";
+  uint64_t object_bytes = 4ull << 20;  // payload bytes per object at most (1-4 MiB suits Redis)
+  uint32_t max_inflight = 32;          // objects a restore requests at once
+  uint32_t ttl_seconds = 0;            // objects and index entries expire (0: never; maxmemory evicts)
+  std::chrono::milliseconds timeout{1000};  // one request; a lookup gives up after it
+  // Put data copied and waiting to be published, at most; a put beyond it
+  // is not published (counted in RemoteStats::publish_dropped_blocks): a put
+  // never waits for the cluster.
+  uint64_t publish_buffer_bytes = 256ull << 20;
+  // After a lookup fails (a stalled or unreachable cluster), restores skip
+  // the remote tier for this long, so they cost no more timeouts.
+  std::chrono::milliseconds backoff{1000};
+};
+
 struct StoreOptions {
   // The KV shape of every block. Required. Reopening an SSD directory with a
   // different shape or block size is refused.
@@ -163,6 +191,8 @@ struct StoreOptions {
 
   // Medium placement; null means DefaultPlacement.
   std::shared_ptr<PlacementPolicy> placement;
+  // The remote tier; off unless remote.seeds is set.
+  RemoteOptions remote;
   // I/O engine for the SSD tier; null means one made from ssd_io. Tests
   // inject a FaultInjectionEngine here.
   std::shared_ptr<io::IoEngine> ssd_engine;

@@ -11,7 +11,7 @@
 
 namespace flatkv {
 
-enum class Medium : uint8_t { kNone = 0, kDram = 1, kSsd = 2 };
+enum class Medium : uint8_t { kNone = 0, kDram = 1, kSsd = 2, kRemote = 3 };  // kRemote: the shared cluster (RemoteOptions)
 std::string_view MediumName(Medium m);
 
 // What a caller knows about the blocks it puts. Each value changes

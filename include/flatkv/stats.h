@@ -29,9 +29,30 @@ struct MediumStats {
   uint64_t logical_bytes = 0;
 };
 
+// The remote tier (StoreOptions::remote); all zero without one.
+struct RemoteStats {
+  bool enabled = false;
+  uint64_t hit_blocks = 0;        // blocks restores took from the cluster (the local media missed them)
+  uint64_t restored_blocks = 0;   // of them, valid in every layer
+  uint64_t bytes_read = 0;        // object bytes read (headers included)
+  uint64_t lookups = 0;           // index lookups (one pipelined round each)
+  uint64_t lookup_errors = 0;     // lookups that failed (then restores skip the tier for RemoteOptions::backoff)
+  uint64_t lookups_skipped = 0;   // restores that did not look because of a recent failure
+  uint64_t stale_objects = 0;     // objects whose header or checksum did not match: misses, never wrong bytes
+  uint64_t missing_objects = 0;   // indexed objects gone (evicted, expired): misses
+  uint64_t published_blocks = 0;         // blocks this store wrote to the cluster
+  uint64_t already_published_blocks = 0;  // blocks another node (or an earlier put) had published
+  uint64_t published_bytes = 0;          // object bytes written
+  uint64_t publish_dropped_blocks = 0;   // blocks not published: the publish buffer was full
+  uint64_t publish_errors = 0;           // publishes that failed (their blocks stay local only)
+  uint64_t publish_queued_blocks = 0;    // blocks waiting to be published now
+  uint64_t publish_queued_bytes = 0;     // their bytes (at most RemoteOptions::publish_buffer_bytes)
+};
+
 struct StoreStats {
   MediumStats dram;
   MediumStats ssd;
+  RemoteStats remote;
   uint64_t sessions = 0;
   uint64_t restores = 0;
   uint64_t lookup_blocks = 0;   // keys asked for across restores

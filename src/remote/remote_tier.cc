@@ -203,10 +203,12 @@ Status RemoteTier::Publish(const BlockKey& ns, std::span<const BlockKey> keys,
   return Status::Ok();
 }
 
-Result<RemoteMatch> RemoteTier::Match(std::span<const BlockKey> chain) {
+Result<RemoteMatch> RemoteTier::Match(std::span<const BlockKey> chain, uint32_t from) {
   RemoteMatch m;
+  m.from = m.blocks = from;
+  if (from >= chain.size()) return m;
   std::vector<std::string> names;
-  for (const auto& k : chain) names.push_back(IndexName(k));
+  for (const auto& k : chain.subspan(from)) names.push_back(IndexName(k));
   std::vector<std::vector<std::string_view>> gets;
   for (const auto& n : names) gets.push_back({"GET", n});
   auto res = cluster_->Pipeline(gets);
@@ -216,25 +218,27 @@ Result<RemoteMatch> RemoteTier::Match(std::span<const BlockKey> chain) {
       break;  // a shard failing: the prefix before it still counts
     }
     RemoteRef r;
-    if (res[i]->type != RespValue::kString || !DecodeIndexValue(res[i]->str, &r) || r.position > i) break;
+    if (res[i]->type != RespValue::kString || !DecodeIndexValue(res[i]->str, &r) || r.position > from + i) break;
     m.refs.push_back(r);
   }
-  m.blocks = uint32_t(m.refs.size());
+  m.blocks = from + uint32_t(m.refs.size());
   return m;
 }
 
 Result<uint32_t> RemoteTier::Restore(const BlockKey& ns, std::span<const BlockKey> chain, const RemoteMatch& match,
                                      const std::function<std::byte*(uint32_t, uint32_t)>& destination,
-                                     const std::function<void(uint32_t)>& layer_done) {
-  if (match.blocks > chain.size()) return Status::InvalidArgument("remote tier: match longer than the chain");
+                                     const std::function<bool(uint32_t, uint32_t)>& layer_done) {
+  if (match.blocks > chain.size() || match.from > match.blocks || match.refs.size() != match.blocks - match.from)
+    return Status::InvalidArgument("remote tier: a match that does not fit the chain");
+  const uint32_t from = match.from;
   // Runs: consecutive blocks in one object at consecutive positions.
   struct Run {
     uint32_t start, blocks;
     RemoteRef ref;  // of the run's first block
   };
   std::vector<Run> runs;
-  for (uint32_t b = 0; b < match.blocks; ++b) {
-    const RemoteRef& r = match.refs[b];
+  for (uint32_t b = from; b < match.blocks; ++b) {
+    const RemoteRef& r = match.refs[b - from];
     if (!runs.empty()) {
       Run& last = runs.back();
       if (last.ref.object_first == r.object_first && last.ref.object_blocks == r.object_blocks &&
@@ -280,9 +284,10 @@ Result<uint32_t> RemoteTier::Restore(const BlockKey& ns, std::span<const BlockKe
     stats_.bytes_read += v.size();
     const char* payload = v.data() + kObjectHeaderBytes;
     for (uint32_t j = 0; j < run.blocks && run.start + j < valid; ++j)
-      std::memcpy(destination(q.layer, run.start + j), payload + uint64_t{run.ref.position + j} * block_layer_bytes_,
-                  block_layer_bytes_);
+      if (std::byte* to = destination(q.layer, run.start + j))
+        std::memcpy(to, payload + uint64_t{run.ref.position + j} * block_layer_bytes_, block_layer_bytes_);
   };
+  bool go = true;
   // A sliding window of max_inflight objects over all shards: layer l's
   // objects are used while later layers' are still on the way, straight
   // from the client's read buffer.
@@ -301,9 +306,9 @@ Result<uint32_t> RemoteTier::Restore(const BlockKey& ns, std::span<const BlockKe
             use(i, res->str);  // redone outside the stream (a redirect or a failover)
           }
         }
-        if (layer_done && valid > 0 && (i + 1 == requests.size() || requests[i + 1].layer != q.layer))
-          layer_done(q.layer);
-        return valid > 0;
+        if (layer_done && go && (i + 1 == requests.size() || requests[i + 1].layer != q.layer))
+          go = layer_done(q.layer, valid);
+        return go && valid > from;
       },
       use);
   // Index entries pointing at objects that are gone: removed, so the next match misses cleanly.

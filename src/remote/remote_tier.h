@@ -9,8 +9,7 @@
 // corrupted object ends the restore's valid prefix there (a miss), never
 // wrong bytes.
 //
-// Not yet here: the store's remote medium (its own queue beside DRAM and
-// SSD), background publishing with a byte budget, capacity accounting.
+// The store reaches it through RemoteMedium (remote_medium.h).
 //
 // Thread-safety: one thread at a time (it owns a ClusterClient).
 #pragma once
@@ -62,8 +61,9 @@ struct RemoteRef {
 };
 
 struct RemoteMatch {
-  uint32_t blocks = 0;            // the chain's indexed prefix
-  std::vector<RemoteRef> refs;    // one per block of the prefix
+  uint32_t from = 0;              // the first block looked up (the ones before it are held elsewhere)
+  uint32_t blocks = 0;            // the chain's indexed prefix ends here (blocks from..blocks-1 are indexed)
+  std::vector<RemoteRef> refs;    // one per block from `from` to `blocks`
 };
 
 struct RemoteTierStats {
@@ -83,18 +83,22 @@ class RemoteTier {
   Status Publish(const BlockKey& ns, std::span<const BlockKey> keys,
                  const std::function<const std::byte*(uint32_t layer, uint32_t block)>& slice);
 
-  // The longest prefix of `chain` whose blocks are indexed: one pipelined
-  // round of index reads.
-  Result<RemoteMatch> Match(std::span<const BlockKey> chain);
+  // How far the chain's blocks from `from` on are indexed: one pipelined
+  // round of index reads of chain[from..]. (The blocks before `from` are
+  // the caller's, held locally; an object may still begin among them.)
+  Result<RemoteMatch> Match(std::span<const BlockKey> chain, uint32_t from = 0);
 
-  // Fetches `match`'s blocks of `chain` layer by layer into
-  // destination(layer, block), calling layer_done(layer) as each layer is
-  // complete. Returns the blocks valid in every layer: a missing or
-  // corrupt object cuts the prefix at its first block (its index entries
-  // are then deleted).
+  // Fetches `match`'s blocks (match.from to match.blocks) of `chain` layer
+  // by layer into destination(layer, block) (block: the chain position; a
+  // null destination skips the block), calling layer_done(layer, valid) as
+  // each layer is complete, with the end of the prefix valid so far;
+  // layer_done returning false stops the restore there. Returns the end of
+  // the prefix valid in every layer (match.from when nothing is): a missing
+  // or corrupt object cuts it at its first block (its index entries are
+  // then deleted).
   Result<uint32_t> Restore(const BlockKey& ns, std::span<const BlockKey> chain, const RemoteMatch& match,
                            const std::function<std::byte*(uint32_t layer, uint32_t block)>& destination,
-                           const std::function<void(uint32_t layer)>& layer_done = {});
+                           const std::function<bool(uint32_t layer, uint32_t valid)>& layer_done = {});
 
   std::string ObjectName(const BlockKey& first, uint32_t blocks, uint32_t layer) const;
   std::string IndexName(const BlockKey& key) const;

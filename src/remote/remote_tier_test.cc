@@ -93,8 +93,9 @@ class RemoteTierTest : public ::testing::Test {
     std::vector<std::byte> out(chain.size() * kLayers * kSlice, std::byte{0xEE});
     auto valid = tier_->Restore(
         Ns(), chain, *m, [&](uint32_t l, uint32_t b) { return out.data() + (uint64_t{l} * chain.size() + b) * kSlice; },
-        [&](uint32_t l) {
+        [&](uint32_t l, uint32_t) {
           if (layers_done) layers_done->push_back(l);
+          return true;
         });
     EXPECT_TRUE(valid.ok()) << valid.status().ToString();
     if (!valid.ok()) return 0;

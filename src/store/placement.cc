@@ -7,6 +7,7 @@ std::string_view MediumName(Medium m) {
     case Medium::kNone: return "none";
     case Medium::kDram: return "dram";
     case Medium::kSsd: return "ssd";
+    case Medium::kRemote: return "remote";
   }
   return "unknown";
 }

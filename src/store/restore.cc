@@ -56,6 +56,7 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       max_request_(store->options().max_request_bytes),
       start_(Clock::now()),
       target_(target) {
+  if (store->remote()) chain_.assign(chain.begin(), chain.end());
   for (const BlockKey& key : chain) {
     uint32_t slot = 0;
     Extent* e = find(key, &slot);
@@ -148,7 +149,9 @@ RestoreImpl::~RestoreImpl() {
   std::vector<BlockRef> corrupt, readmitted;
   {
     MutexLock lock(&mu_);
-    while (!AllSettled()) cv_.Wait(&mu_);
+    abandoned_ = true;
+    cv_.SignalAll();
+    while (!AllSettled() || remote_running_) cv_.Wait(&mu_);
     corrupt.swap(corrupt_);
     // A block valid in every layer was copied in every layer.
     if (layers_ready_ == layers_)
@@ -309,12 +312,78 @@ void RestoreImpl::Truncate(uint32_t blocks) {
   valid_ = std::min(valid_, blocks);
 }
 
+void RestoreImpl::AttachRemote(remote::RemoteMatch m) {
+  const uint32_t n = m.blocks - hit_;
+  Run r;
+  r.medium = Medium::kRemote;
+  r.first_block = hit_;
+  r.count = n;
+  r.slot_stride = lb_;
+  remote_run_ = runs_.size();
+  runs_.push_back(r);
+  for (uint32_t j = 0; j < n; ++j) locations_.push_back({Address::Make(Medium::kRemote, 0, 0), 0});
+  checksums_.resize(checksums_.size() + uint64_t{n} * layers_, 0);  // objects carry their own
+  enc_off_.resize(checksums_.size(), 0);
+  enc_len_.resize(checksums_.size(), 0);
+  store_->counters().miss_blocks -= n;
+  hit_ += n;
+  remote_match_ = std::move(m);
+  MutexLock lock(&mu_);
+  valid_ = hit_;
+}
+
+void RestoreImpl::SettleRemote(uint32_t layer, uint32_t end) {
+  LayerState& st = state_[layer];
+  if (end < hit_) st.bad = std::min(st.bad, end);
+  if (--st.pending == 0) FinalizeLayer(layer);
+  cv_.SignalAll();
+}
+
+void RestoreImpl::EndRemote(uint32_t end) {
+  for (; remote_next_ < layers_ && state_[remote_next_].issued; ++remote_next_) SettleRemote(remote_next_, end);
+  remote_done_ = true;  // layers issued from now on count no remote unit
+  remote_end_ = end;
+  remote_running_ = false;
+  cv_.SignalAll();
+}
+
+void RestoreImpl::RunRemote(remote::RemoteTier& tier, const BlockKey& ns) {
+  const Run& run = runs_[remote_run_];
+  // The layer's place once it is issued (null: abandoned first).
+  auto destination = [&](uint32_t layer, uint32_t block) -> std::byte* {
+    MutexLock lock(&mu_);
+    while (!state_[layer].issued && !abandoned_) cv_.Wait(&mu_);
+    if (!state_[layer].issued) return nullptr;
+    if (target_.destination) return Dst(layer, block);
+    return window_->slot(layer % slots_) + run.land + uint64_t{block - run.first_block} * lb_;
+  };
+  auto layer_done = [&](uint32_t layer, uint32_t valid) {
+    MutexLock lock(&mu_);
+    for (; remote_next_ <= layer; ++remote_next_) {
+      while (!state_[remote_next_].issued && !abandoned_) cv_.Wait(&mu_);
+      if (!state_[remote_next_].issued) return false;
+      SettleRemote(remote_next_, valid);
+    }
+    return !abandoned_;
+  };
+  auto got = tier.Restore(ns, chain_, remote_match_, destination, layer_done);
+  if (!got.ok()) LogWarning("restore: remote tier: " + got.status().ToString() + "; its blocks are misses");
+  const uint32_t end = got.ok() ? *got : run.first_block;
+  store_->remote()->NoteRestore(run.count, end - run.first_block, tier);  // before the consumer can see the end
+  MutexLock lock(&mu_);
+  EndRemote(end);
+}
+
 Status RestoreImpl::Begin() {
   LoadSums();
+  // The blocks after the local prefix that the remote tier holds.
+  if (store_->remote() && hit_ < chain_.size())
+    if (auto m = store_->remote()->Lookup(chain_, hit_)) AttachRemote(std::move(*m));
   if (hit_ == 0) return Status::Ok();
   // Every layer reads the same pieces: each run, split at max_request_bytes.
   for (size_t r = 0; r < runs_.size(); ++r) {
     const Run& run = runs_[r];
+    if (run.medium == Medium::kRemote) continue;  // fetched by RunRemote
     if (!run.codec) {
       const uint32_t per = std::max<uint64_t>(1, max_request_ / run.slot_stride);
       for (uint32_t j = 0; j < run.count; j += per) pieces_.push_back({r, j, std::min(per, run.count - j)});
@@ -362,7 +431,8 @@ Status RestoreImpl::Begin() {
     for (uint32_t l = 0; l < layers_; ++l)
       for (size_t r = 0; r < runs_.size(); ++r) {
         const Run& run = runs_[r];
-        bool direct = run.medium == Medium::kDram || run.codec;  // coded runs decode into place
+        // DRAM and remote runs are copied block by block; coded runs decode into place.
+        bool direct = run.medium == Medium::kDram || run.medium == Medium::kRemote || run.codec;
         if (!direct) {
           std::byte* first = Dst(l, run.first_block);
           direct = run.slot_stride == lb_ && reinterpret_cast<uintptr_t>(first) % 4096 == 0;
@@ -380,6 +450,17 @@ Status RestoreImpl::Begin() {
       return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots_) + " x " +
                              std::to_string(slot_bytes) + " bytes");
   }
+  if (remote_run_ != SIZE_MAX) {
+    {
+      MutexLock lock(&mu_);
+      remote_running_ = true;
+    }
+    const bool queued = store_->remote()->Submit([this](remote::RemoteTier& tier, const BlockKey& ns) { RunRemote(tier, ns); });
+    if (!queued) {  // the tier stopped (the store is closing): its blocks are misses
+      MutexLock lock(&mu_);
+      EndRemote(runs_[remote_run_].first_block);
+    }
+  }
   for (uint32_t l = 0; l < slots_; ++l) Issue(l);
   return Status::Ok();
 }
@@ -388,8 +469,19 @@ void RestoreImpl::Issue(uint32_t layer) {
   // Count every request first, so the layer cannot finalize early.
   {
     MutexLock lock(&mu_);
-    state_[layer].issued = true;
-    state_[layer].pending = static_cast<uint32_t>(pieces_.size());
+    LayerState& st = state_[layer];
+    st.issued = true;
+    st.pending = static_cast<uint32_t>(pieces_.size());
+    if (remote_run_ != SIZE_MAX) {
+      if (!remote_done_) {
+        st.pending++;  // settled by RunRemote
+      } else if (remote_end_ < hit_) {
+        st.bad = std::min(st.bad, remote_end_);
+      }
+      if (remote_done_ && remote_next_ == layer) ++remote_next_;
+      if (st.pending == 0) FinalizeLayer(layer);
+    }
+    cv_.SignalAll();  // RunRemote may wait for this layer
   }
   std::byte* slot = window_ ? window_->slot(layer % slots_) : nullptr;
   for (const Piece& p : pieces_) {

@@ -19,6 +19,14 @@
 // later layers' reads are in flight; DRAM coded pieces are decode jobs
 // reading the arena. A decode failure counts like a checksum failure.
 //
+// With a remote tier (StoreOptions::remote), Begin looks up the blocks
+// after the local prefix there (RemoteMedium::Lookup) and appends those it
+// finds as one remote run; its fetch runs on the remote medium's thread
+// (RunRemote), writing each layer's blocks into that layer's window slot
+// (once issued) or the caller's destinations, as one more pending unit of
+// the layer. Objects are verified as they arrive (RemoteTier::Restore): a
+// missing or corrupt one cuts the valid prefix, never delivers wrong bytes.
+//
 // Thread-safety: the consumer calls one method at a time; completions run
 // on I/O threads and synchronize with it through mu_.
 #pragma once
@@ -122,6 +130,15 @@ class RestoreImpl final : public Restore {
   void CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin);
   std::byte* Home(uint32_t layer, uint32_t block);  // where a decoded block goes
   bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight
+  // Remote: appends the run of blocks `m` found (Begin, before planning).
+  void AttachRemote(remote::RemoteMatch m);
+  // Remote: the fetch, on the remote medium's thread.
+  void RunRemote(remote::RemoteTier& tier, const BlockKey& ns);
+  // Remote: settles the remote unit of the issued layers from
+  // remote_next_ on, bad from `end` when short of hit_; marks it done.
+  void EndRemote(uint32_t end) FLATKV_REQUIRES(mu_);
+  // Settles the remote unit of `layer` (issued), bad from `end` if short.
+  void SettleRemote(uint32_t layer, uint32_t end) FLATKV_REQUIRES(mu_);
 
   StoreImpl* store_;
   uint32_t layers_;
@@ -155,6 +172,16 @@ class RestoreImpl final : public Restore {
   uint32_t valid_ FLATKV_GUARDED_BY(mu_) = 0;  // blocks valid in every finalized layer
   uint32_t layers_ready_ FLATKV_GUARDED_BY(mu_) = 0;
   std::vector<BlockRef> corrupt_ FLATKV_GUARDED_BY(mu_);
+
+  // The remote run (remote_run_ < runs_.size() when there is one).
+  std::vector<BlockKey> chain_;  // the chain, kept when there is a remote tier
+  size_t remote_run_ = SIZE_MAX;
+  remote::RemoteMatch remote_match_;
+  bool remote_running_ FLATKV_GUARDED_BY(mu_) = false;  // RunRemote may still touch this restore
+  bool remote_done_ FLATKV_GUARDED_BY(mu_) = false;     // the fetch settled all it will
+  uint32_t remote_end_ FLATKV_GUARDED_BY(mu_) = 0;      // with remote_done_: the end of its valid prefix
+  uint32_t remote_next_ FLATKV_GUARDED_BY(mu_) = 0;     // the first layer whose remote unit is not settled
+  bool abandoned_ FLATKV_GUARDED_BY(mu_) = false;       // the destructor runs: layers not issued never will be
 };
 
 }  // namespace flatkv

@@ -122,6 +122,10 @@ Status StoreImpl::Init() {
                       ? options_.ssd_write_buffer_bytes
                       : std::max<uint64_t>(SegmentWriter::kWaveBytes, (dram_ ? dram_->capacity_bytes() : 0) / 4);
   if (options_.window_bytes > 0) ReleaseWindow(AcquireWindow(options_.window_bytes));  // fault it in now
+  if (!options_.remote.seeds.empty() && !options_.read_only) {
+    FLATKV_ASSIGN_OR_RETURN(remote_, remote::RemoteMedium::Open(options_.remote, options_.shape, options_.block_tokens,
+                                                               block_layer_bytes_));
+  }
   return Status::Ok();
 }
 
@@ -260,6 +264,10 @@ Status StoreImpl::Close() {
     MutexLock lock(&mu_);
     if (closed_) return Status::Ok();
     closed_ = true;
+  }
+  if (remote_) remote_->Stop();  // what puts queued is published first (for a few seconds at most)
+  {
+    MutexLock lock(&mu_);
     if (options_.read_only) return Status::Ok();
     for (uint32_t d = 0; d < ssd_.size(); ++d) snapshots.push_back({d, Snapshot(d)});
   }
@@ -890,6 +898,7 @@ Status StoreImpl::DropSessionLocked(SessionId session) {
 
 StoreStats StoreImpl::Stats() const {
   StoreStats st;
+  if (remote_) st.remote = remote_->Stats();
   auto fill = [](MediumStats& m, const MediumCounters& c) {
     m.allocated_bytes = c.allocated_bytes;
     m.hit_blocks = c.hit_blocks;

@@ -47,6 +47,7 @@
 #include "common/histogram.h"
 #include "common/mutex.h"
 #include "flatkv/codec.h"
+#include "remote/remote_medium.h"
 #include "flatkv/store.h"
 #include "io/io_engine.h"
 #include "media/dram_arena.h"
@@ -199,6 +200,7 @@ class StoreImpl final : public Store {
   SsdDir* ssd(uint32_t device) { return ssd_[device].get(); }
   io::IoEngine* engine() { return engine_.get(); }
   DramQueue* dram_queue() { return dram_queue_.get(); }
+  remote::RemoteMedium* remote() { return remote_.get(); }  // null without a remote tier
   DramQueue* decode_queue() { return decode_queue_.get(); }
   Counters& counters() { return counters_; }
   // Drops pins taken by StartRestore, removes blocks that failed their
@@ -439,6 +441,9 @@ class StoreImpl final : public Store {
   std::vector<std::unique_ptr<SsdDir>> ssd_;
   Counters counters_;
 
+  // The remote tier (StoreOptions::remote): set at Open, stopped at Close,
+  // destroyed with the store.
+  std::unique_ptr<remote::RemoteMedium> remote_;
   mutable Mutex mu_;
   bool closed_ FLATKV_GUARDED_BY(mu_) = false;
   CondVar settled_cv_;  // on mu_: signalled when blocks leave kWriting

@@ -24,8 +24,11 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
   if (data.size() != keys.size() * block_bytes)
     return Status::InvalidArgument("put: data is " + std::to_string(data.size()) + " bytes, expected " +
                                    std::to_string(keys.size()) + " blocks x " + std::to_string(block_bytes) + " bytes");
-  if (const auto& codec = options.codec ? options.codec : options_.codec)
-    return PutCoded(session, keys, data, options, codec);
+  if (const auto& codec = options.codec ? options.codec : options_.codec) {
+    Status coded = PutCoded(session, keys, data, options, codec);
+    if (coded.ok() && remote_) remote_->Publish(keys, data);  // in the background; raw, as restores deliver it
+    return coded;
+  }
   std::vector<size_t> inputs;                       // index into keys/data of each block to write
   std::vector<std::pair<Extent*, uint32_t>> slots;  // where each goes
   std::vector<Extent*> pinned;
@@ -117,6 +120,7 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     }
   }
   if (status.ok()) status = AwaitDurable(unsettled);
+  if (status.ok() && alloc_status.ok() && remote_) remote_->Publish(keys, data);  // in the background
   return status.ok() ? alloc_status : status;
 }
 

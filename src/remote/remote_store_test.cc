@@ -1,0 +1,178 @@
+// The remote tier as a medium of the store, against the live local cluster
+// (ctest's RedisCluster fixture): two stores with their own SSD directories
+// stand for two nodes sharing the cluster. What node A puts is published in
+// the background; node B, which never saw it, restores it from the cluster
+// layer by layer, through the window and into caller memory, bit for bit;
+// a local prefix and a remote rest make one restore; corrupted objects are
+// misses, never wrong bytes; a full publish buffer drops, never blocks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "flatkv/store.h"
+#include "remote/cluster_client.h"
+#include "remote/cluster_test_util.h"
+#include "testing/test_util.h"
+
+namespace flatkv {
+namespace {
+
+using testing::ChainKeys;
+using testing::Payload;
+using testing::RestoreAll;
+using testing::SmallOptions;
+using testing::TempDir;
+
+// A prefix of its own per test and run, so runs never see each other's objects.
+std::string FreshPrefix(const std::string& name) {
+  return "fkvt-" + name + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+StoreOptions NodeOptions(const std::string& dir, const std::string& prefix) {
+  StoreOptions o = SmallOptions(dir, 8, 64);
+  o.remote.seeds = remote::cluster_testing::LocalClusterSeeds();
+  o.remote.prefix = prefix;
+  o.remote.object_bytes = 2 * 16384;  // two blocks' slices per object: several objects per layer
+  return o;
+}
+
+// Waits until `store` has published everything it queued.
+void AwaitPublished(Store& store) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (store.Stats().remote.publish_queued_blocks > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(store.Stats().remote.publish_queued_blocks, 0u) << "publishing did not finish";
+}
+
+// A restore straight into caller memory (a RestoreTarget, block-major as the
+// put's data); returns the valid blocks, their bytes in *out.
+uint32_t RestoreIntoCaller(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out) {
+  const uint32_t layers = store.options().shape.layers;
+  const uint64_t lb = store.BlockLayerBytes(), bb = store.BlockBytes();
+  std::vector<std::byte> dst(keys.size() * bb, std::byte{0xEE});
+  RestoreTarget target;
+  target.destination = [&](uint32_t l, uint32_t b) { return dst.data() + b * bb + l * lb; };
+  auto r = store.StartRestore(keys, target);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return 0;
+  for (uint32_t l = 0; l < layers; ++l) {
+    auto view = r.value()->WaitLayer(l);
+    EXPECT_TRUE(view.ok()) << view.status().ToString();
+    if (!view.ok()) return 0;
+    r.value()->ReleaseLayer(l);
+  }
+  const uint32_t valid = r.value()->Finish();
+  out->assign(dst.begin(), dst.begin() + valid * bb);
+  return valid;
+}
+
+class RemoteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (remote::cluster_testing::LocalClusterSeeds().empty()) GTEST_SKIP() << "no local cluster (run through ctest)";
+    prefix_ = FreshPrefix(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  std::unique_ptr<Store> Node(const std::string& name, const std::function<void(StoreOptions&)>& edit = {}) {
+    StoreOptions o = NodeOptions(dir_.Sub(name), prefix_);
+    if (edit) edit(o);
+    auto s = Store::Open(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  // Node A puts `keys` (chain `chain`) as session 1 and publishes them; returns their data.
+  std::vector<std::byte> PutAndPublish(Store& a, const std::vector<BlockKey>& keys, uint64_t chain) {
+    std::vector<std::byte> data = Payload(a, keys.size(), chain);
+    EXPECT_TRUE(a.Put(1, keys, data).ok());
+    AwaitPublished(a);
+    return data;
+  }
+  TempDir dir_;
+  std::string prefix_;
+};
+
+TEST_F(RemoteStoreTest, ABlockPutOnOneNodeIsRestoredOnAnotherBitForBit) {
+  auto a = Node("a"), b = Node("b");
+  ASSERT_TRUE(a && b);
+  const auto keys = ChainKeys(1, 7);
+  const auto data = PutAndPublish(*a, keys, 1);
+  EXPECT_EQ(a->Stats().remote.published_blocks, 7u);
+  EXPECT_EQ(b->Match(keys), 0u) << "node B holds nothing locally";
+  // Through the window, layer by layer.
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*b, keys, &got), 7u);
+  EXPECT_TRUE(got == data) << "the remote blocks' bytes differ";
+  // Straight into caller memory (a RestoreTarget).
+  got.clear();
+  EXPECT_EQ(RestoreIntoCaller(*b, keys, &got), 7u);
+  EXPECT_TRUE(got == data);
+  const RemoteStats rs = b->Stats().remote;
+  EXPECT_EQ(rs.hit_blocks, 14u);
+  EXPECT_EQ(rs.restored_blocks, 14u);
+  EXPECT_GT(rs.bytes_read, 14u * a->BlockBytes());
+  EXPECT_EQ(rs.stale_objects + rs.missing_objects, 0u);
+}
+
+TEST_F(RemoteStoreTest, ALocalPrefixAndARemoteRestMakeOneRestore) {
+  auto a = Node("a"), b = Node("b");
+  ASSERT_TRUE(a && b);
+  const auto keys = ChainKeys(2, 10);
+  const auto data = PutAndPublish(*a, keys, 2);
+  // Node B computed the first 3 blocks itself.
+  const uint64_t bb = a->BlockBytes();
+  ASSERT_TRUE(b->Put(9, std::span(keys).first(3), std::span(data).first(3 * bb)).ok());
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*b, keys, &got), 10u);
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(b->Stats().remote.hit_blocks, 7u) << "only the blocks B lacks come from the cluster";
+  AwaitPublished(*b);
+  EXPECT_EQ(b->Stats().remote.already_published_blocks, 3u) << "B's put found its blocks published by A";
+}
+
+TEST_F(RemoteStoreTest, ACorruptedObjectIsAMissNeverWrongBytes) {
+  auto a = Node("a"), b = Node("b");
+  ASSERT_TRUE(a && b);
+  const auto keys = ChainKeys(3, 6);
+  const auto data = PutAndPublish(*a, keys, 3);
+  // Flip a payload byte of layer 2's object holding blocks 2-3, behind flatkv's back.
+  remote::ClusterOptions co;
+  co.seeds = remote::cluster_testing::LocalClusterSeeds();
+  auto cluster = remote::ClusterClient::Connect(co);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  const std::string name = prefix_ + ":o:" + keys[2].ToHex() + ":2:2";
+  auto v = (*cluster)->Command({"GET", name});
+  ASSERT_TRUE(v.ok() && v->type == remote::RespValue::kString) << "object " << name << " not found";
+  std::string bad = v->str;
+  bad[bad.size() - 7] ^= 0x5A;
+  ASSERT_TRUE((*cluster)->Command({"SET", name, bad}).ok());
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*b, keys, &got), 2u) << "the prefix ends where the corrupt object begins";
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+  EXPECT_EQ(b->Stats().remote.stale_objects, 1u);
+}
+
+TEST_F(RemoteStoreTest, AFullPublishBufferDropsAndNeverBlocksAPut) {
+  auto a = Node("a", [](StoreOptions& o) { o.remote.publish_buffer_bytes = 1; });
+  ASSERT_TRUE(a);
+  const auto keys = ChainKeys(4, 3);
+  ASSERT_TRUE(a->Put(1, keys, Payload(*a, 3, 4)).ok());
+  EXPECT_EQ(a->Stats().remote.publish_dropped_blocks, 3u);
+  EXPECT_EQ(a->Stats().remote.published_blocks, 0u);
+  EXPECT_EQ(a->Match(keys), 3u) << "the blocks are stored locally all the same";
+}
+
+TEST_F(RemoteStoreTest, AnUnreachableClusterIsAnErrorAtOpenNamingTheSeeds) {
+  StoreOptions o = NodeOptions(dir_.Sub("x"), prefix_);
+  o.remote.seeds = {"127.0.0.1:1"};
+  o.remote.timeout = std::chrono::milliseconds(200);
+  auto s = Store::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().ToString().find("127.0.0.1:1"), std::string::npos) << s.status().ToString();
+}
+
+}  // namespace
+}  // namespace flatkv

@@ -110,9 +110,11 @@ Result<uint32_t> Engine::RestoreAndPrefill(std::span<const int> prompt, std::spa
       LogWarning("engine: restored prefix lost blocks while loading; restoring again");
       continue;
     }
-    for (uint32_t b = 0; b < hit; ++b)
-      (restore.locations()[b].layer0.medium() == Medium::kDram ? result.restored_tokens_dram
-                                                                : result.restored_tokens_ssd) += bt;
+    for (uint32_t b = 0; b < hit; ++b) {
+      const Medium m = restore.locations()[b].layer0.medium();
+      (m == Medium::kDram ? result.restored_tokens_dram
+                          : m == Medium::kRemote ? result.restored_tokens_remote : result.restored_tokens_ssd) += bt;
+    }
     result.computed_prompt_tokens += n;
     return cached + n;
   }
@@ -145,7 +147,7 @@ Result<GenerateResult> Engine::Generate(SessionId session, std::span<const int> 
     auto keys = hasher_.ChainKeys(ns_, AsTokens(prompt.first(size_t{reusable} * bt)), bt);
     result.timing.hash_lookup_ms += MsSince(t);
     FLATKV_ASSIGN_OR_RETURN(pos, RestoreAndPrefill(prompt, keys, result, x));
-    hit_blocks = (result.restored_tokens_dram + result.restored_tokens_ssd) / bt;
+    hit_blocks = (result.restored_tokens_dram + result.restored_tokens_ssd + result.restored_tokens_remote) / bt;
   }
   uint32_t last_n = pos == 0 ? 0 : static_cast<uint32_t>(x.size() / c.dim);
   auto tp = Clock::now();

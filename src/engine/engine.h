@@ -70,6 +70,7 @@ struct GenerateResult {
   uint32_t prompt_tokens = 0;
   uint32_t restored_tokens_dram = 0;
   uint32_t restored_tokens_ssd = 0;
+  uint32_t restored_tokens_remote = 0;    // from the remote tier (StoreOptions::remote)
   uint32_t computed_prompt_tokens = 0;    // prompt tokens run through the model
   uint32_t stored_blocks = 0;             // new blocks written to the store
   Timing timing;

@@ -244,8 +244,86 @@ Status ApplyShape(const toml::node& n, const std::string& where, KvShape* shape)
   return shape->Validate().WithContext(where);
 }
 
+// [remote]: StoreOptions::remote (docs/service.md, "The remote tier").
+Status ApplyRemote(const toml::table& t, const std::string& w, RemoteOptions* r) {
+  FLATKV_RETURN_IF_ERROR(CheckKeys(t, w, {"seeds", "user", "password", "password_file", "tls", "tls_ca_file",
+                                          "tls_verify", "prefix", "object_bytes", "max_inflight", "ttl_seconds",
+                                          "timeout_ms", "publish_buffer_bytes", "backoff_ms"}));
+  if (const toml::node* n = t.get("seeds")) {
+    const toml::array* a = n->as_array();
+    if (!a) return Status::InvalidArgument(w + ".seeds: expected an array of \"host:port\", got " + Show(*n));
+    r->seeds.clear();
+    for (const auto& e : *a) {
+      auto v = e.value<std::string>();
+      if (!v || v->rfind(':') == std::string::npos || v->rfind(':') == 0 || v->rfind(':') + 1 == v->size())
+        return Status::InvalidArgument(w + ".seeds: expected \"host:port\" strings, got " + Show(e));
+      r->seeds.push_back(*v);
+    }
+  }
+  FLATKV_RETURN_IF_ERROR(Read(t, "user", w, &r->user));
+  FLATKV_RETURN_IF_ERROR(Read(t, "password", w, &r->password));
+  if (t.contains("password") && t.contains("password_file"))
+    return Status::InvalidArgument(w + ": password and password_file both given; keep one");
+  std::string file;
+  FLATKV_RETURN_IF_ERROR(Read(t, "password_file", w, &file));
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return Status::InvalidArgument(w + ".password_file: cannot read " + file);
+    std::getline(in, r->password);  // its first line
+    if (r->password.empty()) return Status::InvalidArgument(w + ".password_file: " + file + " is empty");
+  }
+  FLATKV_RETURN_IF_ERROR(Read(t, "tls", w, &r->tls));
+  FLATKV_RETURN_IF_ERROR(Read(t, "tls_ca_file", w, &r->tls_ca_file));
+  FLATKV_RETURN_IF_ERROR(Read(t, "tls_verify", w, &r->tls_verify));
+  FLATKV_RETURN_IF_ERROR(Read(t, "prefix", w, &r->prefix));
+  if (r->prefix.empty() || r->prefix.find_first_of("{}: ") != std::string::npos)
+    return Status::InvalidArgument(w + ".prefix: '" + r->prefix +
+                                   "' must be non-empty without '{', '}', ':' or spaces (no hash tags)");
+  std::optional<uint64_t> bytes;
+  FLATKV_RETURN_IF_ERROR(ReadBytes(t, "object_bytes", w, &bytes));
+  if (bytes) {
+    if (*bytes < 4096 || *bytes > (64ull << 20))
+      return Status::InvalidArgument(w + ".object_bytes: " + std::to_string(*bytes) + " is outside 4KiB..64MiB");
+    r->object_bytes = *bytes;
+  }
+  bytes.reset();
+  FLATKV_RETURN_IF_ERROR(ReadBytes(t, "publish_buffer_bytes", w, &bytes));
+  if (bytes) r->publish_buffer_bytes = *bytes;
+  auto integer = [&](std::string_view key, int64_t least, int64_t most, int64_t* out) -> Status {
+    const toml::node* n = t.get(key);
+    if (!n) return Status::Ok();
+    const std::string k = w + "." + std::string(key);
+    if (!n->is_integer()) return Status::InvalidArgument(k + ": expected an integer, got " + Show(*n));
+    const int64_t v = *n->value<int64_t>();
+    if (v < least || v > most)
+      return Status::InvalidArgument(k + ": " + std::to_string(v) + " is outside " + std::to_string(least) + ".." +
+                                     std::to_string(most));
+    *out = v;
+    return Status::Ok();
+  };
+  int64_t v = r->max_inflight;
+  FLATKV_RETURN_IF_ERROR(integer("max_inflight", 1, 1024, &v));
+  r->max_inflight = static_cast<uint32_t>(v);
+  v = r->ttl_seconds;
+  FLATKV_RETURN_IF_ERROR(integer("ttl_seconds", 0, int64_t{1} << 31, &v));
+  r->ttl_seconds = static_cast<uint32_t>(v);
+  v = r->timeout.count();
+  FLATKV_RETURN_IF_ERROR(integer("timeout_ms", 1, 600000, &v));
+  r->timeout = std::chrono::milliseconds(v);
+  v = r->backoff.count();
+  FLATKV_RETURN_IF_ERROR(integer("backoff_ms", 0, 3600000, &v));
+  r->backoff = std::chrono::milliseconds(v);
+  return Status::Ok();
+}
+
 Status ApplyTable(const toml::table& root, const std::string& origin, ServerConfig* c) {
-  FLATKV_RETURN_IF_ERROR(CheckKeys(root, origin, {"store", "server", "listen", "tls", "limits", "tenants", "metrics"}));
+  FLATKV_RETURN_IF_ERROR(
+      CheckKeys(root, origin, {"store", "remote", "server", "listen", "tls", "limits", "tenants", "metrics"}));
+  if (const toml::table* t = root["remote"].as_table()) {
+    RemoteOptions r = c->store.remote;  // set only when the whole table is right
+    FLATKV_RETURN_IF_ERROR(ApplyRemote(*t, origin + ": remote", &r));
+    c->store.remote = std::move(r);
+  }
   if (const toml::table* s = root["store"].as_table()) {
     const std::string w = origin + ": store";
     std::set<std::string_view> known = {"shape", "dram_bytes", "dram_fraction", "ssd_dir", "ssd_dirs", "ssd_bytes"};

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+
+#include "testing/test_util.h"
 
 namespace flatkv::service {
 namespace {
@@ -174,6 +177,56 @@ TEST(ServerConfigTest, MetricsSectionIsOptInAndChecksTheStatsToken) {
             std::string::npos);
   EXPECT_NE(ApplyConfigToml("[metrics]\ntenant_labels = \"yes\"\n", "f.toml", &c).message().find("tenant_labels"),
             std::string::npos);
+}
+
+// [remote]: the store's remote tier (StoreOptions::remote), every key.
+TEST(ServerConfigTest, RemoteSectionSetsTheRemoteTierAndNamesItsErrors) {
+  ServerConfig c = DefaultServerConfig();
+  EXPECT_TRUE(c.store.remote.seeds.empty()) << "off by default";
+  testing::TempDir dir;
+  const std::string secret = dir.Sub("secret");
+  std::ofstream(secret) << "s3cret-password\n";
+  const std::string toml = R"(
+[remote]
+seeds = ["10.0.0.1:7000", "redis-2.internal:7001"]
+user = "flatkv-node-a"
+password_file = ")" + secret + R"("
+tls = true
+tls_ca_file = "/etc/flatkv/ca.crt"
+tls_verify = false
+prefix = "fkv-a"
+object_bytes = "2MiB"
+max_inflight = 16
+ttl_seconds = 3600
+timeout_ms = 250
+publish_buffer_bytes = "128MiB"
+backoff_ms = 2000
+)";
+  ASSERT_TRUE(ApplyConfigToml(toml, "r.toml", &c).ok()) << ApplyConfigToml(toml, "r.toml", &c).ToString();
+  const RemoteOptions& r = c.store.remote;
+  EXPECT_EQ(r.seeds, (std::vector<std::string>{"10.0.0.1:7000", "redis-2.internal:7001"}));
+  EXPECT_EQ(r.user, "flatkv-node-a");
+  EXPECT_EQ(r.password, "s3cret-password");
+  EXPECT_TRUE(r.tls);
+  EXPECT_EQ(r.tls_ca_file, "/etc/flatkv/ca.crt");
+  EXPECT_FALSE(r.tls_verify);
+  EXPECT_EQ(r.prefix, "fkv-a");
+  EXPECT_EQ(r.object_bytes, 2ull << 20);
+  EXPECT_EQ(r.max_inflight, 16u);
+  EXPECT_EQ(r.ttl_seconds, 3600u);
+  EXPECT_EQ(r.timeout.count(), 250);
+  EXPECT_EQ(r.publish_buffer_bytes, 128ull << 20);
+  EXPECT_EQ(r.backoff.count(), 2000);
+  auto msg = [&](const std::string& t) { return ApplyConfigToml(t, "f.toml", &c).message(); };
+  EXPECT_NE(msg("[remote]\nseeds = \"10.0.0.1:7000\"\n").find("remote.seeds: expected an array"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nseeds = [\"nohost\"]\n").find("host:port"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nprefix = \"a{b}\"\n").find("no hash tags"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nobject_bytes = 10\n").find("outside 4KiB..64MiB"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nmax_inflight = 0\n").find("remote.max_inflight: 0 is outside 1..1024"), std::string::npos);
+  EXPECT_NE(msg("[remote]\npassword = \"x\"\npassword_file = \"/y\"\n").find("keep one"), std::string::npos);
+  EXPECT_NE(msg("[remote]\npassword_file = \"/nonexistent/pw\"\n").find("cannot read /nonexistent/pw"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nseed = []\n").find("unknown key 'seed'"), std::string::npos);
+  EXPECT_EQ(c.store.remote.prefix, "fkv-a") << "a table with an error changes nothing";
 }
 
 TEST(ServerConfigTest, ErrorsNameTheProblem) {

@@ -454,13 +454,17 @@ Status Connection::Restore(uint32_t id, const wire::Restore& m, Clock::time_poin
     r.ReleaseLayer(l);
   }
   const uint32_t valid = r.Finish();
-  uint64_t dram = 0, ssd = 0;
-  for (uint32_t b = 0; b < valid; ++b) (r.locations()[b].layer0.medium() == Medium::kDram ? dram : ssd)++;
+  uint64_t dram = 0, ssd = 0, remote = 0;
+  for (uint32_t b = 0; b < valid; ++b) {
+    const Medium m = r.locations()[b].layer0.medium();
+    (m == Medium::kDram ? dram : m == Medium::kRemote ? remote : ssd)++;
+  }
   metrics_->restores.fetch_add(1, std::memory_order_relaxed);
   metrics_->restore_keys.fetch_add(n, std::memory_order_relaxed);
   metrics_->restore_miss_blocks.fetch_add(n - valid, std::memory_order_relaxed);
   metrics_->restore_hit_dram.fetch_add(dram, std::memory_order_relaxed);
   metrics_->restore_hit_ssd.fetch_add(ssd, std::memory_order_relaxed);
+  metrics_->restore_hit_remote.fetch_add(remote, std::memory_order_relaxed);
   (shm ? metrics_->restore_bytes_shm : metrics_->restore_bytes_stream).fetch_add(bytes, std::memory_order_relaxed);
   Status st = Reply(wire::EncodeU32(wire::Type::kRestoreEnd, id, valid));
   metrics_->restore_us.Record(MicrosSince(arrival));

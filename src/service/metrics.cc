@@ -180,6 +180,22 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
   Line(&out, "flatkv_store_events_total", "event=\"checksum_failure\"", double(s.checksum_failures));
   Line(&out, "flatkv_store_events_total", "event=\"io_error\"", double(s.io_errors));
   Line(&out, "flatkv_store_events_total", "event=\"dropped_block\"", double(s.dropped_blocks));
+  // The remote tier (StoreOptions::remote), when there is one.
+  if (s.remote.enabled) {
+    const RemoteStats& r = s.remote;
+    Help(&out, "flatkv_remote_events_total", "counter", "Remote-tier events (blocks unless named otherwise).");
+    for (auto [event, v] : {std::pair{"hit_block", r.hit_blocks}, {"restored_block", r.restored_blocks},
+                            {"lookup", r.lookups}, {"lookup_error", r.lookup_errors}, {"lookup_skipped", r.lookups_skipped},
+                            {"stale_object", r.stale_objects}, {"missing_object", r.missing_objects},
+                            {"published_block", r.published_blocks}, {"already_published_block", r.already_published_blocks},
+                            {"publish_dropped_block", r.publish_dropped_blocks}, {"publish_error", r.publish_errors}})
+      Line(&out, "flatkv_remote_events_total", std::string("event=\"") + event + "\"", double(v));
+    Help(&out, "flatkv_remote_bytes_total", "counter", "Object bytes read from and written to the remote tier.");
+    Line(&out, "flatkv_remote_bytes_total", "direction=\"read\"", double(r.bytes_read));
+    Line(&out, "flatkv_remote_bytes_total", "direction=\"written\"", double(r.published_bytes));
+    Help(&out, "flatkv_remote_publish_queue_bytes", "gauge", "Put data waiting to be published (at most the publish buffer).");
+    Line(&out, "flatkv_remote_publish_queue_bytes", "", double(r.publish_queued_bytes));
+  }
   Help(&out, "flatkv_sessions", "gauge", "Sessions holding extents.");
   Line(&out, "flatkv_sessions", "", double(s.sessions));
 
@@ -209,6 +225,7 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
     const std::string& l = L(t);
     Line(&out, "flatkv_tenant_hit_blocks_total", l + ",medium=\"dram\"", double(Get(t.metrics->restore_hit_dram)));
     Line(&out, "flatkv_tenant_hit_blocks_total", l + ",medium=\"ssd\"", double(Get(t.metrics->restore_hit_ssd)));
+    Line(&out, "flatkv_tenant_hit_blocks_total", l + ",medium=\"remote\"", double(Get(t.metrics->restore_hit_remote)));
   }
   Help(&out, "flatkv_tenant_miss_blocks_total", "counter", "Keys asked for by restores that did not hit, per tenant.");
   for (const auto& t : tenants)
@@ -276,6 +293,7 @@ std::string RenderStatsJson(const StoreStats& s, const StoreOptions& options, co
                   {"restore_keys", Get(x.restore_keys)},
                   {"restore_hit_dram", Get(x.restore_hit_dram)},
                   {"restore_hit_ssd", Get(x.restore_hit_ssd)},
+                  {"restore_hit_remote", Get(x.restore_hit_remote)},
                   {"restore_miss_blocks", Get(x.restore_miss_blocks)},
                   {"restore_bytes_stream", Get(x.restore_bytes_stream)},
                   {"restore_bytes_shm", Get(x.restore_bytes_shm)},

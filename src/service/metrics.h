@@ -40,7 +40,7 @@ struct TenantMetrics {
   std::atomic<uint64_t> lookups{0}, lookup_keys{0}, lookup_hit_blocks{0};
   std::atomic<uint64_t> puts{0}, put_blocks{0}, put_bytes{0};
   std::atomic<uint64_t> restores{0}, restore_keys{0}, restore_miss_blocks{0};
-  std::atomic<uint64_t> restore_hit_dram{0}, restore_hit_ssd{0};
+  std::atomic<uint64_t> restore_hit_dram{0}, restore_hit_ssd{0}, restore_hit_remote{0};
   std::atomic<uint64_t> restore_bytes_stream{0}, restore_bytes_shm{0};
   std::atomic<uint64_t> errors{0};
   PromHistogram lookup_us, put_us, restore_us;

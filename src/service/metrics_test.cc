@@ -30,6 +30,25 @@ TEST(MetricsTest, ValuesAreExactAndTenantsAreIndexedUnlessNamed) {
   EXPECT_EQ(PromLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }
 
+// The remote tier's series appear only with a remote tier.
+TEST(MetricsTest, RemoteTierSeriesAppearWithARemoteTier) {
+  StoreStats store;
+  ServerMetrics server;
+  EXPECT_FALSE(Has(RenderPrometheus(store, server, {}, false), "flatkv_remote_"));
+  store.remote.enabled = true;
+  store.remote.hit_blocks = 12;
+  store.remote.publish_dropped_blocks = 5;
+  store.remote.bytes_read = 4096;
+  store.remote.publish_queued_bytes = 777;
+  const std::string text = RenderPrometheus(store, server, {}, false);
+  EXPECT_TRUE(Has(text, "flatkv_remote_events_total{event=\"hit_block\"} 12\n")) << text;
+  EXPECT_TRUE(Has(text, "flatkv_remote_events_total{event=\"publish_dropped_block\"} 5\n")) << text;
+  EXPECT_TRUE(Has(text, "flatkv_remote_bytes_total{direction=\"read\"} 4096\n")) << text;
+  EXPECT_TRUE(Has(text, "flatkv_remote_publish_queue_bytes 777\n")) << text;
+  EXPECT_NE(store.ToJson().find("\"remote\":{\"hit_blocks\":12,"), std::string::npos) << store.ToJson();
+  EXPECT_NE(store.ToString().find("remote hit_blocks=12 "), std::string::npos) << store.ToString();
+}
+
 TEST(MetricsTest, BearerTokenMustMatchExactly) {
   const std::string t = "stats-token-0123456789";
   EXPECT_TRUE(HttpBearerMatches("GET /stats HTTP/1.0\r\nAuthorization: Bearer " + t + "\r\n\r\n", t));

@@ -1,6 +1,8 @@
 #include "flatkv/stats.h"
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 namespace flatkv {
 namespace {
@@ -37,6 +39,46 @@ void AppendMediumJson(std::string& out, const char* name, const MediumStats& m) 
   out += buf;
 }
 
+// The remote tier's counters, as name=value pairs.
+std::vector<std::pair<const char*, uint64_t>> RemoteFields(const RemoteStats& r) {
+  return {{"hit_blocks", r.hit_blocks},
+          {"restored_blocks", r.restored_blocks},
+          {"bytes_read", r.bytes_read},
+          {"lookups", r.lookups},
+          {"lookup_errors", r.lookup_errors},
+          {"lookups_skipped", r.lookups_skipped},
+          {"stale_objects", r.stale_objects},
+          {"missing_objects", r.missing_objects},
+          {"published_blocks", r.published_blocks},
+          {"already_published_blocks", r.already_published_blocks},
+          {"published_bytes", r.published_bytes},
+          {"publish_dropped_blocks", r.publish_dropped_blocks},
+          {"publish_errors", r.publish_errors},
+          {"publish_queued_blocks", r.publish_queued_blocks},
+          {"publish_queued_bytes", r.publish_queued_bytes}};
+}
+std::string RemoteText(const RemoteStats& r) {
+  std::string out;
+  for (const auto& [k, v] : RemoteFields(r)) {
+    if (!out.empty()) out += ' ';
+    out += k;
+    out += '=';
+    out += std::to_string(v);
+  }
+  return out;
+}
+std::string RemoteJson(const RemoteStats& r) {
+  std::string out;
+  for (const auto& [k, v] : RemoteFields(r)) {
+    if (!out.empty()) out += ',';
+    out += '"';
+    out += k;
+    out += "\":";
+    out += std::to_string(v);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string StoreStats::ToString() const {
@@ -62,7 +104,9 @@ std::string StoreStats::ToString() const {
                 (unsigned long long)shared_extents, (unsigned long long)prefetches,
                 (unsigned long long)prefetches_done, (unsigned long long)prefetch_skipped, (unsigned long long)truncated_blocks,
                 (unsigned long long)retained_extents, (unsigned long long)retain_refused_blocks);
-  return out + buf;
+  out += buf;
+  if (remote.enabled) out += "remote " + RemoteText(remote) + "\n";
+  return out;
 }
 
 std::string StoreStats::ToJson() const {
@@ -96,7 +140,9 @@ std::string StoreStats::ToJson() const {
   out += ",\"tenant_dram_bytes\":{";
   for (auto it = tenant_dram_bytes.begin(); it != tenant_dram_bytes.end(); ++it)
     out += (it == tenant_dram_bytes.begin() ? "\"" : ",\"") + std::to_string(it->first) + "\":" + std::to_string(it->second);
-  return out + "}}";
+  out += "}";
+  if (remote.enabled) out += ",\"remote\":{" + RemoteJson(remote) + "}";
+  return out + "}";
 }
 
 }  // namespace flatkv

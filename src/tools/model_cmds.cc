@@ -110,6 +110,7 @@ int RunGenerate(const GenerateArgs& a) {
                         {"first_decode_ms", t.first_decode_ms},
                         {"restored_tokens_dram", g.restored_tokens_dram},
                         {"restored_tokens_ssd", g.restored_tokens_ssd},
+                        {"restored_tokens_remote", g.restored_tokens_remote},
                         {"computed_prompt_tokens", g.computed_prompt_tokens},
                         {"stored_blocks", g.stored_blocks},
                         {"decode_tok_s", decode_tok_s}};
@@ -118,9 +119,10 @@ int RunGenerate(const GenerateArgs& a) {
     std::printf("%s\n", text.c_str());
     std::printf("--\nttft %.3f ms = hash+lookup %.3f + restore %.3f + prefill %.3f + first decode %.3f\n", t.ttft_ms,
                 t.hash_lookup_ms, t.restore_ms, t.prefill_ms, t.first_decode_ms);
-    std::printf("prompt %u tokens: restored %u from DRAM, %u from SSD, computed %u; new blocks stored: %u; decode %.0f tok/s\n",
-                g.prompt_tokens, g.restored_tokens_dram, g.restored_tokens_ssd, g.computed_prompt_tokens, g.stored_blocks,
-                decode_tok_s);
+    std::printf("prompt %u tokens: restored %u from DRAM, %u from SSD, %u from the remote tier, computed %u; new blocks "
+                "stored: %u; decode %.0f tok/s\n",
+                g.prompt_tokens, g.restored_tokens_dram, g.restored_tokens_ssd, g.restored_tokens_remote,
+                g.computed_prompt_tokens, g.stored_blocks, decode_tok_s);
   }
   if (store) {
     Status s = store->Close();

@@ -172,14 +172,14 @@ case "$cmd" in
     ;;
   stop)
     [ -d "$dir" ] || exit 0
+    # The pids are read once: a node that exits removes its pid file.
+    pids=()
     for pidfile in "$dir"/*/redis.pid; do
-      [ -f "$pidfile" ] || continue
-      pid=$(cat "$pidfile")
+      pid=$(cat "$pidfile" 2>/dev/null) || continue
+      pids+=("$pid")
       kill "$pid" 2>/dev/null || true
     done
-    for pidfile in "$dir"/*/redis.pid; do
-      [ -f "$pidfile" ] || continue
-      pid=$(cat "$pidfile")
+    for pid in "${pids[@]}"; do
       for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true
     done

@@ -357,7 +357,14 @@ void RestoreImpl::RunRemote(remote::RemoteTier& tier, const BlockKey& ns) {
     if (target_.destination) return Dst(layer, block);
     return window_->slot(layer % slots_) + run.land + uint64_t{block - run.first_block} * lb_;
   };
+  // Counted before the last layer settles, so a consumer that finished sees it.
+  bool noted = false;
+  auto note = [&](uint32_t end) {
+    if (!noted) store_->remote()->NoteRestore(run.count, end - run.first_block, tier);
+    noted = true;
+  };
   auto layer_done = [&](uint32_t layer, uint32_t valid) {
+    if (layer + 1 == layers_) note(valid);
     MutexLock lock(&mu_);
     for (; remote_next_ <= layer; ++remote_next_) {
       while (!state_[remote_next_].issued && !abandoned_) cv_.Wait(&mu_);
@@ -369,7 +376,7 @@ void RestoreImpl::RunRemote(remote::RemoteTier& tier, const BlockKey& ns) {
   auto got = tier.Restore(ns, chain_, remote_match_, destination, layer_done);
   if (!got.ok()) LogWarning("restore: remote tier: " + got.status().ToString() + "; its blocks are misses");
   const uint32_t end = got.ok() ? *got : run.first_block;
-  store_->remote()->NoteRestore(run.count, end - run.first_block, tier);  // before the consumer can see the end
+  note(end);
   MutexLock lock(&mu_);
   EndRemote(end);
 }

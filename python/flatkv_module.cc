@@ -207,6 +207,40 @@ const Keyword kKeywords[] = {
     {"sync_writes", "fdatasync after every put (default False)", Flag<flatkv_options_set_sync_writes>},
     {"verify_dram_reads", "verify checksums of DRAM hits too (default False)",
      Flag<flatkv_options_set_verify_dram_reads>},
+    // The remote tier (docs/remote.md).
+    {"remote_seeds", "Redis Cluster nodes, a list of \"host:port\": puts are published there, local misses restored "
+                     "from there (default: no remote tier)",
+     [](flatkv_options* o, const py::handle& v, const char* n) -> flatkv_status* {
+       if (!py::isinstance<py::sequence>(v) || py::isinstance<py::str>(v))
+         throw py::type_error(std::string(n) + " must be a list of \"host:port\", got " + TypeName(v) + " " + Repr(v));
+       for (const auto& seed : v.cast<py::sequence>()) {
+         if (!py::isinstance<py::str>(seed))
+           throw py::type_error(std::string(n) + " must hold strings, got " + TypeName(seed) + " " + Repr(seed));
+         if (flatkv_status* st = flatkv_options_add_remote_seed(o, seed.cast<std::string>().c_str())) return st;
+       }
+       return nullptr;
+     }},
+    {"remote_auth", "(user, password) for the cluster's AUTH (an ACL user per node)",
+     [](flatkv_options* o, const py::handle& v, const char* n) -> flatkv_status* {
+       if (!py::isinstance<py::tuple>(v) || py::len(v) != 2)
+         throw py::type_error(std::string(n) + " must be a (user, password) tuple, got " + TypeName(v) + " " + Repr(v));
+       auto t = v.cast<py::tuple>();
+       return flatkv_options_set_remote_auth(o, py::str(t[0]).cast<std::string>().c_str(),
+                                             py::str(t[1]).cast<std::string>().c_str());
+     }},
+    {"remote_tls_ca", "TLS to the cluster, verified against this CA file (\"\": the system's CAs)",
+     [](flatkv_options* o, const py::handle& v, const char* n) -> flatkv_status* {
+       if (!py::isinstance<py::str>(v)) throw py::type_error(std::string(n) + " must be a path, got " + TypeName(v) + " " + Repr(v));
+       return flatkv_options_set_remote_tls(o, 1, v.cast<std::string>().c_str(), 1);
+     }},
+    {"remote_prefix", "names on the cluster start \"<prefix>:\" (default \"fkv\")",
+     [](flatkv_options* o, const py::handle& v, const char* n) -> flatkv_status* {
+       if (!py::isinstance<py::str>(v)) throw py::type_error(std::string(n) + " must be a string, got " + TypeName(v) + " " + Repr(v));
+       return flatkv_options_set_remote_prefix(o, v.cast<std::string>().c_str());
+     }},
+    {"remote_timeout_ms", "one cluster request's timeout (default 1000)", U32<flatkv_options_set_remote_timeout_ms>},
+    {"remote_publish_buffer_bytes", "put data waiting to be published, at most (default 256 MiB)",
+     U64<flatkv_options_set_remote_publish_buffer>},
 };
 
 // Store()'s docstring, from the table.

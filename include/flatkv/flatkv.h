@@ -161,6 +161,24 @@ flatkv_status* flatkv_options_set_ssd_threads(flatkv_options* options, uint32_t 
 flatkv_status* flatkv_options_set_dram_threads(flatkv_options* options, uint32_t threads);
 flatkv_status* flatkv_options_set_decode_threads(flatkv_options* options, uint32_t threads);
 
+/* The remote tier (docs/remote.md): a Redis Cluster the nodes of a fleet
+ * share. With at least one seed, puts are published there in the
+ * background and restores take what the local media miss from there; an
+ * unreachable cluster makes flatkv_open fail, naming the seeds. */
+/* Adds a cluster node, "host:port" (any node: the slot map comes from the first that answers). */
+flatkv_status* flatkv_options_add_remote_seed(flatkv_options* options, const char* host_port);
+/* AUTH as `user` (NULL or "": default) with `password` (NULL or "": no AUTH). */
+flatkv_status* flatkv_options_set_remote_auth(flatkv_options* options, const char* user, const char* password);
+/* TLS to every node, verified against `ca_file` (NULL or "": the system's CAs) unless verify is 0. */
+flatkv_status* flatkv_options_set_remote_tls(flatkv_options* options, int32_t enable, const char* ca_file,
+                                             int32_t verify);
+/* Every name starts "<prefix>:" (default "fkv"); no '{', '}', ':' or spaces. */
+flatkv_status* flatkv_options_set_remote_prefix(flatkv_options* options, const char* prefix);
+/* One request's timeout (default 1000 ms); a lookup gives up after it. */
+flatkv_status* flatkv_options_set_remote_timeout_ms(flatkv_options* options, uint32_t ms);
+/* Put data waiting to be published, at most (default 256 MiB); beyond it a put is not published. */
+flatkv_status* flatkv_options_set_remote_publish_buffer(flatkv_options* options, uint64_t bytes);
+
 /* Makes flatkv_store_open connect to a daemon instead of opening a store in
  * this process. `address` is "unix:/path/to/socket" or "tcp:host:port";
  * `tenant_token` authenticates the tenant (the daemon salts its keys, so a

@@ -92,11 +92,31 @@ def test_defaults_are_the_stores(tmp_path):
     ({"dram_idle_after_ms": 1 << 63}, flatkv.Error, "dram_idle_after_ms 9223372036854775808 exceeds"),
     # ... and by the store when it opens:
     ({"max_request_bytes": 1000}, flatkv.Error, "max_request_bytes=1000"),
+    # The remote tier:
+    ({"remote_seeds": "127.0.0.1:7000"}, TypeError, "remote_seeds must be a list of \"host:port\", got str"),
+    ({"remote_seeds": ["nohost"]}, flatkv.Error, "remote seed \"nohost\" is not host:port"),
+    ({"remote_prefix": "a{b}"}, flatkv.Error, "remote prefix \"a{b}\" must be non-empty"),
+    ({"remote_auth": "user"}, TypeError, "remote_auth must be a (user, password) tuple"),
+    ({"remote_timeout_ms": 0}, flatkv.Error, "remote timeout_ms is 0"),
+    ({"remote_seeds": ["127.0.0.1:1"], "remote_timeout_ms": 200}, flatkv.Error, "seeds 127.0.0.1:1"),
 ])
 def test_bad_values_name_the_option_and_the_value(kwargs, error, message):
     with pytest.raises(error) as e:
         flatkv.Store(SHAPE, block_tokens=BLOCK_TOKENS, dram_bytes=1 << 20, **kwargs)
     assert message in str(e.value)
+
+
+def test_remote_options_reach_the_store():
+    """The remote keywords set StoreOptions::remote; a store without seeds has no remote tier."""
+    with flatkv.Store(SHAPE, block_tokens=BLOCK_TOKENS, dram_bytes=1 << 20, remote_prefix="fkv-py",
+                      remote_auth=("node-a", "pw"), remote_tls_ca="/etc/ca.crt", remote_timeout_ms=250,
+                      remote_publish_buffer_bytes=1 << 20) as s:
+        r = s.options()["remote"]
+        assert r["seeds"] == [] and r["prefix"] == "fkv-py" and r["user"] == "node-a"
+        assert r["password_set"] is True and "pw" not in str(r)
+        assert r["tls"] is True and r["tls_ca_file"] == "/etc/ca.crt"
+        assert r["timeout_ms"] == 250 and r["publish_buffer_bytes"] == 1 << 20
+        assert "remote" not in s.stats()
 
 
 def test_shape_fields_are_checked():

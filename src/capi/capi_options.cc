@@ -280,6 +280,62 @@ flatkv_status* flatkv_options_set_decode_threads(flatkv_options* options, uint32
   return SetPositive(__func__, options, &flatkv::StoreOptions::decode_threads, threads, "decode_threads");
 }
 
+// The remote tier (StoreOptions::remote, docs/remote.md).
+flatkv_status* flatkv_options_add_remote_seed(flatkv_options* options, const char* host_port) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    const std::string a = host_port ? host_port : "";
+    const size_t colon = a.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == a.size())
+      return Status::InvalidArgument("remote seed \"" + a + "\" is not host:port");
+    options->store.remote.seeds.push_back(a);
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_remote_auth(flatkv_options* options, const char* user, const char* password) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& s) {
+    s.remote.user = user ? user : "";
+    s.remote.password = password ? password : "";
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_remote_tls(flatkv_options* options, int32_t enable, const char* ca_file,
+                                             int32_t verify) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& s) {
+    s.remote.tls = enable != 0;
+    s.remote.tls_ca_file = ca_file ? ca_file : "";
+    s.remote.tls_verify = verify != 0;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_remote_prefix(flatkv_options* options, const char* prefix) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& s) -> Status {
+    const std::string p = prefix ? prefix : "";
+    if (p.empty() || p.find_first_of("{}: ") != std::string::npos)
+      return Status::InvalidArgument("remote prefix \"" + p + "\" must be non-empty without '{', '}', ':' or spaces");
+    s.remote.prefix = p;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_remote_timeout_ms(flatkv_options* options, uint32_t ms) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& s) -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckPositive(ms, "remote timeout_ms"));
+    s.remote.timeout = std::chrono::milliseconds(ms);
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_options_set_remote_publish_buffer(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& s) {
+    s.remote.publish_buffer_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
 flatkv_status* flatkv_options_set_server(flatkv_options* options, const char* address, const char* tenant_token) {
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckOptions(options));

@@ -76,6 +76,21 @@ std::string StoreOptionsToJson(const StoreOptions& o) {
   j["verify_dram_reads"] = o.verify_dram_reads;
   j["codec"] = o.codec ? nlohmann::json(std::string(o.codec->name())) : nlohmann::json(nullptr);
   j["placement"] = o.placement ? nlohmann::json(std::string(o.placement->name())) : nlohmann::json(nullptr);
+  // The remote tier, without its password.
+  const RemoteOptions& r = o.remote;
+  j["remote"] = {{"seeds", r.seeds},
+                 {"user", r.user},
+                 {"password_set", !r.password.empty()},
+                 {"tls", r.tls},
+                 {"tls_ca_file", r.tls_ca_file},
+                 {"tls_verify", r.tls_verify},
+                 {"prefix", r.prefix},
+                 {"object_bytes", r.object_bytes},
+                 {"max_inflight", r.max_inflight},
+                 {"ttl_seconds", r.ttl_seconds},
+                 {"timeout_ms", static_cast<int64_t>(r.timeout.count())},
+                 {"publish_buffer_bytes", r.publish_buffer_bytes},
+                 {"backoff_ms", static_cast<int64_t>(r.backoff.count())}};
   return j.dump();
 }
 

@@ -176,6 +176,8 @@ flatkv_status* flatkv_options_set_remote_tls(flatkv_options* options, int32_t en
 flatkv_status* flatkv_options_set_remote_prefix(flatkv_options* options, const char* prefix);
 /* One request's timeout (default 1000 ms); a lookup gives up after it. */
 flatkv_status* flatkv_options_set_remote_timeout_ms(flatkv_options* options, uint32_t ms);
+/* The cluster bytes this store keeps, at most (0, the default: no cap); past it the oldest it published are deleted. */
+flatkv_status* flatkv_options_set_remote_capacity(flatkv_options* options, uint64_t bytes);
 /* Put data waiting to be published, at most (default 256 MiB); beyond it a put is not published. */
 flatkv_status* flatkv_options_set_remote_publish_buffer(flatkv_options* options, uint64_t bytes);
 

@@ -67,6 +67,12 @@ struct RemoteOptions {
   // is not published (counted in RemoteStats::publish_dropped_blocks): a put
   // never waits for the cluster.
   uint64_t publish_buffer_bytes = 256ull << 20;
+  // The cluster bytes this store keeps, at most (0: no cap of its own): past
+  // it, the objects and index entries it published first are deleted
+  // (another node's entries that pointed at them then miss cleanly). It
+  // counts what this process published; objects of an earlier run are
+  // left to ttl_seconds or the shards' maxmemory.
+  uint64_t capacity_bytes = 0;
   // After a lookup fails (a stalled or unreachable cluster), restores skip
   // the remote tier for this long, so they cost no more timeouts.
   std::chrono::milliseconds backoff{1000};

@@ -47,6 +47,9 @@ struct RemoteStats {
   uint64_t publish_errors = 0;           // publishes that failed (their blocks stay local only)
   uint64_t publish_queued_blocks = 0;    // blocks waiting to be published now
   uint64_t publish_queued_bytes = 0;     // their bytes (at most RemoteOptions::publish_buffer_bytes)
+  uint64_t capacity_bytes = 0;           // RemoteOptions::capacity_bytes (0: no cap)
+  uint64_t held_bytes = 0;               // cluster bytes (objects, index entries, names) this store published and keeps
+  uint64_t capacity_deleted_blocks = 0;  // published blocks deleted again to stay within capacity_bytes
 };
 
 struct StoreStats {

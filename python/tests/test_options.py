@@ -110,12 +110,12 @@ def test_remote_options_reach_the_store():
     """The remote keywords set StoreOptions::remote; a store without seeds has no remote tier."""
     with flatkv.Store(SHAPE, block_tokens=BLOCK_TOKENS, dram_bytes=1 << 20, remote_prefix="fkv-py",
                       remote_auth=("node-a", "pw"), remote_tls_ca="/etc/ca.crt", remote_timeout_ms=250,
-                      remote_publish_buffer_bytes=1 << 20) as s:
+                      remote_publish_buffer_bytes=1 << 20, remote_capacity_bytes=5 << 30) as s:
         r = s.options()["remote"]
         assert r["seeds"] == [] and r["prefix"] == "fkv-py" and r["user"] == "node-a"
         assert r["password_set"] is True and "pw" not in str(r)
         assert r["tls"] is True and r["tls_ca_file"] == "/etc/ca.crt"
-        assert r["timeout_ms"] == 250 and r["publish_buffer_bytes"] == 1 << 20
+        assert r["timeout_ms"] == 250 and r["publish_buffer_bytes"] == 1 << 20 and r["capacity_bytes"] == 5 << 30
         assert "remote" not in s.stats()
 
 

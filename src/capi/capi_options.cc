@@ -329,6 +329,13 @@ flatkv_status* flatkv_options_set_remote_timeout_ms(flatkv_options* options, uin
   });
 }
 
+flatkv_status* flatkv_options_set_remote_capacity(flatkv_options* options, uint64_t bytes) {
+  return SetOption(__func__, options, [&](flatkv::StoreOptions& s) {
+    s.remote.capacity_bytes = bytes;
+    return Status::Ok();
+  });
+}
+
 flatkv_status* flatkv_options_set_remote_publish_buffer(flatkv_options* options, uint64_t bytes) {
   return SetOption(__func__, options, [&](flatkv::StoreOptions& s) {
     s.remote.publish_buffer_bytes = bytes;

@@ -66,6 +66,7 @@ Result<std::unique_ptr<RemoteMedium>> RemoteMedium::Open(const RemoteOptions& op
   {
     MutexLock lock(&m->mu_);
     m->stats_.enabled = true;
+    m->stats_.capacity_bytes = options.capacity_bytes;
   }
   RemoteMedium* raw = m.get();
   m->publisher_ = std::thread([raw] { raw->PublishLoop(); });
@@ -124,11 +125,37 @@ void RemoteMedium::PublishLoop() {
       publishing_ = true;
     }
     const uint64_t block_bytes = uint64_t{layers_} * slice_bytes_;
-    Status s = publish_tier_->Publish(ns_, job.keys, [&](uint32_t layer, uint32_t block) {
-      return job.data.data() + block * block_bytes + layer * slice_bytes_;
-    });
+    std::vector<PublishedPiece> written;
+    Status s = publish_tier_->Publish(
+        ns_, job.keys,
+        [&](uint32_t layer, uint32_t block) { return job.data.data() + block * block_bytes + layer * slice_bytes_; },
+        &written);
     if (!s.ok()) LogWarning("remote tier: publishing " + std::to_string(job.keys.size()) + " blocks: " + s.ToString());
+    // Within capacity_bytes: the oldest pieces go.
+    uint64_t added = 0, deleted_bytes = 0, deleted_blocks = 0;
+    for (auto& p : written) {
+      added += p.bytes;
+      held_.push_back(std::move(p));
+    }
+    uint64_t held;
+    {
+      MutexLock lock(&mu_);
+      stats_.held_bytes += added;
+      held = stats_.held_bytes;
+    }
+    while (options_.capacity_bytes && held - deleted_bytes > options_.capacity_bytes && !held_.empty()) {
+      auto gone = publish_tier_->Delete(held_.front().names);
+      if (!gone.ok()) {
+        LogWarning("remote tier: deleting published objects past capacity_bytes: " + gone.status().ToString());
+        break;
+      }
+      deleted_bytes += held_.front().bytes;
+      deleted_blocks += held_.front().blocks;
+      held_.pop_front();
+    }
     MutexLock lock(&mu_);
+    stats_.held_bytes -= deleted_bytes;
+    stats_.capacity_deleted_blocks += deleted_blocks;
     Absorb(publish_tier_->stats(), &publish_seen_);
     if (!s.ok()) stats_.publish_errors++;
     stats_.publish_queued_blocks -= job.keys.size();

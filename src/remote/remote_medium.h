@@ -91,6 +91,7 @@ class RemoteMedium {
   CondVar cv_;
   bool stopping_ FLATKV_GUARDED_BY(mu_) = false;
   std::deque<PublishJob> publish_queue_ FLATKV_GUARDED_BY(mu_);
+  std::deque<PublishedPiece> held_;  // what this store published and keeps, oldest first (the publisher's)
   bool publishing_ FLATKV_GUARDED_BY(mu_) = false;  // the publisher holds a job
   std::deque<Job> restore_queue_ FLATKV_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point skip_until_ FLATKV_GUARDED_BY(mu_){};

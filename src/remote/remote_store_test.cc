@@ -170,6 +170,31 @@ TEST_F(RemoteStoreTest, AFullPublishBufferDropsAndNeverBlocksAPut) {
   EXPECT_EQ(a->Match(keys), 3u) << "the blocks are stored locally all the same";
 }
 
+// A node's own cap on its cluster bytes: past it, what it published first is
+// deleted, and another node's restore of it misses cleanly.
+TEST_F(RemoteStoreTest, ANodesCapacityDeletesWhatItPublishedFirst) {
+  // One 6-block chain is 6 x 5 layers x 16 KiB of payload, about 480 KiB
+  // with headers and entries; the cap holds two of them.
+  auto a = Node("a", [](StoreOptions& o) { o.remote.capacity_bytes = 1000 << 10; });
+  auto b = Node("b");
+  ASSERT_TRUE(a && b);
+  std::vector<std::vector<BlockKey>> chains;
+  std::vector<std::vector<std::byte>> datas;
+  for (uint64_t c = 0; c < 4; ++c) {
+    chains.push_back(ChainKeys(300 + c, 6));
+    datas.push_back(PutAndPublish(*a, chains.back(), 300 + c));
+  }
+  const RemoteStats rs = a->Stats().remote;
+  EXPECT_EQ(rs.capacity_bytes, 1000u << 10);
+  EXPECT_LE(rs.held_bytes, rs.capacity_bytes);
+  EXPECT_GT(rs.held_bytes, 0u);
+  EXPECT_EQ(rs.capacity_deleted_blocks, 12u) << "the two oldest chains went";
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*b, chains[0], &got), 0u) << "the first chain was deleted";
+  EXPECT_EQ(RestoreAll(*b, chains[3], &got), 6u);
+  EXPECT_TRUE(got == datas[3]);
+}
+
 // kill -9 of a master while node A publishes and node B restores: every
 // restore serves right bytes or misses, and once a replica is promoted node
 // B restores every chain in full again.

@@ -119,7 +119,8 @@ std::string RemoteTier::ObjectName(const BlockKey& first, uint32_t blocks, uint3
 std::string RemoteTier::IndexName(const BlockKey& key) const { return options_.prefix + ":i:" + key.ToHex(); }
 
 Status RemoteTier::Publish(const BlockKey& ns, std::span<const BlockKey> keys,
-                           const std::function<const std::byte*(uint32_t, uint32_t)>& slice) {
+                           const std::function<const std::byte*(uint32_t, uint32_t)>& slice,
+                           std::vector<PublishedPiece>* written) {
   if (keys.empty()) return Status::Ok();
   // Which blocks are indexed already (published by this or another node).
   std::vector<std::string> index_names;
@@ -200,7 +201,33 @@ Status RemoteTier::Publish(const BlockKey& ns, std::span<const BlockKey> keys,
   for (size_t i = 0; i < res.size(); ++i)
     if (!res[i].ok()) return Status::IoError("remote tier: indexing: " + res[i].status().message());
   stats_.blocks_published += values.size();
+  if (written) {
+    for (const auto& [first, n] : pieces) {
+      PublishedPiece p;
+      p.blocks = n;
+      for (uint32_t l = 0; l < layers_; ++l) {
+        p.names.push_back(ObjectName(keys[first], n, l));
+        p.bytes += p.names.back().size() + kObjectHeaderBytes + uint64_t{n} * block_layer_bytes_;
+      }
+      for (uint32_t j = 0; j < n; ++j) {
+        p.names.push_back(index_names[first + j]);
+        p.bytes += p.names.back().size() + kIndexValueBytes;
+      }
+      written->push_back(std::move(p));
+    }
+  }
   return Status::Ok();
+}
+
+Result<uint64_t> RemoteTier::Delete(const std::vector<std::string>& names) {
+  std::vector<std::vector<std::string_view>> dels;
+  for (const auto& n : names) dels.push_back({"DEL", n});
+  uint64_t existed = 0;
+  for (auto& r : cluster_->Pipeline(dels)) {
+    if (!r.ok()) return r.status();
+    existed += r->integer > 0;
+  }
+  return existed;
 }
 
 Result<RemoteMatch> RemoteTier::Match(std::span<const BlockKey> chain, uint32_t from) {

@@ -66,6 +66,14 @@ struct RemoteMatch {
   std::vector<RemoteRef> refs;    // one per block from `from` to `blocks`
 };
 
+// What one Publish wrote for one piece: its objects (one per layer) and
+// its blocks' index entries, and their bytes (values and names).
+struct PublishedPiece {
+  std::vector<std::string> names;
+  uint32_t blocks = 0;
+  uint64_t bytes = 0;
+};
+
 struct RemoteTierStats {
   uint64_t objects_written = 0, bytes_written = 0, blocks_published = 0, blocks_already_published = 0;
   uint64_t objects_read = 0, bytes_read = 0, stale_objects = 0, missing_objects = 0, index_entries_cleaned = 0;
@@ -80,8 +88,12 @@ class RemoteTier {
   // `slice(layer, block)` is block's slice of layer (block_layer_bytes).
   // Blocks already indexed are skipped (another node published them).
   // Objects are written before the index entries that name them.
+  // With `written`, what was written is appended to it, piece by piece.
   Status Publish(const BlockKey& ns, std::span<const BlockKey> keys,
-                 const std::function<const std::byte*(uint32_t layer, uint32_t block)>& slice);
+                 const std::function<const std::byte*(uint32_t layer, uint32_t block)>& slice,
+                 std::vector<PublishedPiece>* written = nullptr);
+  // Deletes `names` (pipelined DEL); the number that existed.
+  Result<uint64_t> Delete(const std::vector<std::string>& names);
 
   // How far the chain's blocks from `from` on are indexed: one pipelined
   // round of index reads of chain[from..]. (The blocks before `from` are

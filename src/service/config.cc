@@ -248,7 +248,7 @@ Status ApplyShape(const toml::node& n, const std::string& where, KvShape* shape)
 Status ApplyRemote(const toml::table& t, const std::string& w, RemoteOptions* r) {
   FLATKV_RETURN_IF_ERROR(CheckKeys(t, w, {"seeds", "user", "password", "password_file", "tls", "tls_ca_file",
                                           "tls_verify", "prefix", "object_bytes", "max_inflight", "ttl_seconds",
-                                          "timeout_ms", "publish_buffer_bytes", "backoff_ms"}));
+                                          "timeout_ms", "publish_buffer_bytes", "backoff_ms", "capacity_bytes"}));
   if (const toml::node* n = t.get("seeds")) {
     const toml::array* a = n->as_array();
     if (!a) return Status::InvalidArgument(w + ".seeds: expected an array of \"host:port\", got " + Show(*n));
@@ -289,6 +289,9 @@ Status ApplyRemote(const toml::table& t, const std::string& w, RemoteOptions* r)
   bytes.reset();
   FLATKV_RETURN_IF_ERROR(ReadBytes(t, "publish_buffer_bytes", w, &bytes));
   if (bytes) r->publish_buffer_bytes = *bytes;
+  bytes.reset();
+  FLATKV_RETURN_IF_ERROR(ReadBytes(t, "capacity_bytes", w, &bytes));
+  if (bytes) r->capacity_bytes = *bytes;
   auto integer = [&](std::string_view key, int64_t least, int64_t most, int64_t* out) -> Status {
     const toml::node* n = t.get(key);
     if (!n) return Status::Ok();

@@ -201,6 +201,7 @@ ttl_seconds = 3600
 timeout_ms = 250
 publish_buffer_bytes = "128MiB"
 backoff_ms = 2000
+capacity_bytes = "40GiB"
 )";
   ASSERT_TRUE(ApplyConfigToml(toml, "r.toml", &c).ok()) << ApplyConfigToml(toml, "r.toml", &c).ToString();
   const RemoteOptions& r = c.store.remote;
@@ -217,6 +218,7 @@ backoff_ms = 2000
   EXPECT_EQ(r.timeout.count(), 250);
   EXPECT_EQ(r.publish_buffer_bytes, 128ull << 20);
   EXPECT_EQ(r.backoff.count(), 2000);
+  EXPECT_EQ(r.capacity_bytes, 40ull << 30);
   auto msg = [&](const std::string& t) { return ApplyConfigToml(t, "f.toml", &c).message(); };
   EXPECT_NE(msg("[remote]\nseeds = \"10.0.0.1:7000\"\n").find("remote.seeds: expected an array"), std::string::npos);
   EXPECT_NE(msg("[remote]\nseeds = [\"nohost\"]\n").find("host:port"), std::string::npos);

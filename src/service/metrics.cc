@@ -188,11 +188,16 @@ std::string RenderPrometheus(const StoreStats& s, const ServerMetrics& m, const 
                             {"lookup", r.lookups}, {"lookup_error", r.lookup_errors}, {"lookup_skipped", r.lookups_skipped},
                             {"stale_object", r.stale_objects}, {"missing_object", r.missing_objects},
                             {"published_block", r.published_blocks}, {"already_published_block", r.already_published_blocks},
-                            {"publish_dropped_block", r.publish_dropped_blocks}, {"publish_error", r.publish_errors}})
+                            {"publish_dropped_block", r.publish_dropped_blocks}, {"publish_error", r.publish_errors},
+                            {"capacity_deleted_block", r.capacity_deleted_blocks}})
       Line(&out, "flatkv_remote_events_total", std::string("event=\"") + event + "\"", double(v));
     Help(&out, "flatkv_remote_bytes_total", "counter", "Object bytes read from and written to the remote tier.");
     Line(&out, "flatkv_remote_bytes_total", "direction=\"read\"", double(r.bytes_read));
     Line(&out, "flatkv_remote_bytes_total", "direction=\"written\"", double(r.published_bytes));
+    Help(&out, "flatkv_remote_held_bytes", "gauge", "Cluster bytes this daemon published and keeps.");
+    Line(&out, "flatkv_remote_held_bytes", "", double(r.held_bytes));
+    Help(&out, "flatkv_remote_capacity_bytes", "gauge", "The daemon's cap on its cluster bytes (0: none).");
+    Line(&out, "flatkv_remote_capacity_bytes", "", double(r.capacity_bytes));
     Help(&out, "flatkv_remote_publish_queue_bytes", "gauge", "Put data waiting to be published (at most the publish buffer).");
     Line(&out, "flatkv_remote_publish_queue_bytes", "", double(r.publish_queued_bytes));
   }

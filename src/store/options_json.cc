@@ -90,6 +90,7 @@ std::string StoreOptionsToJson(const StoreOptions& o) {
                  {"ttl_seconds", r.ttl_seconds},
                  {"timeout_ms", static_cast<int64_t>(r.timeout.count())},
                  {"publish_buffer_bytes", r.publish_buffer_bytes},
+                 {"capacity_bytes", r.capacity_bytes},
                  {"backoff_ms", static_cast<int64_t>(r.backoff.count())}};
   return j.dump();
 }

@@ -55,7 +55,10 @@ std::vector<std::pair<const char*, uint64_t>> RemoteFields(const RemoteStats& r)
           {"publish_dropped_blocks", r.publish_dropped_blocks},
           {"publish_errors", r.publish_errors},
           {"publish_queued_blocks", r.publish_queued_blocks},
-          {"publish_queued_bytes", r.publish_queued_bytes}};
+          {"publish_queued_bytes", r.publish_queued_bytes},
+          {"capacity_bytes", r.capacity_bytes},
+          {"held_bytes", r.held_bytes},
+          {"capacity_deleted_blocks", r.capacity_deleted_blocks}};
 }
 std::string RemoteText(const RemoteStats& r) {
   std::string out;

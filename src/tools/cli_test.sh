@@ -99,7 +99,7 @@ if command -v redis-server >/dev/null; then
   "$FLATKV" bench remote --quick --blocks 2 --reps 1 --dir "$WORK" --json > "$WORK/remote.json" || fail "bench remote"
   python3 -c "
 import json; j = json.load(open('$WORK/remote.json'))
-assert j['remote_restore_gbps'] > 0 and j['raw_get_gbps'] > 0 and j['per_chunk_layout_gbps'] > 0, j
+assert j['remote_restore_gbps'] > 0 and j['tier_restore_gbps'] > 0 and j['raw_get_gbps'] > 0 and j['per_chunk_layout_gbps'] > 0, j
 assert j['remote_first_layer_ms'] > 0 and j['per_chunk_first_layer_ms'] > 0, j
 assert j['failover_wrong_blocks'] == 0 and j['failover']['restores_ok_after_kill'] > 0, j['failover']
 " || fail "bench remote json"

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "model/model.h"
 #include "remote/cluster_test_util.h"
 #include "service/remote_store.h"
@@ -42,18 +43,11 @@ TEST(RemoteDaemonsTest, TheEngineOnNodeBReusesThePrefixNodeAComputedBitForBit) {
   ASSERT_TRUE(client_a && client_b);
   RemoteStore store_a(std::move(client_a)), store_b(std::move(client_b));
 
-  std::vector<int> prompt(70);
-  prompt[0] = 1;
-  for (size_t i = 1; i < prompt.size(); ++i) prompt[i] = 3 + static_cast<int>((i * 41 + i * i) % 509);
-  engine::EngineOptions eo;
-  eo.block_tokens = 16;
-  engine::GenerateOptions go;
-  go.max_new_tokens = 6;
-  go.keep_logits = true;
-  auto cold_engine = engine::Engine::Create(*model, nullptr, eo);
-  ASSERT_TRUE(cold_engine.ok());
-  auto cold = cold_engine->Generate(1, prompt, go);
-  ASSERT_TRUE(cold.ok());
+  const std::vector<int> prompt = engine::testing::PatternPrompt(70, 41);
+  const engine::EngineOptions eo = engine::testing::SixteenTokenBlocks();
+  const engine::GenerateOptions go = engine::testing::SixTokensWithLogits();
+  auto cold = engine::testing::ColdRun(*model, prompt);
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
 
   auto on_a = engine::Engine::Create(*model, &store_a, eo);
   ASSERT_TRUE(on_a.ok()) << on_a.status().ToString();

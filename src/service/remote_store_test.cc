@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "model/model.h"
 #include "service/test_server.h"
 
@@ -29,18 +30,11 @@ TEST(RemoteStoreTest, ReferenceEngineReusesKvThroughTheDaemon) {
   ASSERT_NE(client, nullptr);
   RemoteStore remote(std::move(client));
 
-  std::vector<int> prompt(70);
-  prompt[0] = 1;
-  for (size_t i = 1; i < prompt.size(); ++i) prompt[i] = 3 + static_cast<int>((i * 37 + i * i) % 509);
-  engine::EngineOptions eo;
-  eo.block_tokens = 16;
-  engine::GenerateOptions go;
-  go.max_new_tokens = 6;
-  go.keep_logits = true;
-  auto cold_engine = engine::Engine::Create(*model, nullptr, eo);
-  ASSERT_TRUE(cold_engine.ok());
-  auto cold = cold_engine->Generate(1, prompt, go);
-  ASSERT_TRUE(cold.ok());
+  const std::vector<int> prompt = engine::testing::PatternPrompt(70, 37);
+  const engine::EngineOptions eo = engine::testing::SixteenTokenBlocks();
+  const engine::GenerateOptions go = engine::testing::SixTokensWithLogits();
+  auto cold = engine::testing::ColdRun(*model, prompt);
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
 
   auto e = engine::Engine::Create(*model, &remote, eo);
   ASSERT_TRUE(e.ok()) << e.status().ToString();

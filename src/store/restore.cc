@@ -485,7 +485,6 @@ void RestoreImpl::Issue(uint32_t layer) {
       } else if (remote_end_ < hit_) {
         st.bad = std::min(st.bad, remote_end_);
       }
-      if (remote_done_ && remote_next_ == layer) ++remote_next_;
       if (st.pending == 0) FinalizeLayer(layer);
     }
     cv_.SignalAll();  // RunRemote may wait for this layer

@@ -114,9 +114,9 @@ Status StoreImpl::PutCoded(SessionId session, std::span<const BlockKey> keys, st
                                 (todo.size() - k + persist::kCodedBlocksPerSlot - 1) / persist::kCodedBlocksPerSlot);
     };
     for (size_t k = 0; k < todo.size(); ++k) {
-      if (Indexed(keys[todo[k]])) {  // a concurrent put stored it meanwhile
-        counters_.dedup_blocks++;
-        res.dedup_blocks++;
+      uint32_t at = 0;
+      if (Extent* hit = FindBlock(keys[todo[k]], &at)) {  // a concurrent put stored it meanwhile
+        HoldBlock(hit, at, session, todo_position[k], &res, &unsettled);
         continue;
       }
       const uint32_t* lk = &len[k * layers];

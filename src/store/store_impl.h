@@ -341,7 +341,14 @@ class StoreImpl final : public Store {
   // that write is durable (AwaitDurable).
   bool Deduplicate(SessionId session, const BlockKey& key, std::unordered_set<BlockKey, BlockKeyHash>* seen,
                    PutResult* res, uint32_t* position, Unsettled* unsettled) FLATKV_REQUIRES(mu_);
-  void NoteUnsettled(Unsettled* u, const BlockKey& key) FLATKV_REQUIRES(mu_);
+  // The put of `session` holds `hit`'s block at `slot` (chain position
+  // `position` in the session) instead of storing its own: counted as a
+  // dedup, `session` becomes a holder of `hit`, and the block goes to
+  // *unsettled (when given) while its SSD write is in flight. Dedup, the
+  // race to index a block two puts planned, and a coded put's placement
+  // all come here.
+  void HoldBlock(Extent* hit, uint32_t slot, SessionId session, uint32_t position, PutResult* res,
+                 Unsettled* unsettled) FLATKV_REQUIRES(mu_);
   // Waits until no block of `u` is kWriting any more. An error when one
   // left the index after a put's SSD write failed since `u` was begun (the
   // put storing it may be that one): this put may not have stored it

@@ -129,21 +129,29 @@ bool StoreImpl::Deduplicate(SessionId session, const BlockKey& key, std::unorder
   uint32_t slot = 0;
   Extent* hit = FindBlock(key, &slot);
   if (hit == nullptr && seen->insert(key).second) return false;
-  counters_.dedup_blocks++;
-  res->dedup_blocks++;
-  if (hit != nullptr && unsettled != nullptr && hit->durable(slot) == kWriting) NoteUnsettled(unsettled, key);
-  if (hit != nullptr && hit->session == session && !hit->runs.empty()) {
+  if (hit == nullptr) {  // a key repeated within the put
+    counters_.dedup_blocks++;
+    res->dedup_blocks++;
+    ++*position;
+    return true;
+  }
+  HoldBlock(hit, slot, session, *position, res, unsettled);
+  if (hit->session == session && !hit->runs.empty()) {
     *position = hit->PositionOf(slot) + 1;  // its own block: the chain goes on after it
     return true;
   }
-  if (hit != nullptr) AddSharer(hit, session, *position);
   ++*position;
   return true;
 }
 
-void StoreImpl::NoteUnsettled(Unsettled* u, const BlockKey& key) {
-  if (u->keys.empty()) u->failures = failed_ssd_puts_;
-  u->keys.push_back(key);
+void StoreImpl::HoldBlock(Extent* hit, uint32_t slot, SessionId session, uint32_t position, PutResult* res,
+                          Unsettled* unsettled) {
+  counters_.dedup_blocks++;
+  res->dedup_blocks++;
+  AddSharer(hit, session, position);  // (nothing for the session's own extent)
+  if (unsettled == nullptr || hit->durable(slot) != kWriting) return;
+  if (unsettled->keys.empty()) unsettled->failures = failed_ssd_puts_;
+  unsettled->keys.push_back(hit->keys[slot]);
 }
 
 Status StoreImpl::AwaitDurable(const Unsettled& u) {
@@ -274,13 +282,8 @@ Status StoreImpl::Commit(SessionId session, const std::vector<Pending>& blocks, 
     if (taken[k]) return false;
     uint32_t won_at = 0;
     if (Extent* winner = FindBlock(p.key, &won_at)) {
-      taken[k] = 1;
-      // A concurrent put of the same block won: the session holds that
-      // put's block, and this put is acknowledged once it is durable.
-      AddSharer(winner, session, p.e->PositionOf(p.slot));
-      if (admit && winner->durable(won_at) == kWriting) NoteUnsettled(unsettled, p.key);
-      counters_.dedup_blocks++;
-      res->dedup_blocks++;
+      taken[k] = 1;  // a concurrent put of the same block won: the session holds that put's block
+      HoldBlock(winner, won_at, session, p.e->PositionOf(p.slot), res, admit ? unsettled : nullptr);
       return false;
     }
     IndexBlock(p.e, p.slot, p.key);

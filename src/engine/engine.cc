@@ -138,7 +138,6 @@ Result<GenerateResult> Engine::Generate(SessionId session, std::span<const int> 
   const uint32_t bt = options_.block_tokens;
   std::vector<float> x;
   uint32_t pos = 0;  // prompt positions cached or computed so far
-  uint32_t hit_blocks = 0;
   if (store_ != nullptr) {
     // At most len-1 tokens are reused, so the last prompt token is computed
     // and its logits give the first output token.
@@ -147,7 +146,6 @@ Result<GenerateResult> Engine::Generate(SessionId session, std::span<const int> 
     auto keys = hasher_.ChainKeys(ns_, AsTokens(prompt.first(size_t{reusable} * bt)), bt);
     result.timing.hash_lookup_ms += MsSince(t);
     FLATKV_ASSIGN_OR_RETURN(pos, RestoreAndPrefill(prompt, keys, result, x));
-    hit_blocks = (result.restored_tokens_dram + result.restored_tokens_ssd + result.restored_tokens_remote) / bt;
   }
   uint32_t last_n = pos == 0 ? 0 : static_cast<uint32_t>(x.size() / c.dim);
   auto tp = Clock::now();
@@ -186,21 +184,23 @@ Result<GenerateResult> Engine::Generate(SessionId session, std::span<const int> 
     result.timing.ttft_ms = MsSince(start);
   }
   auto tput = Clock::now();
-  Status put = PutNewBlocks(session, context, hit_blocks, result);
+  Status put = PutNewBlocks(session, context, result);
   result.timing.put_ms = MsSince(tput);
   if (!put.ok()) LogWarning("engine: storing new blocks failed (the response is unaffected): " + put.ToString());
   return result;
 }
 
-Status Engine::PutNewBlocks(SessionId session, std::span<const int> context, uint32_t cached_blocks,
-                            GenerateResult& result) {
+Status Engine::PutNewBlocks(SessionId session, std::span<const int> context, GenerateResult& result) {
   if (store_ == nullptr) return Status::Ok();
   const uint32_t bt = options_.block_tokens;
   const uint32_t full = static_cast<uint32_t>(context.size() / bt);
-  if (full <= cached_blocks) return Status::Ok();
+  if (full == 0) return Status::Ok();
   auto keys = hasher_.ChainKeys(ns_, AsTokens(context.first(size_t{full} * bt)), bt);
-  // Blocks another request stored meanwhile (or this one's restore missed) need no copy.
-  cached_blocks = std::max(cached_blocks, store_->Match(keys));
+  // From the end of what this node's store holds now (Match counts local
+  // blocks only): blocks another request stored meanwhile need no copy, and
+  // blocks restored from the remote tier are written back, so the next
+  // restore of them is local.
+  const uint32_t cached_blocks = store_->Match(keys);
   if (full <= cached_blocks) return Status::Ok();
   const int layers = model_->config.n_layers;
   const uint64_t page = cache_.page_bytes();

@@ -174,8 +174,8 @@ class Engine {
   // Blend's parts (engine_blend.cc).
   uint32_t RestorePrefix(std::span<const int> prefix, BlendResult& result);
   Status LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_chunk, BlendResult& result);
-  Status PutNewBlocks(SessionId session, std::span<const int> context, uint32_t cached_blocks,
-                      GenerateResult& result);
+  // Puts the full blocks of `context` from the end of what the store holds.
+  Status PutNewBlocks(SessionId session, std::span<const int> context, GenerateResult& result);
 
   const model::Model* model_;
   Store* store_;

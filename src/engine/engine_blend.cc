@@ -303,8 +303,7 @@ Result<BlendResult> Engine::Blend(SessionId session, const BlendPrompt& prompt, 
   if (store_ != nullptr) {
     auto tput = Clock::now();
     GenerateResult put_result;
-    Status put = PutNewBlocks(session, all.first(prefix_len), result.restored_prefix_tokens / options_.block_tokens,
-                              put_result);
+    Status put = PutNewBlocks(session, all.first(prefix_len), put_result);
     if (!put.ok()) LogWarning("engine: blend: storing the prefix failed (the response is unaffected): " + put.ToString());
     result.timing.put_ms = MsSince(tput);
   }

@@ -67,6 +67,21 @@ TEST(RemoteDaemonsTest, TheEngineOnNodeBReusesThePrefixNodeAComputedBitForBit) {
   EXPECT_EQ(b->store().Stats().remote.restored_blocks, 4u) << "node B took the prefix from the cluster";
   EXPECT_EQ(second->tokens, cold->tokens);
   EXPECT_EQ(second->logits, cold->logits) << "logits differ from the cold run";
+
+  // Node B wrote the prefix back into its own store, and published nothing
+  // again: its next restore of it is local.
+  EXPECT_EQ(second->stored_blocks, 4u) << "node B did not write the cluster's blocks back";
+  const auto republish = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (b->store().Stats().remote.already_published_blocks < 4 && std::chrono::steady_clock::now() < republish)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(b->store().Stats().remote.already_published_blocks, 4u);
+  EXPECT_EQ(b->store().Stats().remote.published_blocks, 0u) << "node B wrote node A's blocks to the cluster again";
+  auto third = on_b->Generate(2, prompt, go);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(third->restored_tokens_remote, 0u);
+  EXPECT_EQ(third->restored_tokens_dram + third->restored_tokens_ssd, 64u) << "node B's second restore was not local";
+  EXPECT_EQ(third->tokens, cold->tokens);
+  EXPECT_EQ(third->logits, cold->logits) << "logits differ from the cold run after the write-back";
 }
 
 }  // namespace

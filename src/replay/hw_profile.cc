@@ -16,12 +16,14 @@ namespace {
 // key and the report's (HwFigures), the field, the file's value times
 // `unit` is the field's (hbm_gb: 1e9, to bytes), the field's times
 // `report_scale` is the report's (step_overhead_ms: 1e3, back to ms), and
-// the range the file's value must lie in.
+// the range the file's value must lie in. An optional figure may be left
+// out (the field stays 0); given, it is checked and cited like the others.
 struct Figure {
   std::string_view key, report_key;
   double HwProfile::*field;
   double unit, report_scale;
   double min, max;
+  bool optional = false;
 };
 constexpr Figure kFigures[] = {
     {"hbm_gb", "hbm_bytes", &HwProfile::hbm_bytes, 1e9, 1, 1, 4096},
@@ -39,6 +41,8 @@ constexpr Figure kFigures[] = {
     {"nvme_latency_us", "nvme_latency_us", &HwProfile::nvme_latency_us, 1, 1, 0.1, 1e6},
     {"net_gbps", "net_gbps", &HwProfile::net_gbps, 1, 1, 0.01, 10000},
     {"net_rtt_us", "net_rtt_us", &HwProfile::net_rtt_us, 1, 1, 0.1, 1e7},
+    {"remote_gbps", "remote_gbps", &HwProfile::remote_gbps, 1, 1, 0.01, 10000, true},
+    {"remote_rtt_us", "remote_rtt_us", &HwProfile::remote_rtt_us, 1, 1, 0.1, 1e7, true},
 };
 constexpr std::string_view kCounts[] = {"gpus", "nvme_drives"};
 
@@ -71,6 +75,11 @@ Result<HwProfile> ParseProfile(const std::string& name, const toml::table& t, co
   for (const Figure& f : kFigures) {
     known.insert(std::string(f.key));
     known.insert(std::string(f.key) + "_source");
+    if (f.optional && !t.contains(f.key)) {
+      if (t.contains(std::string(f.key) + "_source"))
+        return Status::InvalidArgument(where + "." + std::string(f.key) + "_source: cites a figure that is not given");
+      continue;
+    }
     auto v = t[f.key].value<double>();
     if (!v) return Status::InvalidArgument(where + "." + std::string(f.key) + ": missing or not a number");
     if (!(*v >= f.min && *v <= f.max) || !std::isfinite(*v)) {

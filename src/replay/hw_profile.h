@@ -41,6 +41,12 @@ struct HwProfile {
   double nvme_latency_us = 0;     // per request at QD1, microseconds
   double net_gbps = 0;            // node network for a remote tier, GB/s
   double net_rtt_us = 0;          // network round trip, microseconds
+  // The shared remote tier (Redis Cluster over TCP, flatkv replay --nodes):
+  // what one node restores from it, GB/s, and one request's round trip,
+  // microseconds. Optional in a file (0: absent); a multi-node replay
+  // needs both.
+  double remote_gbps = 0;
+  double remote_rtt_us = 0;
   std::map<std::string, uint32_t> tp;          // model name -> tensor-parallel degree
   std::map<std::string, std::string> sources;  // figure key -> citation
   bool measured_storage = false;  // the storage figures are to be measured (`vm`: --calibrate)

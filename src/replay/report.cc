@@ -57,6 +57,25 @@ std::string FormatTable(const std::vector<SimResult>& results) {
          "read amplification (bytes read / payload); R/W: bytes read and written per medium; ttft_mean over all\n"
          "orders, (min..max) the spread of the orders' means; tok/s: input + output tokens per second;\n"
          "preempt: recompute preemptions (HBM for KV ran out).\n";
+  bool remote = false;
+  for (const SimResult& r : results) remote = remote || r.nodes > 1 || r.remote_hit_blocks || r.remote_published_blocks;
+  if (remote) {
+    std::snprintf(line, sizeof line, "\n%-10s %7s %7s %7s %7s %9s %10s %9s %9s %9s  %s\n", "policy", "load", "hit%",
+                  "local%", "remote%", "remR_GB", "published", "dropped", "deleted", "nodes", "routing");
+    out += line;
+    for (const SimResult& r : results) {
+      const double hits = r.hit_blocks ? double(r.hit_blocks) : 1.0;
+      std::snprintf(line, sizeof line, "%-10s %7.3g %7.2f %7.2f %7.1f %9s %10llu %9llu %9llu %9u  %s\n", r.policy.c_str(),
+                    r.load, 100.0 * r.hit_rate(), 100.0 * r.local_hit_rate(), 100.0 * double(r.remote_hit_blocks) / hits,
+                    Gb(r.remote_bytes_read).c_str(), static_cast<unsigned long long>(r.remote_published_blocks),
+                    static_cast<unsigned long long>(r.remote_dropped_blocks),
+                    static_cast<unsigned long long>(r.remote_deleted_blocks), r.nodes, r.routing.c_str());
+      out += line;
+    }
+    out += "hit%: local and remote hits together (global); local%: the node's own DRAM and SSD alone; remote%: of the\n"
+           "hit blocks, those restored from the shared tier; remR_GB: bytes restored from it; published, dropped\n"
+           "(publish buffer full), deleted (a node's cap): blocks.\n";
+  }
   for (const SimResult& r : results)
     if (r.prefetch_ssd_bytes > 0) {
       std::snprintf(line, sizeof line, "%s at load %.3g: %s GB more read from SSD by prefetches on arrival (not in ssdR_GB).\n",
@@ -106,6 +125,15 @@ nlohmann::json ToJson(const SimResult& r) {
   j["evicted_blocks"] = r.evicted_blocks;
   j["migrated_blocks"] = r.migrated_blocks;
   j["prefetch_ssd_bytes"] = r.prefetch_ssd_bytes;
+  j["nodes"] = r.nodes;
+  j["routing"] = r.routing;
+  j["local_hit_rate"] = r.local_hit_rate();
+  j["local_hit_tokens"] = r.local_hit_tokens;
+  j["remote_hit_blocks"] = r.remote_hit_blocks;
+  j["remote_bytes_read"] = r.remote_bytes_read;
+  j["remote_published_blocks"] = r.remote_published_blocks;
+  j["remote_dropped_blocks"] = r.remote_dropped_blocks;
+  j["remote_deleted_blocks"] = r.remote_deleted_blocks;
   j["restore_gbps"] = r.restore_gbps();
   j["restore_s"] = r.restore_s;
   j["model_restore_s"] = r.model_restore_s;

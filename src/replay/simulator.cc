@@ -7,8 +7,10 @@
 #include <limits>
 #include <numeric>
 #include <queue>
+#include <unordered_map>
 
 #include "replay/node_io.h"
+#include "replay/shared_tier.h"
 
 namespace flatkv::replay {
 namespace {
@@ -48,7 +50,8 @@ struct Seq {
   uint64_t computed = 0;   // tokens whose KV is in HBM
   uint64_t reserved = 0;   // KV tokens of HBM it holds
   uint32_t generated = 0;  // output tokens produced
-  uint32_t hit = 0;        // blocks the lookup found
+  uint32_t hit = 0;        // blocks the lookup found (local and remote)
+  uint32_t local_hit = 0;  // of those, in the node's own store
   int64_t flow = -1;       // its load, while one runs
   int64_t prefetch = -1;   // its arrival's prefetch (CachePolicy::Arrive), while it runs
   bool after_prefetch = false;  // admitted during that prefetch: its load starts when it ends
@@ -153,6 +156,19 @@ double SimResult::ttft_percentile_ms(double p) const {
 }
 
 Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOptions& o) {
+  CachePolicy* const one[] = {&policy};
+  return Simulate(trace, std::span<CachePolicy* const>(one), o);
+}
+
+Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> policies, const SimOptions& o) {
+  const uint32_t nodes = o.nodes;
+  if (nodes == 0 || policies.size() != nodes)
+    return Status::InvalidArgument("simulate: " + std::to_string(policies.size()) + " policies for " +
+                                   std::to_string(nodes) + " nodes (one each)");
+  for (CachePolicy* p : policies)
+    if (p == nullptr) return Status::InvalidArgument("simulate: a node has no policy");
+  CachePolicy& policy = *policies[0];  // the name, layerwise and serial reads: every node's the same
+  const bool shared = o.remote_bytes > 0;
   if (trace.block_tokens == 0) return Status::InvalidArgument("simulate: trace '" + trace.name + "' has no block size");
   if (!(o.load > 0)) return Status::InvalidArgument("simulate: load must be > 0, got " + std::to_string(o.load));
   const HwProfile& hw = o.hw;
@@ -160,6 +176,11 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
       !(hw.pcie_gbps > 0) || !(hw.dram_gbps > 0) || hw.nvme_drives == 0 || !(hw.nvme_read_gbps > 0) ||
       !(hw.nvme_write_gbps > 0) || !(hw.nvme_read_iops > 0))
     return Status::InvalidArgument("simulate: hardware profile '" + hw.name + "' lacks GPU, PCIe, DRAM or NVMe figures");
+  if (shared && o.io == IoMode::kReal)
+    return Status::InvalidArgument("simulate: the shared tier is modelled; replay it with IoMode::kModel");
+  if (shared && (!(hw.remote_gbps > 0) || !(hw.remote_rtt_us > 0)))
+    return Status::InvalidArgument("simulate: hardware profile '" + hw.name +
+                                   "' has no remote_gbps and remote_rtt_us for a shared tier");
   if (o.max_num_batched_tokens == 0 || o.max_num_seqs == 0)
     return Status::InvalidArgument("simulate: max_num_batched_tokens and max_num_seqs must be >= 1");
   uint32_t tp = o.tp;
@@ -169,7 +190,10 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     tp = t.value();
   }
   if (tp > hw.gpus) return Status::InvalidArgument("simulate: tp " + std::to_string(tp) + " exceeds " + hw.name + "'s GPUs");
-  const uint32_t instances = hw.gpus / tp;
+  const uint32_t per_node = hw.gpus / tp;
+  const uint32_t instances = per_node * nodes;  // global instance g: node g % nodes, its instance g / nodes there
+  auto node_of = [nodes](uint32_t g) { return g % nodes; };
+  auto local_of = [nodes](uint32_t g) { return g / nodes; };
   const double kv_bytes = KvHbmBytes(o.model, o, tp);
   const double bpt = double(o.model.BytesPerToken());
   if (!(bpt > 0)) return Status::InvalidArgument("simulate: model '" + o.model.name + "' has no KV bytes per token");
@@ -184,6 +208,8 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   res.requests = n;
   res.ttft_s.assign(n, 0.0);
   res.instances = instances;
+  res.nodes = nodes;
+  res.routing = o.routing == SimOptions::Routing::kRoundRobin ? "round-robin" : "affinity";
   res.tp = tp;
   res.kv_hbm_bytes = kv_bytes;
   const uint64_t bb = uint64_t(bpt) * trace.block_tokens;
@@ -195,31 +221,44 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   const double ssd_iops = double(hw.nvme_drives) * hw.nvme_read_iops;
   const double dram_bps = hw.dram_gbps * 1e9;
   const double link_bps = double(tp) * hw.pcie_gbps * 1e9;
+  const double remote_bps = hw.remote_gbps * 1e9;
+  const double remote_rtt_s = hw.remote_rtt_us * 1e-6;
+  SharedTier tier(nodes, shared ? std::max<uint64_t>(1, o.remote_bytes / bb) : 0);
+  const uint64_t buffer_blocks =
+      o.remote_buffer_bytes ? std::max<uint64_t>(1, o.remote_buffer_bytes / bb) : std::numeric_limits<uint64_t>::max();
+  std::vector<uint64_t> publishing(nodes, 0);  // blocks in a node's publish buffer
 
-  // Instance of each request: its root conversation's.
-  const std::vector<uint64_t> roots = RootConversations(trace);
-  std::vector<uint32_t> instance_of(n);
-  for (size_t i = 0; i < n; ++i) instance_of[i] = static_cast<uint32_t>(Mix(roots[i]) % instances);
   // Arrival order (a trace of several files is sorted; keep it robust).
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return trace.requests[a].arrival_s < trace.requests[b].arrival_s; });
+  // Instance of each request: its root conversation's, or the next in turn.
+  const std::vector<uint64_t> roots = RootConversations(trace);
+  std::vector<uint32_t> instance_of(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = order[k];
+    instance_of[i] = static_cast<uint32_t>(o.routing == SimOptions::Routing::kRoundRobin ? k % instances
+                                                                                         : Mix(roots[i]) % instances);
+  }
   auto arrival = [&](size_t i) { return trace.requests[i].arrival_s / o.load; };
 
   std::vector<Seq> seqs(n);
   std::vector<Instance> inst(instances);
   for (Instance& in : inst) in.free_kv = kv_tokens;
-  NodeIo io(instances);
-  std::vector<int64_t> flow_seq;      // flow id -> request whose load it is (-1: an offload; -2 - i: request i's prefetch)
-  std::vector<double> flow_start;
-  auto track = [&](uint32_t id, int64_t req, double t) {
-    if (flow_seq.size() <= id) {
-      flow_seq.resize(id + 1, -1);
-      flow_start.resize(id + 1, 0);
+  std::vector<NodeIo> ios(nodes, NodeIo(per_node));
+  // Per node: flow id -> request whose load it is (-1: an offload or a
+  // publish; -2 - i: request i's prefetch), and when it counts from.
+  std::vector<std::vector<int64_t>> flow_seq(nodes);
+  std::vector<std::vector<double>> flow_start(nodes);
+  std::vector<std::unordered_map<uint32_t, std::vector<uint64_t>>> publishes(nodes);  // flow id -> its blocks
+  auto track = [&](uint32_t node, uint32_t id, int64_t req, double t) {
+    if (flow_seq[node].size() <= id) {
+      flow_seq[node].resize(id + 1, -1);
+      flow_start[node].resize(id + 1, 0);
     }
-    flow_seq[id] = req;
-    flow_start[id] = t;
+    flow_seq[node][id] = req;
+    flow_start[node][id] = t;
   };
   const double first = n ? arrival(order[0]) : 0.0;
   double last = first;
@@ -258,15 +297,17 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   // from its admission.
   auto start_load = [&](size_t i, double now) {
     Seq& s = seqs[i];
-    const uint32_t f = io.Start(now, std::move(s.load_demand), s.load_latency_s);
+    const uint32_t node = node_of(instance_of[i]);
+    const uint32_t f = ios[node].Start(now, std::move(s.load_demand), s.load_latency_s);
     s.load_demand.clear();
-    track(f, int64_t(i), s.admitted_s);
+    track(node, f, int64_t(i), s.admitted_s);
     s.flow = f;
   };
   // After admission (or its prefetch's end): waits for the first layer, or
   // the whole load, or is ready now.
   auto settle = [&](size_t i, double now) {
     Seq& s = seqs[i];
+    NodeIo& io = ios[node_of(instance_of[i])];
     if (s.flow >= 0 && !io.done(uint32_t(s.flow))) {
       if (layerwise) io.NotifyAt(uint32_t(s.flow), 1.0 / layers);
     } else {
@@ -287,10 +328,21 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     }
     res.queue_s += now - arrival(i);
     s.prompt = std::max<uint64_t>(1, r.input_tokens);
-    const LookupResult lk = policy.Lookup(r, id, now);
-    const uint32_t hit = std::min<uint32_t>(lk.hit_blocks, static_cast<uint32_t>(r.blocks.size()));
+    const uint32_t node = node_of(id), local = local_of(id);
+    NodeIo& io = ios[node];
+    const LookupResult lk = policies[node]->Lookup(r, local, now);
+    const uint32_t local_hit = std::min<uint32_t>(lk.hit_blocks, static_cast<uint32_t>(r.blocks.size()));
+    // The shared tier: how far the chain goes on from the local hit.
+    const bool ask = shared && local_hit < r.blocks.size();
+    const uint32_t remote = ask ? tier.Match(r.blocks, local_hit) : 0;
+    const uint32_t hit = local_hit + remote;
     s.hit = hit;
+    s.local_hit = local_hit;
     const uint64_t hit_tokens = std::min<uint64_t>(uint64_t{hit} * trace.block_tokens, r.input_tokens);
+    res.local_hit_tokens += std::min<uint64_t>(uint64_t{local_hit} * trace.block_tokens, r.input_tokens);
+    const double remote_bytes = double(remote) * double(bb);
+    res.remote_hit_blocks += remote;
+    res.remote_bytes_read += uint64_t(remote) * bb;
     s.computed = std::min<uint64_t>(hit_tokens, s.prompt - 1);  // the last prompt token is always computed
     res.input_tokens += r.input_tokens;
     res.hit_tokens += hit_tokens;
@@ -304,21 +356,27 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     res.ssd_bytes_read += lk.ssd_bytes_read;
     res.ssd_bytes_useful += lk.ssd_bytes_useful;
     res.model_restore_s += o.io_model.RestoreSeconds(lk);
+    if (remote > 0) res.model_restore_s += remote_bytes / remote_bps + 2 * remote_rtt_s;
     if (lk.real_restore_s >= 0) res.real_restore_s += lk.real_restore_s;
-    const double moved = double(lk.dram_bytes_read + lk.ssd_bytes_useful);
+    const double moved = double(lk.dram_bytes_read + lk.ssd_bytes_useful) + remote_bytes;
     s.admitted_s = now;
     if (o.io == IoMode::kReal && lk.real_restore_s >= 0 && hit > 0) {
       const uint32_t f = io.StartFixed(now, lk.real_restore_s * o.real_time_scale);
-      track(f, int64_t(i), now);
+      track(node, f, int64_t(i), now);
       s.flow = f;
-    } else if (moved > 0 || lk.ssd_bytes_read > 0) {
+    } else if (moved > 0 || lk.ssd_bytes_read > 0 || ask) {
       s.load_demand = {
           {NodeIo::kSsd, double(lk.ssd_bytes_read) / ssd_read_bps + double(lk.ssd_requests) / ssd_iops},
           {NodeIo::kDram, moved / dram_bps},
-          {NodeIo::H2d(id), moved / link_bps}};
+          {NodeIo::H2d(local), moved / link_bps},
+          {NodeIo::kRemoteIn, remote_bytes / std::max(remote_bps, 1.0)}};
       // Queued reads pay one latency; serial ones (one at a time per TP worker) pay each.
       const double rounds = serial ? std::ceil(double(lk.ssd_requests) / double(tp)) : (lk.ssd_requests > 0 ? 1.0 : 0.0);
       s.load_latency_s = rounds * hw.nvme_latency_us * 1e-6;
+      // The ask is a round trip before anything moves; the tier's first
+      // bytes come one more after it, beside the local reads.
+      if (remote > 0) s.load_latency_s = std::max(s.load_latency_s, remote_rtt_s);
+      if (ask) s.load_latency_s += remote_rtt_s;
       // What it restores from DRAM may be what its prefetch is still bringing in.
       s.after_prefetch = s.prefetch >= 0 && !io.done(uint32_t(s.prefetch));
       if (!s.after_prefetch) start_load(i, now);
@@ -330,6 +388,7 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
   // Plans and starts a step on an idle instance; leaves it idle when it has nothing to run.
   auto schedule = [&](uint32_t id, double now) {
     Instance& in = inst[id];
+    NodeIo& io = ios[node_of(id)];
     in.plan.clear();
     uint64_t budget = o.max_num_batched_tokens, tokens = 0;
     double attn_ctx = 0, kv_read = 0, stall = 0;
@@ -407,18 +466,35 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
         s.first = true;
         res.ttft_s[i] = now - arrival(i);
         res.prefill_s += now - s.ready_s;
-        const InsertResult w = policy.Insert(r, id, s.hit, now);
+        const uint32_t node = node_of(id);
+        NodeIo& io = ios[node];
+        // From the local hit on: what the shared tier restored is written back.
+        const InsertResult w = policies[node]->Insert(r, local_of(id), s.local_hit, now);
         res.dram_bytes_written += w.dram_bytes_written;
         res.ssd_bytes_written += w.ssd_bytes_written;
-        // The offload: the new blocks leave the GPU; what went to SSD is written there.
-        const double out = double(r.blocks.size() > s.hit ? r.blocks.size() - s.hit : 0) * double(bb);
+        // The offload: the blocks put leave the GPU; what went to SSD is written there.
+        const double out = double(r.blocks.size() > s.local_hit ? r.blocks.size() - s.local_hit : 0) * double(bb);
         const double host = double(w.dram_bytes_written + w.ssd_bytes_written);
         if (out > 0 || host > 0) {
           std::vector<std::pair<uint32_t, double>> d = {
-              {NodeIo::D2h(id), out / link_bps},
+              {NodeIo::D2h(local_of(id)), out / link_bps},
               {NodeIo::kDram, std::max(out, host) / dram_bps},
               {NodeIo::kSsd, double(w.ssd_bytes_written) / ssd_write_bps + double(w.ssd_requests) / ssd_iops}};
-          track(io.Start(now, std::move(d), 0.0), -1, now);
+          track(node, io.Start(now, std::move(d), 0.0), -1, now);
+        }
+        if (shared) {  // the put's blocks nobody has published go out in the background
+          uint64_t over = 0;
+          const uint64_t room = buffer_blocks - std::min(buffer_blocks, publishing[node]);
+          std::vector<uint64_t> keys = tier.Claim(r.blocks, s.local_hit, room, &over);
+          res.remote_dropped_blocks += over;
+          if (!keys.empty()) {
+            const double bytes = double(keys.size()) * double(bb);
+            publishing[node] += keys.size();
+            const uint32_t f = io.Start(now, {{NodeIo::kRemoteOut, bytes / remote_bps}, {NodeIo::kDram, bytes / dram_bps}},
+                                        remote_rtt_s);
+            track(node, f, -1, now);
+            publishes[node].emplace(f, std::move(keys));
+          }
         }
       }
       s.generated += 1;  // the step's sampled token
@@ -437,52 +513,64 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
     double t = next < n ? arrival(order[next]) : kNever;
     for (const Instance& in : inst)
       if (in.busy) t = std::min(t, in.step_end);
-    t = std::min(t, io.NextEvent());
+    for (const NodeIo& io : ios) t = std::min(t, io.NextEvent());
     if (t == kNever) break;
-    io.Advance(t);
-    for (uint32_t f : io.TakeNotified()) {
-      if (f >= flow_seq.size() || flow_seq[f] < 0) continue;
-      Seq& s = seqs[size_t(flow_seq[f])];
-      if (!s.ready) {
-        s.ready = true;
-        s.ready_s = t;
-      }
-    }
-    for (uint32_t f : io.TakeCompleted()) {
-      if (f < flow_seq.size() && flow_seq[f] <= -2) {  // a prefetch ended
-        const size_t v = size_t(-2 - flow_seq[f]);
-        Seq& s = seqs[v];
-        s.prefetch = -1;
-        if (s.after_prefetch) {
-          s.after_prefetch = false;
-          start_load(v, t);
-          settle(v, t);
+    for (uint32_t node = 0; node < nodes; ++node) {
+      NodeIo& io = ios[node];
+      const std::vector<int64_t>& seq_of = flow_seq[node];
+      io.Advance(t);
+      for (uint32_t f : io.TakeNotified()) {
+        if (f >= seq_of.size() || seq_of[f] < 0) continue;
+        Seq& s = seqs[size_t(seq_of[f])];
+        if (!s.ready) {
+          s.ready = true;
+          s.ready_s = t;
         }
-        continue;
       }
-      if (f >= flow_seq.size() || flow_seq[f] < 0) continue;
-      Seq& s = seqs[size_t(flow_seq[f])];
-      res.restore_s += t - flow_start[f];
-      if (!s.ready) {
-        s.ready = true;
-        s.ready_s = t;
+      for (uint32_t f : io.TakeCompleted()) {
+        if (auto p = publishes[node].find(f); p != publishes[node].end()) {  // a publish landed
+          res.remote_published_blocks += p->second.size();
+          res.remote_deleted_blocks += tier.Publish(node, p->second);
+          publishing[node] -= p->second.size();
+          publishes[node].erase(p);
+          continue;
+        }
+        if (f < seq_of.size() && seq_of[f] <= -2) {  // a prefetch ended
+          const size_t v = size_t(-2 - seq_of[f]);
+          Seq& s = seqs[v];
+          s.prefetch = -1;
+          if (s.after_prefetch) {
+            s.after_prefetch = false;
+            start_load(v, t);
+            settle(v, t);
+          }
+          continue;
+        }
+        if (f >= seq_of.size() || seq_of[f] < 0) continue;
+        Seq& s = seqs[size_t(seq_of[f])];
+        res.restore_s += t - flow_start[node][f];
+        if (!s.ready) {
+          s.ready = true;
+          s.ready_s = t;
+        }
       }
     }
     while (next < n && arrival(order[next]) <= t) {
       const size_t i = order[next++];
       seqs[i].prompt = std::max<uint64_t>(1, trace.requests[i].input_tokens);
       Instance& in = inst[instance_of[i]];
+      const uint32_t node = node_of(instance_of[i]);
       const uint32_t ahead = static_cast<uint32_t>(in.waiting.size());
       in.waiting.push_back(i);
-      const ArriveResult ar = policy.Arrive(trace.requests[i], instance_of[i], t, ahead);
+      const ArriveResult ar = policies[node]->Arrive(trace.requests[i], local_of(instance_of[i]), t, ahead);
       res.prefetch_ssd_bytes += ar.ssd_bytes_read;
       if (ar.ssd_bytes_read > 0 || ar.dram_bytes_written > 0) {
         // In the background: the SSD array and host memory, not the GPU link.
         std::vector<std::pair<uint32_t, double>> d = {
             {NodeIo::kSsd, double(ar.ssd_bytes_read) / ssd_read_bps + double(ar.ssd_requests) / ssd_iops},
             {NodeIo::kDram, double(std::max(ar.ssd_bytes_read, ar.dram_bytes_written)) / dram_bps}};
-        const uint32_t f = io.Start(t, std::move(d), ar.ssd_requests > 0 ? hw.nvme_latency_us * 1e-6 : 0.0);
-        track(f, -2 - int64_t(i), t);
+        const uint32_t f = ios[node].Start(t, std::move(d), ar.ssd_requests > 0 ? hw.nvme_latency_us * 1e-6 : 0.0);
+        track(node, f, -2 - int64_t(i), t);
         seqs[i].prefetch = f;
       }
     }
@@ -496,9 +584,11 @@ Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOpt
       return Status::Aborted("simulate: request " + std::to_string(i) + " never finished its prefill (prompt of " +
                               std::to_string(trace.requests[i].input_tokens) + " tokens)");
   res.makespan_s = last - first;
-  const PolicyStats ps = policy.Stats();
-  res.evicted_blocks = ps.evicted_blocks;
-  res.migrated_blocks = ps.migrated_blocks;
+  for (CachePolicy* p : policies) {
+    const PolicyStats ps = p->Stats();
+    res.evicted_blocks += ps.evicted_blocks;
+    res.migrated_blocks += ps.migrated_blocks;
+  }
   return res;
 }
 
@@ -526,6 +616,12 @@ SimResult MergeRuns(const std::vector<SimResult>& runs) {
     m.evicted_blocks += r.evicted_blocks;
     m.migrated_blocks += r.migrated_blocks;
     m.prefetch_ssd_bytes += r.prefetch_ssd_bytes;
+    m.local_hit_tokens += r.local_hit_tokens;
+    m.remote_hit_blocks += r.remote_hit_blocks;
+    m.remote_bytes_read += r.remote_bytes_read;
+    m.remote_published_blocks += r.remote_published_blocks;
+    m.remote_dropped_blocks += r.remote_dropped_blocks;
+    m.remote_deleted_blocks += r.remote_deleted_blocks;
     m.restore_s += r.restore_s;
     m.model_restore_s += r.model_restore_s;
     m.real_restore_s += r.real_restore_s;

@@ -61,12 +61,40 @@
 // wrote to SSD crosses the SSD array at drives x nvme_write_gbps. In kReal
 // a restore lasts its measured time (x real_time_scale), with no sharing.
 //
-// Thread-safety: Simulate is a function of its arguments; the policy is
+// Several nodes (SimOptions::nodes, flatkv replay --nodes N): each node is
+// the profile's, with its own instances, its own NodeIo and its own policy
+// (its DRAM and SSD). A request goes to an instance of any node: by its
+// root conversation (kAffinity, as above, over all nodes' instances) or to
+// the next instance in arrival order (kRoundRobin, a load balancer with no
+// affinity; consecutive instances are on different nodes). With a shared
+// tier (SimOptions::remote_bytes > 0; replay/shared_tier.h, after
+// flatkv's Redis Cluster medium):
+//   - a lookup asks the tier how far the chain goes on from the local hit
+//     (one remote_rtt_us round before the restore starts, as the store's
+//     Begin asks the cluster); what the tier holds is restored beside the
+//     local part, over the node's link to the tier (kRemoteIn, remote_gbps;
+//     its first bytes one more round trip after the ask) and host memory
+//     to the GPU; a layer-wise policy streams it by layer like the rest;
+//   - Insert stores the prompt from the local hit on: blocks restored from
+//     the tier are written back into the node's own store (as the engine
+//     puts what it did not restore locally), and cross the GPU-to-host link
+//     again;
+//   - the put's blocks that no node has published or is publishing are
+//     published in the background (kRemoteOut and host memory, after one
+//     round trip), within a publish buffer of remote_buffer_bytes per node
+//     (what does not fit is not published, as RemoteMedium drops it), and
+//     are visible to lookups once that transfer ends; each node's published
+//     blocks are capped at remote_bytes, the oldest deleted first.
+// The result counts hits by where they came from: local_hit_tokens (the
+// node's own DRAM and SSD) beside hit_tokens (local and remote together).
+//
+// Thread-safety: Simulate is a function of its arguments; the policies are
 // driven on the calling thread.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,6 +141,11 @@ struct SimOptions {
   IoMode io = IoMode::kModel;       // kReal: restore times are the policy's measured ones
   double real_time_scale = 1.0;     // kReal: measured seconds are multiplied by this (the byte scale-down)
   IoModel io_model;                 // model_restore_s: each restore costed alone, as before
+  uint32_t nodes = 1;               // nodes of `hw`, one policy each (Simulate's `policies`)
+  enum class Routing { kAffinity, kRoundRobin };
+  Routing routing = Routing::kAffinity;
+  uint64_t remote_bytes = 0;        // per node: its cap on the shared tier (0: no shared tier)
+  uint64_t remote_buffer_bytes = 0; // per node: publish buffer (0: unbounded)
   uint64_t max_requests = 0;        // 0: all
   std::function<void(uint64_t done, uint64_t total)> progress;  // called now and then
 };
@@ -127,6 +160,13 @@ struct SimResult {
   uint64_t dram_bytes_written = 0, ssd_bytes_written = 0;
   uint64_t evicted_blocks = 0, migrated_blocks = 0;
   uint64_t prefetch_ssd_bytes = 0;  // read from SSD by prefetches on arrival (CachePolicy::Arrive)
+  uint64_t local_hit_tokens = 0;    // of hit_tokens, restored from the node's own DRAM and SSD
+  uint64_t remote_hit_blocks = 0, remote_bytes_read = 0;  // restored from the shared tier
+  uint64_t remote_published_blocks = 0;  // published to it (visible to every node)
+  uint64_t remote_dropped_blocks = 0;    // not published: the node's publish buffer was full
+  uint64_t remote_deleted_blocks = 0;    // deleted by their node's cap
+  uint32_t nodes = 1;
+  std::string routing = "affinity";
   double restore_s = 0;             // total restore time used (measured in kReal)
   double model_restore_s = 0;       // total restore time the IoModel gives
   double real_restore_s = 0;        // total measured restore time (kReal, as measured, unscaled; 0 otherwise)
@@ -142,9 +182,12 @@ struct SimResult {
   std::vector<double> ttft_s;       // per request, in arrival order
 
   double hit_rate() const { return input_tokens ? double(hit_tokens) / double(input_tokens) : 0.0; }
+  double local_hit_rate() const { return input_tokens ? double(local_hit_tokens) / double(input_tokens) : 0.0; }
   double ssd_read_amplification() const { return ssd_bytes_useful ? double(ssd_bytes_read) / double(ssd_bytes_useful) : 0.0; }
-  // Restored bytes (DRAM + SSD payload) over total restore time, GB/s.
-  double restore_gbps() const { return restore_s > 0 ? double(dram_bytes_read + ssd_bytes_useful) / restore_s / 1e9 : 0.0; }
+  // Restored bytes (DRAM + SSD payload + remote) over total restore time, GB/s.
+  double restore_gbps() const {
+    return restore_s > 0 ? double(dram_bytes_read + ssd_bytes_useful + remote_bytes_read) / restore_s / 1e9 : 0.0;
+  }
   double tokens_per_step() const { return steps ? double(step_tokens) / double(steps) : 0.0; }
   double ttft_mean_ms() const;
   double ttft_percentile_ms(double p) const;  // p in [0, 100]
@@ -183,5 +226,10 @@ Result<double> LatencyBenchmarkSeconds(const ServingModel& m, const HwProfile& h
 // bad options (load not positive, a profile without GPUs) or a model that
 // leaves no HBM for KV.
 Result<SimResult> Simulate(const Trace& trace, CachePolicy& policy, const SimOptions& options);
+// The same over options.nodes nodes, policies[k] node k's (one per node,
+// each made for hw.gpus / tp instances). Also fails when the count differs
+// from options.nodes, or a shared tier is asked for in kReal or on a
+// profile without remote_gbps and remote_rtt_us.
+Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> policies, const SimOptions& options);
 
 }  // namespace flatkv::replay

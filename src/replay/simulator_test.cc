@@ -339,7 +339,8 @@ TEST(HwProfile, ReportFiguresAreInTheReportsUnits) {
   const HwProfile& p = h100.value();
   std::map<std::string, double> fig;
   for (const auto& [k, v] : HwFigures(p)) fig[std::string(k)] = v;
-  EXPECT_EQ(fig.size(), 15u);  // every real-valued figure, counts apart
+  EXPECT_EQ(fig.size(), 17u);  // every real-valued figure, counts apart
+  EXPECT_DOUBLE_EQ(fig.at("remote_gbps"), p.remote_gbps);
   EXPECT_DOUBLE_EQ(fig.at("hbm_bytes"), 80e9);
   EXPECT_DOUBLE_EQ(fig.at("dram_bytes"), p.dram_bytes);
   EXPECT_DOUBLE_EQ(fig.at("step_overhead_ms"), p.step_overhead_s * 1e3);
@@ -391,6 +392,26 @@ TEST(HwProfile, AnUncitedOrBadFigureIsRejectedByName) {
   r = LoadHwProfiles(path);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("prefill_mfu: 5 is out of range"), std::string::npos) << r.status().message();
+  // The remote tier's figures are optional; given, they are checked too.
+  write("remote_gbps = 4.5\n", "");
+  r = LoadHwProfiles(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("[h100-node].remote_gbps_source: cites a figure that is not given"), std::string::npos) << r.status().message();
+  write("remote_gbps = 4.5", "remote_gbps = -1");
+  r = LoadHwProfiles(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("remote_gbps: -1 is out of range"), std::string::npos) << r.status().message();
+  std::string bare = text;
+  for (const char* key : {"remote_gbps", "remote_rtt_us"})
+    for (size_t at; (at = bare.find("\n" + std::string(key))) != std::string::npos;)
+      bare.erase(at + 1, bare.find('\n', at + 1) - at);  // the lines that start with it
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(bare.data(), 1, bare.size(), f);
+  std::fclose(f);
+  r = LoadHwProfiles(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r.value()[0].remote_gbps, 0.0) << "left out: 0";
 }
 
 // The calibration (docs/baselines.md): vLLM CI's latency_llama70B_tp4
@@ -505,6 +526,149 @@ TEST(Simulator, ModelRestoreTimesMatchRealWithin20Percent) {
     best_error = std::min(best_error, err);
   }
   EXPECT_LE(best_error, 0.2);
+}
+
+}  // namespace
+}  // namespace flatkv::replay
+
+namespace flatkv::replay {
+namespace {
+
+// One conversation of four turns, each turn's prompt the last one's plus 4
+// blocks, 10 s apart.
+Trace FourGrowingTurns() {
+  std::vector<Request> rs;
+  for (uint32_t k = 0; k < 4; ++k) rs.push_back(Req(10.0 * k, 1, 4 * (k + 1), 1));
+  Trace t = Of(std::move(rs));
+  t.conversations = 1;
+  return t;
+}
+
+SimOptions TwoNodes(bool round_robin, uint64_t remote_bytes) {
+  SimOptions o = ToyOptions();
+  o.nodes = 2;
+  o.routing = round_robin ? SimOptions::Routing::kRoundRobin : SimOptions::Routing::kAffinity;
+  o.remote_bytes = remote_bytes;
+  o.hw.remote_gbps = 1;
+  o.hw.remote_rtt_us = 100;
+  return o;
+}
+
+TEST(MultiNode, RoundRobinTurnsFindTheOtherNodesBlocksOnTheSharedTierAndWriteThemBack) {
+  const Trace t = FourGrowingTurns();
+  const uint64_t bb = 512 * 64;  // the toy model's block
+  FakePolicy a(bb), b(bb);
+  CachePolicy* const nodes[] = {&a, &b};
+  auto r = Simulate(t, std::span<CachePolicy* const>(nodes), TwoNodes(true, 1ull << 30));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SimResult& s = r.value();
+  // Turns alternate nodes: 1 on A, 2 on B, 3 on A, 4 on B.
+  EXPECT_EQ(a.lookups.size(), 2u);
+  EXPECT_EQ(b.lookups.size(), 2u);
+  EXPECT_EQ(s.nodes, 2u);
+  EXPECT_EQ(s.routing, "round-robin");
+  // Local: turn 3 finds turn 1's 4 blocks on A; turn 4 finds 8 on B (turn
+  // 2 wrote back the 4 it took from the tier). Remote: the 4 blocks the
+  // other node added last, for turns 2, 3 and 4.
+  EXPECT_EQ(s.local_hit_tokens, (4u + 8u) * 64u);
+  EXPECT_EQ(s.remote_hit_blocks, 12u);
+  EXPECT_EQ(s.hit_blocks, 24u);
+  EXPECT_EQ(s.hit_tokens, 24u * 64u);
+  EXPECT_EQ(s.remote_bytes_read, 12u * bb);
+  // Each block is published once, by the node that computed it.
+  EXPECT_EQ(s.remote_published_blocks, 16u);
+  EXPECT_EQ(s.remote_dropped_blocks, 0u);
+  EXPECT_GT(s.hit_rate(), s.local_hit_rate());
+}
+
+TEST(MultiNode, WithoutTheSharedTierOnlyLocalBlocksHit) {
+  const Trace t = FourGrowingTurns();
+  FakePolicy a(512 * 64), b(512 * 64);
+  CachePolicy* const nodes[] = {&a, &b};
+  auto r = Simulate(t, std::span<CachePolicy* const>(nodes), TwoNodes(true, 0));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r.value().remote_hit_blocks, 0u);
+  EXPECT_EQ(r.value().remote_published_blocks, 0u);
+  EXPECT_EQ(r.value().hit_tokens, r.value().local_hit_tokens);
+  EXPECT_EQ(r.value().hit_blocks, 12u);  // turn 3: 4 on A; turn 4: B's own 8 of turn 2
+}
+
+TEST(MultiNode, AffinityKeepsAConversationOnOneNode) {
+  const Trace t = FourGrowingTurns();
+  FakePolicy a(512 * 64), b(512 * 64);
+  CachePolicy* const nodes[] = {&a, &b};
+  auto r = Simulate(t, std::span<CachePolicy* const>(nodes), TwoNodes(false, 1ull << 30));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(a.lookups.size() + b.lookups.size(), 4u);
+  EXPECT_TRUE(a.lookups.empty() || b.lookups.empty()) << "one conversation, one node";
+  EXPECT_EQ(r.value().remote_hit_blocks, 0u);
+  EXPECT_EQ(r.value().hit_blocks, 4u + 8u + 12u);
+  EXPECT_EQ(r.value().hit_tokens, r.value().local_hit_tokens);
+}
+
+TEST(MultiNode, ABlockIsSeenOnlyOnceItsPublishHasLanded) {
+  // 4 blocks of 32 KiB at 100 KB/s: the publish takes about 1.3 s. Turn 2
+  // arrives 0.5 s after turn 1's prefill ends: the tier has nothing yet.
+  std::vector<Request> rs = {Req(0, 1, 4, 1), Req(0.256 + 0.5, 1, 8, 1)};
+  const Trace t = Of(std::move(rs));
+  FakePolicy a(512 * 64), b(512 * 64);
+  CachePolicy* const nodes[] = {&a, &b};
+  SimOptions o = TwoNodes(true, 1ull << 30);
+  o.hw.remote_gbps = 1e-4;
+  auto r = Simulate(t, std::span<CachePolicy* const>(nodes), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r.value().remote_hit_blocks, 0u);
+  // Both land in the end; turn 2 publishes its own 4 only (1-4 were on the wire from A).
+  EXPECT_EQ(r.value().remote_published_blocks, 4u + 4u);
+}
+
+TEST(MultiNode, ANodesCapDeletesWhatItPublishedFirstAndAFullBufferDropsTheRest) {
+  const Trace t = FourGrowingTurns();
+  const uint64_t bb = 512 * 64;
+  {
+    FakePolicy a(bb), b(bb);
+    CachePolicy* const nodes[] = {&a, &b};
+    // Each node keeps 2 blocks: of turn 1's 4 on A, blocks 3 and 4 are
+    // left, so turn 2 on B finds nothing from block 1 on.
+    auto r = Simulate(t, std::span<CachePolicy* const>(nodes), TwoNodes(true, 2 * bb));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value().remote_hit_blocks, 0u);
+    EXPECT_EQ(r.value().remote_deleted_blocks, r.value().remote_published_blocks - 4u);  // 2 kept on each node
+  }
+  {
+    FakePolicy a(bb), b(bb);
+    CachePolicy* const nodes[] = {&a, &b};
+    SimOptions o = TwoNodes(true, 1ull << 30);
+    o.remote_buffer_bytes = 3 * bb;  // each put publishes 3 blocks nobody has published, drops the rest
+    auto r = Simulate(t, std::span<CachePolicy* const>(nodes), o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // Turn 1 publishes 1-3 (drops 4); turn 2 finds 1-3, publishes 4-6
+    // (drops 7, 8); turn 3 finds 5, 6 beyond A's 4, publishes 7-9 (drops
+    // 10-12); turn 4 finds 9 beyond B's 8, publishes 10-12 (drops 13-16).
+    EXPECT_EQ(r.value().remote_published_blocks, 12u);
+    EXPECT_EQ(r.value().remote_dropped_blocks, 1u + 2u + 3u + 4u);
+    EXPECT_EQ(r.value().remote_hit_blocks, 3u + 2u + 1u);
+  }
+}
+
+TEST(MultiNode, BadSetupsAreRejectedByName) {
+  const Trace t = FourGrowingTurns();
+  FakePolicy a(512 * 64);
+  CachePolicy* const one[] = {&a};
+  auto r = Simulate(t, std::span<CachePolicy* const>(one), TwoNodes(true, 1 << 20));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("1 policies for 2 nodes"), std::string::npos) << r.status().ToString();
+  SimOptions o = ToyOptions();
+  o.remote_bytes = 1 << 20;  // a shared tier on a profile without its figures
+  r = Simulate(t, a, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no remote_gbps"), std::string::npos) << r.status().ToString();
+  o.hw.remote_gbps = 1;
+  o.hw.remote_rtt_us = 1;
+  o.io = IoMode::kReal;
+  r = Simulate(t, a, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("modelled"), std::string::npos) << r.status().ToString();
 }
 
 }  // namespace

@@ -168,6 +168,16 @@ import json; j = json.load(open('$WORK/auto.json')); c = j['config']['capacity_l
 assert j['config']['load_auto'] and c > 0, j['config']
 assert [round(r['load'] / c, 6) for r in j['results']] == [0.5, 1.0, 2.0], j['results']
 " || fail "replay --load auto"
+# --nodes: each node its own store, all sharing a remote tier; local hits beside global ones.
+"$FLATKV" replay --trace "$TR" --hw h100-node --policy flat --max-requests 60 --load 1 --orders 1 --nodes 2 \
+  --routing round-robin --dram 16GiB --ssd 256GiB --json > "$WORK/nodes.json" || fail "replay --nodes"
+python3 -c "
+import json; j = json.load(open('$WORK/nodes.json')); c = j['config']; r = j['results'][0]
+assert c['nodes'] == 2 and c['routing'] == 'round-robin' and c['remote_bytes_per_node'] == 16 * 2**30, c
+assert r['nodes'] == 2 and r['routing'] == 'round-robin' and r['instances'] == 4, r
+assert r['remote_hit_blocks'] > 0 and r['remote_published_blocks'] > 0, r
+assert r['hit_rate'] > r['local_hit_rate'] >= 0, r
+" || fail "replay --nodes json"
 "$FLATKV" replay --calibrate-serving --json > "$WORK/calibrate.json" || fail "replay --calibrate-serving"
 python3 -c "
 import json; j = json.load(open('$WORK/calibrate.json'))
@@ -190,6 +200,14 @@ sed 's/^hbm_tbps_source/hbm_tbps_note/' "$(dirname "$0")/../../data/hw/profiles.
 msg=$("$FLATKV" replay --trace "$TR" --hw-file "$WORK/hw.toml" 2>&1 >/dev/null); [ $? -eq 2 ] || fail "replay uncited figure"
 case "$msg" in *"hbm_tbps: no citation"*) ;; *) fail "replay uncited figure: $msg" ;; esac
 "$FLATKV" replay --trace "$TR" --load fast >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay --load fast"
+msg=$("$FLATKV" replay --trace "$TR" --nodes 2 --io real 2>&1 >/dev/null); [ $? -eq 2 ] || fail "replay --nodes --io real"
+case "$msg" in *"use it with --io model"*) ;; *) fail "replay --nodes --io real: $msg" ;; esac
+"$FLATKV" replay --trace "$TR" --nodes 2 --routing random >/dev/null 2>&1; [ $? -eq 2 ] || fail "replay --routing random"
+msg=$("$FLATKV" replay --trace "$TR" --nodes 2 --remote 1XB 2>&1 >/dev/null); [ $? -eq 2 ] || fail "replay --remote 1XB"
+case "$msg" in *"--remote: '1XB': unknown unit"*) ;; *) fail "replay --remote 1XB: $msg" ;; esac
+grep -v '^remote_' "$(dirname "$0")/../../data/hw/profiles.toml" > "$WORK/hw-local.toml"
+msg=$("$FLATKV" replay --trace "$TR" --hw-file "$WORK/hw-local.toml" --nodes 2 2>&1 >/dev/null); [ $? -eq 2 ] || fail "replay --nodes, no remote figures"
+case "$msg" in *"h100-node: the profile has no remote_gbps"*) ;; *) fail "replay --nodes, no remote figures: $msg" ;; esac
 "$FLATKV" bench attention --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench attention --threads 0"
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"

@@ -170,6 +170,17 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
   c->add_option("--conversations", a.conversations, "Replay only the first N conversations (default all)");
   c->add_option("--max-requests", a.max_requests, "Replay only the first N requests (default all)");
   c->add_option("--dir", a.dir, "Existing directory for scratch stores (default /var/tmp)")->check(CLI::ExistingDirectory);
+  c->add_option("--nodes", a.nodes,
+                "Nodes of the profile, each with its own --dram and --ssd, sharing a remote tier over the profile's "
+                "remote_gbps (default 1)")
+      ->check(CLI::Range(1u, 1024u));
+  c->add_option("--routing", a.routing, "Requests to instances: affinity (by conversation) or round-robin (default affinity)")
+      ->check(CLI::IsMember({"affinity", "round-robin"}));
+  c->add_option("--remote", a.remote,
+                "Per node: its cap on the shared remote tier, e.g. 256GiB; 0 for none (default: --dram with --nodes > 1, "
+                "none with one node)");
+  c->add_option("--remote-buffer", a.remote_buffer,
+                "Per node: the publish buffer for the remote tier; what does not fit is not published (default 16GiB)");
   return c;
 }
 
@@ -183,6 +194,9 @@ struct Setup {
   IoModel io;
   IoMode mode = IoMode::kModel;
   uint64_t dram = 0, ssd = 0, block_bytes = 0;
+  uint32_t nodes = 1;
+  SimOptions::Routing routing = SimOptions::Routing::kAffinity;
+  uint64_t remote = 0, remote_buffer = 0;
   std::string scratch;
   double scale = 64;
 };
@@ -201,10 +215,22 @@ Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string&
   pc.instances = st.hw.gpus / st.tp;
   pc.io_model = &st.io;
   std::error_code ec;
-  std::filesystem::create_directories(pc.dir, ec);
-  auto policy = MakePolicy(name, pc);
-  if (!policy.ok()) return policy.status().WithContext("--policy " + name);
+  std::vector<std::unique_ptr<CachePolicy>> nodes;  // one policy, with its own DRAM and SSD, a node
+  std::vector<CachePolicy*> raw;
+  const std::string dir = pc.dir;
+  for (uint32_t k = 0; k < st.nodes; ++k) {
+    if (st.nodes > 1) pc.dir = dir + "/node" + std::to_string(k);
+    std::filesystem::create_directories(pc.dir, ec);
+    auto policy = MakePolicy(name, pc);
+    if (!policy.ok()) return policy.status().WithContext("--policy " + name);
+    nodes.push_back(std::move(policy).value());
+    raw.push_back(nodes.back().get());
+  }
   SimOptions so;
+  so.nodes = st.nodes;
+  so.routing = st.routing;
+  so.remote_bytes = st.remote;
+  so.remote_buffer_bytes = st.remote_buffer;
   so.model = st.model;
   so.hw = st.hw;
   so.tp = st.tp;
@@ -214,10 +240,10 @@ Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string&
   so.io_model = st.io;
   ProgressBar bar(name + " load " + std::to_string(load).substr(0, 5));
   if (!quiet) so.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
-  auto r = Simulate(trace, *policy.value(), so);
+  auto r = Simulate(trace, std::span<CachePolicy* const>(raw), so);
   bar.Finish();
-  policy.value().reset();
-  std::filesystem::remove_all(pc.dir, ec);
+  nodes.clear();
+  std::filesystem::remove_all(dir, ec);
   return r;
 }
 
@@ -382,6 +408,18 @@ int RunReplay(const ReplayArgs& a) {
   st.ssd = ssd;
   st.scale = a.scale;
   st.mode = a.io == "real" ? IoMode::kReal : IoMode::kModel;
+  st.nodes = a.nodes;
+  st.routing = a.routing == "round-robin" ? SimOptions::Routing::kRoundRobin : SimOptions::Routing::kAffinity;
+  if (!a.remote.empty()) {
+    if (!ParseSize(a.remote, &st.remote, &err)) return Fail(kExitUsage, "--remote: " + err);
+  } else if (a.nodes > 1) {
+    st.remote = dram;
+  }
+  if (!ParseSize(a.remote_buffer, &st.remote_buffer, &err)) return Fail(kExitUsage, "--remote-buffer: " + err);
+  if (st.remote > 0 && st.mode == IoMode::kReal)
+    return Fail(kExitUsage, "--remote (a shared tier, the default with --nodes > 1) is modelled: use it with --io model");
+  if (st.remote > 0 && (!(st.hw.remote_gbps > 0) || !(st.hw.remote_rtt_us > 0)))
+    return Fail(kExitUsage, "--hw " + st.hw.name + ": the profile has no remote_gbps and remote_rtt_us for the shared tier");
   SimOptions defaults;
   if (a.tp) {
     if (st.hw.gpus % a.tp != 0)
@@ -472,6 +510,8 @@ int RunReplay(const ReplayArgs& a) {
       {"tp", st.tp},                        {"io", a.io},
       {"scale", a.scale},                   {"stagger_s", a.stagger_s},
       {"orders", a.orders},                 {"load_auto", auto_load},
+      {"nodes", st.nodes},                  {"routing", a.routing},
+      {"remote_bytes_per_node", st.remote}, {"remote_buffer_bytes_per_node", st.remote_buffer},
       {"capacity_load", capacity},          {"capacity_search", search_log},
       {"max_num_batched_tokens", defaults.max_num_batched_tokens},
       {"max_num_seqs", defaults.max_num_seqs},
@@ -492,6 +532,11 @@ int RunReplay(const ReplayArgs& a) {
                 st.hw.nvme_read_gbps, a.io.c_str(), st.io.ToString().c_str());
     for (const std::string& l : search_log) std::printf("  capacity search: %s\n", l.c_str());
     if (auto_load) std::printf("capacity load %.4g: replaying at 0.5x, 1x and 2x of it\n", capacity);
+    if (st.nodes > 1 || st.remote > 0)
+      std::printf("%u nodes, routing %s; shared tier: %s per node (publish buffer %s), %.1f GB/s and %.0f us a round trip "
+                  "per node\n",
+                  st.nodes, a.routing.c_str(), st.remote ? Human(double(st.remote)).c_str() : "none",
+                  Human(double(st.remote_buffer)).c_str(), st.hw.remote_gbps, st.hw.remote_rtt_us);
     std::printf("%u conversation orders per point\n\n", a.orders);
     std::fflush(stdout);
   }

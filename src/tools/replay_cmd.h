@@ -33,6 +33,10 @@ struct ReplayArgs {
   uint64_t conversations = 0;             // 0: all
   uint64_t max_requests = 0;              // 0: all
   std::string dir;                        // scratch parent directory (default /var/tmp)
+  uint32_t nodes = 1;                     // nodes of the profile, each with its own DRAM and SSD
+  std::string routing = "affinity";       // affinity | round-robin
+  std::string remote;                     // per node: cap on the shared tier ("" : --dram with --nodes > 1, else 0)
+  std::string remote_buffer = "16GiB";    // per node: publish buffer
 };
 
 // Adds `replay` to `app`, parsing into `args`.

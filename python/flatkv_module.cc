@@ -241,7 +241,7 @@ const Keyword kKeywords[] = {
     {"remote_timeout_ms", "one cluster request's timeout (default 1000)", U32<flatkv_options_set_remote_timeout_ms>},
     {"remote_capacity_bytes", "cluster bytes this store keeps, at most; the oldest it published go first (default 0: no cap)",
      U64<flatkv_options_set_remote_capacity>},
-    {"remote_publish_buffer_bytes", "put data waiting to be published, at most (default 256 MiB)",
+    {"remote_publish_buffer_bytes", "put data waiting to be published, at most (default 0: max(256 MiB, DRAM / 16))",
      U64<flatkv_options_set_remote_publish_buffer>},
 };
 

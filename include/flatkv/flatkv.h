@@ -178,7 +178,8 @@ flatkv_status* flatkv_options_set_remote_prefix(flatkv_options* options, const c
 flatkv_status* flatkv_options_set_remote_timeout_ms(flatkv_options* options, uint32_t ms);
 /* The cluster bytes this store keeps, at most (0, the default: no cap); past it the oldest it published are deleted. */
 flatkv_status* flatkv_options_set_remote_capacity(flatkv_options* options, uint64_t bytes);
-/* Put data waiting to be published, at most (default 256 MiB); beyond it a put is not published. */
+/* Put data waiting to be published, at most (0, the default: max(256 MiB, DRAM capacity / 16)); of a put
+ * that does not fit, the leading blocks that do are published, the rest are not. */
 flatkv_status* flatkv_options_set_remote_publish_buffer(flatkv_options* options, uint64_t bytes);
 
 /* Makes flatkv_store_open connect to a daemon instead of opening a store in

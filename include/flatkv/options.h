@@ -63,10 +63,12 @@ struct RemoteOptions {
   uint32_t max_inflight = 32;          // objects a restore requests at once
   uint32_t ttl_seconds = 0;            // objects and index entries expire (0: never; maxmemory evicts)
   std::chrono::milliseconds timeout{1000};  // one request; a lookup gives up after it
-  // Put data copied and waiting to be published, at most; a put beyond it
-  // is not published (counted in RemoteStats::publish_dropped_blocks): a put
-  // never waits for the cluster.
-  uint64_t publish_buffer_bytes = 256ull << 20;
+  // Put data copied and waiting to be published, at most: of a put that
+  // does not fit, the leading blocks that do are published and the rest
+  // are not (counted in RemoteStats::publish_dropped_blocks); a put never
+  // waits for the cluster. 0 derives it: max(256 MiB, dram_capacity_bytes
+  // / 16) (a 70B block of 64 tokens is 20 MiB; docs/service.md).
+  uint64_t publish_buffer_bytes = 0;
   // The cluster bytes this store keeps, at most (0: no cap of its own): past
   // it, the objects and index entries it published first are deleted
   // (another node's entries that pointed at them then miss cleanly). It

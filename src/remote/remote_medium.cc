@@ -99,15 +99,18 @@ void RemoteMedium::Publish(std::span<const BlockKey> keys, std::span<const std::
   if (keys.empty()) return;
   MutexLock lock(&mu_);
   if (stopping_) return;
-  if (stats_.publish_queued_bytes + data.size() > options_.publish_buffer_bytes) {
-    stats_.publish_dropped_blocks += keys.size();
-    return;
-  }
-  stats_.publish_queued_blocks += keys.size();
-  stats_.publish_queued_bytes += data.size();
-  PublishJob job{{keys.begin(), keys.end()}, {}};
+  // The leading blocks that fit are queued (a chain is reused from its
+  // start), the rest dropped.
+  const uint64_t block_bytes = data.size() / keys.size();
+  const uint64_t room = options_.publish_buffer_bytes - std::min(options_.publish_buffer_bytes, stats_.publish_queued_bytes);
+  const size_t fit = static_cast<size_t>(std::min<uint64_t>(keys.size(), block_bytes ? room / block_bytes : keys.size()));
+  stats_.publish_dropped_blocks += keys.size() - fit;
+  if (fit == 0) return;
+  stats_.publish_queued_blocks += fit;
+  stats_.publish_queued_bytes += fit * block_bytes;
+  PublishJob job{{keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(fit)}, {}};
   mu_.Unlock();
-  job.data.assign(data.begin(), data.end());  // the copy outside the lock
+  job.data.assign(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(fit * block_bytes));  // the copy outside the lock
   mu_.Lock();
   publish_queue_.push_back(std::move(job));
   cv_.SignalAll();

@@ -170,6 +170,29 @@ TEST_F(RemoteStoreTest, AFullPublishBufferDropsAndNeverBlocksAPut) {
   EXPECT_EQ(a->Match(keys), 3u) << "the blocks are stored locally all the same";
 }
 
+// Of a put that does not fit the publish buffer, the leading blocks that do
+// are published (a chain is reused from its start), and another node
+// restores just those.
+TEST_F(RemoteStoreTest, APutLargerThanThePublishBufferPublishesTheBlocksThatFit) {
+  uint64_t block_bytes = 0;
+  auto a = Node("a", [&](StoreOptions& o) {
+    block_bytes = o.shape.BytesPerToken() * o.block_tokens;
+    o.remote.publish_buffer_bytes = 2 * block_bytes + block_bytes / 2;
+  });
+  auto b = Node("b");
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->BlockBytes(), block_bytes);
+  const auto keys = ChainKeys(7, 5);
+  const auto data = Payload(*a, 5, 7);
+  ASSERT_TRUE(a->Put(1, keys, data).ok());
+  EXPECT_EQ(a->Stats().remote.publish_dropped_blocks, 3u);
+  AwaitPublished(*a);
+  EXPECT_EQ(a->Stats().remote.published_blocks, 2u);
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*b, keys, &got), 2u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+}
+
 // A node's own cap on its cluster bytes: past it, what it published first is
 // deleted, and another node's restore of it misses cleanly.
 TEST_F(RemoteStoreTest, ANodesCapacityDeletesWhatItPublishedFirst) {

@@ -11,19 +11,17 @@ uint32_t SharedTier::Match(std::span<const uint64_t> blocks, uint32_t from) cons
   return n;
 }
 
-std::vector<uint64_t> SharedTier::Claim(std::span<const uint64_t> blocks, uint32_t from, uint64_t max_blocks,
-                                        uint64_t* over) {
+std::vector<uint64_t> SharedTier::Claim(std::span<const uint64_t> keys) {
   std::vector<uint64_t> out;
-  uint64_t more = 0;
-  for (size_t i = from; i < blocks.size(); ++i) {
-    if (out.size() >= max_blocks) {
-      more += keys_.count(blocks[i]) == 0 ? 1 : 0;
-      continue;
-    }
-    if (keys_.emplace(blocks[i], State::kPublishing).second) out.push_back(blocks[i]);
-  }
-  if (over) *over = more;
+  for (uint64_t k : keys)
+    if (keys_.emplace(k, State::kPublishing).second) out.push_back(k);
   return out;
+}
+
+uint64_t SharedTier::CountNew(std::span<const uint64_t> keys) const {
+  uint64_t n = 0;
+  for (uint64_t k : keys) n += keys_.count(k) == 0 ? 1 : 0;
+  return n;
 }
 
 uint64_t SharedTier::Publish(uint32_t node, std::span<const uint64_t> keys) {

@@ -7,7 +7,9 @@
 //   - Match(blocks, from) is RemoteTier::Match: of the chain from `from`,
 //     the longest run of consecutive blocks that are published and visible;
 //   - Claim is the publisher's skip: a block that some node has published,
-//     or is publishing, is not written again; a claimed block becomes
+//     or is publishing, is not written again (the simulator first takes
+//     the put's leading blocks that fit the node's publish buffer, as
+//     RemoteMedium::Publish does, whether new or not); a claimed block becomes
 //     visible only when its node's publish completes (Publish), so a
 //     lookup never sees a block still on the wire;
 //   - each node's own published blocks are capped (RemoteOptions::
@@ -36,12 +38,11 @@ class SharedTier {
   // How many of blocks[from], blocks[from + 1], ... are visible, up to the
   // first that is not.
   uint32_t Match(std::span<const uint64_t> blocks, uint32_t from) const;
-  // Of blocks[from..], those no node has published or is publishing, at
-  // most `max_blocks` of them in chain order; they are marked as being
-  // published and returned. `*over` (if given) is set to how many more
-  // there were beyond `max_blocks` (left unmarked: not published).
-  std::vector<uint64_t> Claim(std::span<const uint64_t> blocks, uint32_t from, uint64_t max_blocks,
-                              uint64_t* over = nullptr);
+  // Of `keys`, those no node has published or is publishing: marked as
+  // being published and returned, in order.
+  std::vector<uint64_t> Claim(std::span<const uint64_t> keys);
+  // How many of `keys` no node has published or is publishing.
+  uint64_t CountNew(std::span<const uint64_t> keys) const;
   // `node`'s publish of `keys` (claimed by it) completed: they are visible
   // and its own. Returns how many of the node's oldest blocks were deleted
   // to stay within its cap.

@@ -251,7 +251,11 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
   // publish; -2 - i: request i's prefetch), and when it counts from.
   std::vector<std::vector<int64_t>> flow_seq(nodes);
   std::vector<std::vector<double>> flow_start(nodes);
-  std::vector<std::unordered_map<uint32_t, std::vector<uint64_t>>> publishes(nodes);  // flow id -> its blocks
+  struct Publishing {
+    std::vector<uint64_t> keys;  // claimed: written, visible when it lands
+    size_t queued = 0;           // blocks it holds of the publish buffer
+  };
+  std::vector<std::unordered_map<uint32_t, Publishing>> publishes(nodes);  // flow id -> its blocks
   auto track = [&](uint32_t node, uint32_t id, int64_t req, double t) {
     if (flow_seq[node].size() <= id) {
       flow_seq[node].resize(id + 1, -1);
@@ -482,18 +486,23 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
               {NodeIo::kSsd, double(w.ssd_bytes_written) / ssd_write_bps + double(w.ssd_requests) / ssd_iops}};
           track(node, io.Start(now, std::move(d), 0.0), -1, now);
         }
-        if (shared) {  // the put's blocks nobody has published go out in the background
-          uint64_t over = 0;
+        if (shared && s.local_hit < r.blocks.size()) {
+          // The put's leading blocks that fit the publish buffer are queued
+          // (new or not: the publisher's skip is a round trip of its own);
+          // the rest are not published. Of those queued, the ones nobody
+          // has published are written.
+          const std::span<const uint64_t> put(r.blocks.data() + s.local_hit, r.blocks.size() - s.local_hit);
           const uint64_t room = buffer_blocks - std::min(buffer_blocks, publishing[node]);
-          std::vector<uint64_t> keys = tier.Claim(r.blocks, s.local_hit, room, &over);
-          res.remote_dropped_blocks += over;
-          if (!keys.empty()) {
+          const size_t queued = static_cast<size_t>(std::min<uint64_t>(put.size(), room));
+          res.remote_dropped_blocks += tier.CountNew(put.subspan(queued));
+          if (queued > 0) {
+            std::vector<uint64_t> keys = tier.Claim(put.first(queued));
             const double bytes = double(keys.size()) * double(bb);
-            publishing[node] += keys.size();
+            publishing[node] += queued;
             const uint32_t f = io.Start(now, {{NodeIo::kRemoteOut, bytes / remote_bps}, {NodeIo::kDram, bytes / dram_bps}},
                                         remote_rtt_s);
             track(node, f, -1, now);
-            publishes[node].emplace(f, std::move(keys));
+            publishes[node].emplace(f, Publishing{std::move(keys), queued});
           }
         }
       }
@@ -529,9 +538,9 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
       }
       for (uint32_t f : io.TakeCompleted()) {
         if (auto p = publishes[node].find(f); p != publishes[node].end()) {  // a publish landed
-          res.remote_published_blocks += p->second.size();
-          res.remote_deleted_blocks += tier.Publish(node, p->second);
-          publishing[node] -= p->second.size();
+          res.remote_published_blocks += p->second.keys.size();
+          res.remote_deleted_blocks += tier.Publish(node, p->second.keys);
+          publishing[node] -= p->second.queued;
           publishes[node].erase(p);
           continue;
         }

@@ -79,12 +79,13 @@
 //     the tier are written back into the node's own store (as the engine
 //     puts what it did not restore locally), and cross the GPU-to-host link
 //     again;
-//   - the put's blocks that no node has published or is publishing are
-//     published in the background (kRemoteOut and host memory, after one
-//     round trip), within a publish buffer of remote_buffer_bytes per node
-//     (what does not fit is not published, as RemoteMedium drops it), and
-//     are visible to lookups once that transfer ends; each node's published
-//     blocks are capped at remote_bytes, the oldest deleted first.
+//   - the put's leading blocks that fit the node's publish buffer
+//     (remote_buffer_bytes, counted in whole blocks, new or not, as
+//     RemoteMedium::Publish queues them) are queued, the rest not published;
+//     of those, the ones no node has published or is publishing are written
+//     in the background (kRemoteOut and host memory, after one round trip)
+//     and are visible to lookups once that transfer ends; each node's
+//     published blocks are capped at remote_bytes, the oldest deleted first.
 // The result counts hits by where they came from: local_hit_tokens (the
 // node's own DRAM and SSD) beside hit_tokens (local and remote together).
 //
@@ -163,7 +164,7 @@ struct SimResult {
   uint64_t local_hit_tokens = 0;    // of hit_tokens, restored from the node's own DRAM and SSD
   uint64_t remote_hit_blocks = 0, remote_bytes_read = 0;  // restored from the shared tier
   uint64_t remote_published_blocks = 0;  // published to it (visible to every node)
-  uint64_t remote_dropped_blocks = 0;    // not published: the node's publish buffer was full
+  uint64_t remote_dropped_blocks = 0;    // blocks nobody had published left out: the publish buffer was full
   uint64_t remote_deleted_blocks = 0;    // deleted by their node's cap
   uint32_t nodes = 1;
   std::string routing = "affinity";

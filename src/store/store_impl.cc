@@ -123,7 +123,10 @@ Status StoreImpl::Init() {
                       : std::max<uint64_t>(SegmentWriter::kWaveBytes, (dram_ ? dram_->capacity_bytes() : 0) / 4);
   if (options_.window_bytes > 0) ReleaseWindow(AcquireWindow(options_.window_bytes));  // fault it in now
   if (!options_.remote.seeds.empty() && !options_.read_only) {
-    FLATKV_ASSIGN_OR_RETURN(remote_, remote::RemoteMedium::Open(options_.remote, options_.shape, options_.block_tokens,
+    RemoteOptions remote = options_.remote;
+    if (remote.publish_buffer_bytes == 0)
+      remote.publish_buffer_bytes = std::max<uint64_t>(256ull << 20, options_.dram_capacity_bytes / 16);
+    FLATKV_ASSIGN_OR_RETURN(remote_, remote::RemoteMedium::Open(remote, options_.shape, options_.block_tokens,
                                                                block_layer_bytes_));
   }
   return Status::Ok();

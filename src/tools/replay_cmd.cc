@@ -180,7 +180,8 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
                 "Per node: its cap on the shared remote tier, e.g. 256GiB; 0 for none (default: --dram with --nodes > 1, "
                 "none with one node)");
   c->add_option("--remote-buffer", a.remote_buffer,
-                "Per node: the publish buffer for the remote tier; what does not fit is not published (default 16GiB)");
+                "Per node: the publish buffer for the remote tier; of a put that does not fit, the rest is not published "
+                "(default: the store's, max(256MiB, --dram / 16))");
   return c;
 }
 
@@ -415,7 +416,11 @@ int RunReplay(const ReplayArgs& a) {
   } else if (a.nodes > 1) {
     st.remote = dram;
   }
-  if (!ParseSize(a.remote_buffer, &st.remote_buffer, &err)) return Fail(kExitUsage, "--remote-buffer: " + err);
+  if (a.remote_buffer.empty()) {
+    st.remote_buffer = std::max<uint64_t>(256ull << 20, dram / 16);  // RemoteOptions::publish_buffer_bytes's rule
+  } else if (!ParseSize(a.remote_buffer, &st.remote_buffer, &err)) {
+    return Fail(kExitUsage, "--remote-buffer: " + err);
+  }
   if (st.remote > 0 && st.mode == IoMode::kReal)
     return Fail(kExitUsage, "--remote (a shared tier, the default with --nodes > 1) is modelled: use it with --io model");
   if (st.remote > 0 && (!(st.hw.remote_gbps > 0) || !(st.hw.remote_rtt_us > 0)))

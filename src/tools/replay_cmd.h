@@ -36,7 +36,7 @@ struct ReplayArgs {
   uint32_t nodes = 1;                     // nodes of the profile, each with its own DRAM and SSD
   std::string routing = "affinity";       // affinity | round-robin
   std::string remote;                     // per node: cap on the shared tier ("" : --dram with --nodes > 1, else 0)
-  std::string remote_buffer = "16GiB";    // per node: publish buffer
+  std::string remote_buffer;              // per node: publish buffer ("": the store's rule, max(256 MiB, --dram / 16))
 };
 
 // Adds `replay` to `app`, parsing into `args`.

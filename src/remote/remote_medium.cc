@@ -1,5 +1,7 @@
 #include "remote/remote_medium.h"
 
+#include "remote/held_log.h"
+
 #include <cstring>
 
 #include "common/log.h"
@@ -25,7 +27,8 @@ constexpr auto kCloseDrain = std::chrono::seconds(5);
 }  // namespace
 
 Result<std::unique_ptr<RemoteMedium>> RemoteMedium::Open(const RemoteOptions& options, const KvShape& shape,
-                                                         uint32_t block_tokens, uint64_t block_layer_bytes) {
+                                                         uint32_t block_tokens, uint64_t block_layer_bytes,
+                                                         const std::string& held_log) {
   if (options.seeds.empty()) return Status::InvalidArgument("remote tier: no seeds (host:port of cluster nodes)");
   if (options.timeout.count() <= 0) return Status::InvalidArgument("remote tier: timeout must be positive");
   std::unique_ptr<RemoteMedium> m(new RemoteMedium());
@@ -63,10 +66,18 @@ Result<std::unique_ptr<RemoteMedium>> RemoteMedium::Open(const RemoteOptions& op
     MutexLock lock(&m->lookup_mu_);
     m->lookup_tier_ = std::move(lookup).value();
   }
+  uint64_t held_bytes = 0;
+  if (!held_log.empty()) {
+    auto log = HeldLog::Open(held_log, &m->held_);
+    if (!log.ok()) return log.status();
+    m->held_log_ = std::move(log).value();
+    for (const PublishedPiece& p : m->held_) held_bytes += p.bytes;
+  }
   {
     MutexLock lock(&m->mu_);
     m->stats_.enabled = true;
     m->stats_.capacity_bytes = options.capacity_bytes;
+    m->stats_.held_bytes = held_bytes;  // an earlier run's pieces count too
   }
   RemoteMedium* raw = m.get();
   m->publisher_ = std::thread([raw] { raw->PublishLoop(); });
@@ -116,7 +127,34 @@ void RemoteMedium::Publish(std::span<const BlockKey> keys, std::span<const std::
   cv_.SignalAll();
 }
 
+void RemoteMedium::TrimToCapacity() {
+  uint64_t held;
+  {
+    MutexLock lock(&mu_);
+    held = stats_.held_bytes;
+  }
+  uint64_t deleted_bytes = 0, deleted_blocks = 0, pieces = 0;
+  while (options_.capacity_bytes && held - deleted_bytes > options_.capacity_bytes && !held_.empty()) {
+    auto gone = publish_tier_->Delete(held_.front().names);
+    if (!gone.ok()) {
+      LogWarning("remote tier: deleting published objects past capacity_bytes: " + gone.status().ToString());
+      break;
+    }
+    deleted_bytes += held_.front().bytes;
+    deleted_blocks += held_.front().blocks;
+    held_.pop_front();
+    ++pieces;
+  }
+  if (pieces > 0 && held_log_) {
+    if (Status logged = held_log_->Deleted(pieces); !logged.ok()) LogWarning(logged.ToString());
+  }
+  MutexLock lock(&mu_);
+  stats_.held_bytes -= deleted_bytes;
+  stats_.capacity_deleted_blocks += deleted_blocks;
+}
+
 void RemoteMedium::PublishLoop() {
+  TrimToCapacity();  // an earlier run may have left more than the cap now allows
   for (;;) {
     PublishJob job;
     {
@@ -135,30 +173,21 @@ void RemoteMedium::PublishLoop() {
         &written);
     if (!s.ok()) LogWarning("remote tier: publishing " + std::to_string(job.keys.size()) + " blocks: " + s.ToString());
     // Within capacity_bytes: the oldest pieces go.
-    uint64_t added = 0, deleted_bytes = 0, deleted_blocks = 0;
+    uint64_t added = 0;
     for (auto& p : written) {
       added += p.bytes;
+      if (held_log_) {
+        if (Status logged = held_log_->Published(p); !logged.ok())
+          LogWarning(logged.ToString() + "; this piece is not counted after a restart");
+      }
       held_.push_back(std::move(p));
     }
-    uint64_t held;
     {
       MutexLock lock(&mu_);
       stats_.held_bytes += added;
-      held = stats_.held_bytes;
     }
-    while (options_.capacity_bytes && held - deleted_bytes > options_.capacity_bytes && !held_.empty()) {
-      auto gone = publish_tier_->Delete(held_.front().names);
-      if (!gone.ok()) {
-        LogWarning("remote tier: deleting published objects past capacity_bytes: " + gone.status().ToString());
-        break;
-      }
-      deleted_bytes += held_.front().bytes;
-      deleted_blocks += held_.front().blocks;
-      held_.pop_front();
-    }
+    TrimToCapacity();
     MutexLock lock(&mu_);
-    stats_.held_bytes -= deleted_bytes;
-    stats_.capacity_deleted_blocks += deleted_blocks;
     Absorb(publish_tier_->stats(), &publish_seen_);
     if (!s.ok()) stats_.publish_errors++;
     stats_.publish_queued_blocks -= job.keys.size();

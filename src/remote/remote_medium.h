@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <span>
 #include <thread>
 #include <vector>
@@ -34,11 +35,16 @@
 
 namespace flatkv::remote {
 
+class HeldLog;  // remote/held_log.h
+
 class RemoteMedium {
  public:
   // Connects three clients (lookups, restores, publishing) to the cluster.
+  // With `held_log` (a file path; empty: none), what this store published
+  // is kept there across restarts (HeldLog), and capacity_bytes counts it.
   static Result<std::unique_ptr<RemoteMedium>> Open(const RemoteOptions& options, const KvShape& shape,
-                                                    uint32_t block_tokens, uint64_t block_layer_bytes);
+                                                    uint32_t block_tokens, uint64_t block_layer_bytes,
+                                                    const std::string& held_log = {});
   // Stop: publishes what is queued (for at most a few seconds), runs the
   // restore jobs queued, then stops both threads; later Publish calls do
   // nothing and Submit refuses. The destructor stops too.
@@ -73,6 +79,8 @@ class RemoteMedium {
   };
   RemoteMedium() = default;
   void PublishLoop() FLATKV_EXCLUDES(mu_);
+  // Deletes the oldest held pieces past capacity_bytes (the publisher's).
+  void TrimToCapacity() FLATKV_EXCLUDES(mu_);
   void RestoreLoop() FLATKV_EXCLUDES(mu_);
   // Copies a tier's counters into stats_ (the tier's thread calls it).
   void Absorb(const RemoteTierStats& now, RemoteTierStats* seen) FLATKV_REQUIRES(mu_);
@@ -92,6 +100,7 @@ class RemoteMedium {
   bool stopping_ FLATKV_GUARDED_BY(mu_) = false;
   std::deque<PublishJob> publish_queue_ FLATKV_GUARDED_BY(mu_);
   std::deque<PublishedPiece> held_;  // what this store published and keeps, oldest first (the publisher's)
+  std::unique_ptr<HeldLog> held_log_;  // held_ on disk (the publisher's; null: none)
   bool publishing_ FLATKV_GUARDED_BY(mu_) = false;  // the publisher holds a job
   std::deque<Job> restore_queue_ FLATKV_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point skip_until_ FLATKV_GUARDED_BY(mu_){};

@@ -218,6 +218,43 @@ TEST_F(RemoteStoreTest, ANodesCapacityDeletesWhatItPublishedFirst) {
   EXPECT_TRUE(got == datas[3]);
 }
 
+// The cap counts what an earlier run of the store published (its held log
+// beside the SSD data): after a restart, new publishes delete the earlier
+// run's oldest pieces first.
+TEST_F(RemoteStoreTest, ANodesCapacityCountsWhatItPublishedBeforeARestart) {
+  auto cap = [](StoreOptions& o) { o.remote.capacity_bytes = 1000 << 10; };  // two 6-block chains
+  std::vector<std::vector<BlockKey>> chains;
+  std::vector<std::vector<std::byte>> datas;
+  uint64_t held = 0;
+  {
+    auto a = Node("a", cap);
+    ASSERT_TRUE(a);
+    for (uint64_t c = 0; c < 2; ++c) {
+      chains.push_back(ChainKeys(400 + c, 6));
+      datas.push_back(PutAndPublish(*a, chains.back(), 400 + c));
+    }
+    held = a->Stats().remote.held_bytes;
+    EXPECT_GT(held, 0u);
+    EXPECT_EQ(a->Stats().remote.capacity_deleted_blocks, 0u);
+  }
+  auto a = Node("a", cap);  // the same directory: a restart
+  auto b = Node("b");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->Stats().remote.held_bytes, held) << "the earlier run's objects are not counted";
+  for (uint64_t c = 2; c < 4; ++c) {
+    chains.push_back(ChainKeys(400 + c, 6));
+    datas.push_back(PutAndPublish(*a, chains.back(), 400 + c));
+  }
+  const RemoteStats rs = a->Stats().remote;
+  EXPECT_EQ(rs.capacity_deleted_blocks, 12u) << "the earlier run's two chains went";
+  EXPECT_LE(rs.held_bytes, rs.capacity_bytes);
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(*b, chains[0], &got), 0u) << "the earlier run's first chain was deleted";
+  EXPECT_EQ(RestoreAll(*b, chains[3], &got), 6u);
+  EXPECT_TRUE(got == datas[3]);
+  EXPECT_EQ(a->Match(chains[0]), 6u) << "deleting from the cluster leaves the local copy";
+}
+
 // kill -9 of a master while node A publishes and node B restores: every
 // restore serves right bytes or misses, and once a replica is promoted node
 // B restores every chain in full again.

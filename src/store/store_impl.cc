@@ -126,8 +126,11 @@ Status StoreImpl::Init() {
     RemoteOptions remote = options_.remote;
     if (remote.publish_buffer_bytes == 0)
       remote.publish_buffer_bytes = std::max<uint64_t>(256ull << 20, options_.dram_capacity_bytes / 16);
+    // With an SSD directory, what this store published is kept beside its
+    // data, so capacity_bytes counts an earlier run's objects too.
+    const std::string held_log = options_.ssd_dirs.empty() ? std::string() : options_.ssd_dirs[0] + "/remote-held.log";
     FLATKV_ASSIGN_OR_RETURN(remote_, remote::RemoteMedium::Open(remote, options_.shape, options_.block_tokens,
-                                                               block_layer_bytes_));
+                                                               block_layer_bytes_, held_log));
   }
   return Status::Ok();
 }

@@ -374,42 +374,33 @@ TEST(HwProfile, AnUncitedOrBadFigureIsRejectedByName) {
   std::string text;
   ASSERT_TRUE(flatkv::testing::ReadFile(ProfilesFile(), &text));
   const std::string path = dir.Sub("p.toml");
-  auto write = [&](const std::string& from, const std::string& to) {
-    std::string t = text;
-    const size_t at = t.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    t.replace(at, from.size(), to);
+  auto put = [&](const std::string& t) {
     FILE* f = std::fopen(path.c_str(), "w");
     ASSERT_NE(f, nullptr);
     std::fwrite(t.data(), 1, t.size(), f);
     std::fclose(f);
   };
-  write("hbm_tbps_source", "hbm_tbps_note");
-  auto r = LoadHwProfiles(path);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("[h100-node].hbm_tbps: no citation"), std::string::npos) << r.status().message();
-  write("prefill_mfu = 0.5", "prefill_mfu = 5");
-  r = LoadHwProfiles(path);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("prefill_mfu: 5 is out of range"), std::string::npos) << r.status().message();
+  // The bundled file with `from` replaced by `to` is rejected with `message`.
+  auto rejected = [&](const std::string& from, const std::string& to, const std::string& message) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    put(t.replace(at, from.size(), to));
+    auto r = LoadHwProfiles(path);
+    ASSERT_FALSE(r.ok()) << from;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().message();
+  };
+  rejected("hbm_tbps_source", "hbm_tbps_note", "[h100-node].hbm_tbps: no citation");
+  rejected("prefill_mfu = 0.5", "prefill_mfu = 5", "prefill_mfu: 5 is out of range");
   // The remote tier's figures are optional; given, they are checked too.
-  write("remote_gbps = 4.5\n", "");
-  r = LoadHwProfiles(path);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("[h100-node].remote_gbps_source: cites a figure that is not given"), std::string::npos) << r.status().message();
-  write("remote_gbps = 4.5", "remote_gbps = -1");
-  r = LoadHwProfiles(path);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("remote_gbps: -1 is out of range"), std::string::npos) << r.status().message();
+  rejected("remote_gbps = 4.5\n", "", "[h100-node].remote_gbps_source: cites a figure that is not given");
+  rejected("remote_gbps = 4.5", "remote_gbps = -1", "remote_gbps: -1 is out of range");
   std::string bare = text;
-  for (const char* key : {"remote_gbps", "remote_rtt_us"})
-    for (size_t at; (at = bare.find("\n" + std::string(key))) != std::string::npos;)
+  for (const std::string needle : {"\nremote_gbps", "\nremote_rtt_us"})
+    for (size_t at; (at = bare.find(needle)) != std::string::npos;)
       bare.erase(at + 1, bare.find('\n', at + 1) - at);  // the lines that start with it
-  FILE* f = std::fopen(path.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  std::fwrite(bare.data(), 1, bare.size(), f);
-  std::fclose(f);
-  r = LoadHwProfiles(path);
+  put(bare);
+  auto r = LoadHwProfiles(path);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r.value()[0].remote_gbps, 0.0) << "left out: 0";
 }

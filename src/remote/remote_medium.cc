@@ -110,9 +110,16 @@ void RemoteMedium::Publish(std::span<const BlockKey> keys, std::span<const std::
   if (keys.empty()) return;
   MutexLock lock(&mu_);
   if (stopping_) return;
+  const uint64_t block_bytes = data.size() / keys.size();
+  // What a restore just found in the cluster (a write-back) is there already.
+  size_t skip = 0;
+  while (skip < keys.size() && known_.count(keys[skip])) ++skip;
+  stats_.already_published_blocks += skip;
+  keys = keys.subspan(skip);
+  data = data.subspan(skip * block_bytes);
+  if (keys.empty()) return;
   // The leading blocks that fit are queued (a chain is reused from its
   // start), the rest dropped.
-  const uint64_t block_bytes = data.size() / keys.size();
   const uint64_t room = options_.publish_buffer_bytes - std::min(options_.publish_buffer_bytes, stats_.publish_queued_bytes);
   const size_t fit = static_cast<size_t>(std::min<uint64_t>(keys.size(), block_bytes ? room / block_bytes : keys.size()));
   stats_.publish_dropped_blocks += keys.size() - fit;
@@ -244,11 +251,19 @@ void RemoteMedium::RestoreLoop() {
   }
 }
 
-void RemoteMedium::NoteRestore(uint32_t hit, uint32_t restored, const RemoteTier& tier) {
+void RemoteMedium::NoteRestore(uint32_t hit, std::span<const BlockKey> restored, const RemoteTier& tier) {
   MutexLock lock(&mu_);
   Absorb(tier.stats(), &restore_seen_);
   stats_.hit_blocks += hit;
-  stats_.restored_blocks += restored;
+  stats_.restored_blocks += restored.size();
+  for (const BlockKey& k : restored) {
+    if (!known_.insert(k).second) continue;
+    known_order_.push_back(k);
+    if (known_order_.size() > kKnownKeys) {
+      known_.erase(known_order_.front());
+      known_order_.pop_front();
+    }
+  }
 }
 
 void RemoteMedium::Drain() {

@@ -26,6 +26,7 @@
 #include <string>
 #include <span>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "common/mutex.h"
@@ -53,6 +54,9 @@ class RemoteMedium {
 
   // Queues `keys` (consecutive blocks of one chain) for publishing, with
   // their put data (block-major: block b's layers at b * layers * slice).
+  // Leading keys a restore found in the cluster are skipped (counted as
+  // already published); of the rest, the leading blocks that fit the
+  // publish buffer are queued and the others dropped.
   void Publish(std::span<const BlockKey> keys, std::span<const std::byte> data) FLATKV_EXCLUDES(mu_);
 
   // How far chain[from..] is indexed; nullopt when no block is (or the
@@ -64,8 +68,12 @@ class RemoteMedium {
   using Job = std::function<void(RemoteTier& tier, const BlockKey& ns)>;
   bool Submit(Job job) FLATKV_EXCLUDES(mu_);
   // A restore job's outcome, from the restore thread: `hit` blocks
-  // fetched, `restored` of them valid, and `tier`'s counters.
-  void NoteRestore(uint32_t hit, uint32_t restored, const RemoteTier& tier) FLATKV_EXCLUDES(mu_);
+  // fetched, `restored` the keys of those valid, and `tier`'s counters.
+  // The restored keys are remembered as in the cluster (the newest
+  // kKnownKeys): a put of them, as when the engine writes back what the
+  // cluster supplied, does not queue them for publishing again.
+  void NoteRestore(uint32_t hit, std::span<const BlockKey> restored, const RemoteTier& tier) FLATKV_EXCLUDES(mu_);
+  static constexpr size_t kKnownKeys = 1 << 18;
 
   // Waits until nothing is queued for publishing or being published.
   void Drain() FLATKV_EXCLUDES(mu_);
@@ -105,6 +113,8 @@ class RemoteMedium {
   std::deque<Job> restore_queue_ FLATKV_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point skip_until_ FLATKV_GUARDED_BY(mu_){};
   RemoteStats stats_ FLATKV_GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, BlockKeyHash> known_ FLATKV_GUARDED_BY(mu_);  // restored from the cluster lately
+  std::deque<BlockKey> known_order_ FLATKV_GUARDED_BY(mu_);                  // the same, oldest first
   RemoteTierStats lookup_seen_ FLATKV_GUARDED_BY(mu_), restore_seen_ FLATKV_GUARDED_BY(mu_),
       publish_seen_ FLATKV_GUARDED_BY(mu_);
   std::thread publisher_, restorer_;

@@ -218,6 +218,26 @@ TEST_F(RemoteStoreTest, ANodesCapacityDeletesWhatItPublishedFirst) {
   EXPECT_TRUE(got == datas[3]);
 }
 
+// A write-back: node B puts the blocks it just restored from the cluster.
+// They are known to be there, so they take no room in its publish buffer
+// (here too small for one block) and are not published again.
+TEST_F(RemoteStoreTest, WritingBackWhatTheClusterSuppliedQueuesNothingToPublish) {
+  auto a = Node("a");
+  auto b = Node("b", [](StoreOptions& o) { o.remote.publish_buffer_bytes = 1; });
+  ASSERT_TRUE(a && b);
+  const auto keys = ChainKeys(9, 4);
+  const auto data = PutAndPublish(*a, keys, 9);
+  std::vector<std::byte> got;
+  ASSERT_EQ(RestoreAll(*b, keys, &got), 4u);
+  ASSERT_TRUE(got == data);
+  ASSERT_TRUE(b->Put(1, keys, got).ok());
+  const RemoteStats rs = b->Stats().remote;
+  EXPECT_EQ(rs.publish_dropped_blocks, 0u) << "the written-back blocks took room in the buffer";
+  EXPECT_EQ(rs.already_published_blocks, 4u);
+  EXPECT_EQ(rs.published_blocks, 0u);
+  EXPECT_EQ(b->Match(keys), 4u) << "stored locally";
+}
+
 // The cap counts what an earlier run of the store published (its held log
 // beside the SSD data): after a restart, new publishes delete the earlier
 // run's oldest pieces first.

@@ -486,12 +486,13 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
               {NodeIo::kSsd, double(w.ssd_bytes_written) / ssd_write_bps + double(w.ssd_requests) / ssd_iops}};
           track(node, io.Start(now, std::move(d), 0.0), -1, now);
         }
-        if (shared && s.local_hit < r.blocks.size()) {
-          // The put's leading blocks that fit the publish buffer are queued
-          // (new or not: the publisher's skip is a round trip of its own);
-          // the rest are not published. Of those queued, the ones nobody
-          // has published are written.
-          const std::span<const uint64_t> put(r.blocks.data() + s.local_hit, r.blocks.size() - s.local_hit);
+        if (shared && s.hit < r.blocks.size()) {
+          // The put's blocks past those the tier just supplied (the node
+          // knows they are there); of them the leading ones that fit the
+          // publish buffer are queued (new or not: the publisher's skip is a
+          // round trip of its own), the rest not published. Of those queued,
+          // the ones nobody has published are written.
+          const std::span<const uint64_t> put(r.blocks.data() + s.hit, r.blocks.size() - s.hit);
           const uint64_t room = buffer_blocks - std::min(buffer_blocks, publishing[node]);
           const size_t queued = static_cast<size_t>(std::min<uint64_t>(put.size(), room));
           res.remote_dropped_blocks += tier.CountNew(put.subspan(queued));

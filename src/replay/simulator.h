@@ -79,9 +79,11 @@
 //     the tier are written back into the node's own store (as the engine
 //     puts what it did not restore locally), and cross the GPU-to-host link
 //     again;
-//   - the put's leading blocks that fit the node's publish buffer
-//     (remote_buffer_bytes, counted in whole blocks, new or not, as
-//     RemoteMedium::Publish queues them) are queued, the rest not published;
+//   - of the put's blocks past those the tier supplied (RemoteMedium skips
+//     keys a restore just found there), the leading ones that fit the
+//     node's publish buffer (remote_buffer_bytes, counted in whole blocks,
+//     new or not, as RemoteMedium::Publish queues them) are queued, the rest
+//     not published;
 //     of those, the ones no node has published or is publishing are written
 //     in the background (kRemoteOut and host memory, after one round trip)
 //     and are visible to lookups once that transfer ends; each node's

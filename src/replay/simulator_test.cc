@@ -630,16 +630,15 @@ TEST(MultiNode, ANodesCapDeletesWhatItPublishedFirstAndAFullBufferDropsTheRest) 
     FakePolicy a(bb), b(bb);
     CachePolicy* const nodes[] = {&a, &b};
     SimOptions o = TwoNodes(true, 1ull << 30);
-    o.remote_buffer_bytes = 3 * bb;  // each put queues its first 3 blocks, published or not
+    o.remote_buffer_bytes = 3 * bb;  // each put queues 3 blocks past what the tier supplied
     auto r = Simulate(t, std::span<CachePolicy* const>(nodes), o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    // Turn 1 publishes 1-3 (drops 4); turn 2 finds 1-3, queues them again
-    // (already published: nothing written) and drops 4-8; turn 3 finds
-    // nothing past A's 4, publishes 5-7, drops 8-12; turn 4 finds nothing
-    // past B's 8, publishes 9-11, drops 12-16.
-    EXPECT_EQ(r.value().remote_published_blocks, 3u + 0u + 3u + 3u);
-    EXPECT_EQ(r.value().remote_dropped_blocks, 1u + 5u + 5u + 5u);
-    EXPECT_EQ(r.value().remote_hit_blocks, 3u);
+    // Turn 1 publishes 1-3 (drops 4); turn 2 finds 1-3, publishes 4-6
+    // (drops 7, 8); turn 3 finds 5, 6 past A's 4, publishes 7-9 (drops
+    // 10-12); turn 4 finds 9 past B's 8, publishes 10-12 (drops 13-16).
+    EXPECT_EQ(r.value().remote_published_blocks, 12u);
+    EXPECT_EQ(r.value().remote_dropped_blocks, 1u + 2u + 3u + 4u);
+    EXPECT_EQ(r.value().remote_hit_blocks, 3u + 2u + 1u);
   }
 }
 

@@ -360,7 +360,9 @@ void RestoreImpl::RunRemote(remote::RemoteTier& tier, const BlockKey& ns) {
   // Counted before the last layer settles, so a consumer that finished sees it.
   bool noted = false;
   auto note = [&](uint32_t end) {
-    if (!noted) store_->remote()->NoteRestore(run.count, end - run.first_block, tier);
+    if (!noted)
+      store_->remote()->NoteRestore(run.count, std::span<const BlockKey>(chain_).subspan(run.first_block, end - run.first_block),
+                                    tier);
     noted = true;
   };
   auto layer_done = [&](uint32_t layer, uint32_t valid) {

@@ -112,16 +112,22 @@ EOF
   return 1
 }
 
-wait_ok() {  # wait_ok DIR: every node in state ok, every replica linked
-  local port deadline=$((SECONDS + 30)) ok
+# wait_ok DIR: every node in state ok, every replica linked, and every node naming the same
+# masters with slots (a restarted old master may come up believing its nodes.conf, state ok,
+# before gossip tells it a replica took its slots).
+wait_ok() {
+  local port deadline=$((SECONDS + 30)) ok view first
   while [ $SECONDS -lt $deadline ]; do
     ok=1
+    first=
     for port in $(cat "$1/ports"); do
       [ -f "$1/$port/redis.pid" ] && kill -0 "$(cat "$1/$port/redis.pid")" 2>/dev/null || continue
       cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
       if cli -p "$port" info replication 2>/dev/null | grep -q 'role:slave'; then
         cli -p "$port" info replication | grep -q 'master_link_status:up' || ok=0
       fi
+      view=$(cli -p "$port" cluster nodes 2>/dev/null | awk '$3 ~ /master/ && $3 !~ /fail/ && NF >= 9 {print $2}' | sort | tr '\n' ' ')
+      if [ -z "$first" ]; then first=$view; elif [ "$view" != "$first" ]; then ok=0; fi
     done
     [ $ok = 1 ] && return 0
     sleep 0.1

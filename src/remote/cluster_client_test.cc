@@ -187,9 +187,21 @@ TEST_F(ClusterClientTest, FollowsMovedAndRefreshesTheSlotMap) {
 }
 
 TEST_F(ClusterClientTest, FollowsAskDuringASlotMigration) {
-  const std::string key = Key("ask", 1);
-  const uint16_t slot = KeySlot(key);
-  const std::string from = client_->NodeForSlot(slot);
+  // A key whose slot holds no other key (the other tests' objects spread
+  // over every slot, and a slot still holding keys cannot be reassigned).
+  std::string key, from;
+  uint16_t slot = 0;
+  for (int i = 1; i <= 10000 && from.empty(); ++i) {
+    key = Key("ask", i);
+    slot = KeySlot(key);
+    const std::string at = client_->NodeForSlot(slot);
+    const std::string s = std::to_string(slot);
+    const std::string_view count[] = {"CLUSTER", "COUNTKEYSINSLOT", s};
+    auto n = client_->CommandAt(at, count);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    if (n->integer == 0) from = at;
+  }
+  ASSERT_FALSE(from.empty()) << "no empty slot among 10000 keys";
   std::string to;
   for (const auto& m : client_->Masters())
     if (m != from) to = m;
@@ -210,7 +222,10 @@ TEST_F(ClusterClientTest, FollowsAskDuringASlotMigration) {
   EXPECT_GE(client_->stats().ask, 2u);
   // Finish the migration: the slot is `to`'s now, everywhere.
   const std::string_view node[] = {"CLUSTER", "SETSLOT", s, "NODE", to_id->str};
-  for (const auto& m : client_->Masters()) ASSERT_TRUE(client_->CommandAt(m, node).ok()) << m;
+  for (const auto& m : client_->Masters()) {
+    auto done = client_->CommandAt(m, node);
+    ASSERT_TRUE(done.ok()) << m << ": " << done.status().ToString();
+  }
   ASSERT_TRUE(client_->RefreshSlots().ok());
   EXPECT_EQ(client_->NodeForSlot(slot), to);
   EXPECT_EQ(client_->Command({"GET", key})->str, "moved-by-ask");

@@ -78,20 +78,27 @@ Result<std::unique_ptr<HeldLog>> HeldLog::Open(const std::string& path, std::deq
       }
     }
   }
-  // The pieces still held, as a fresh log.
-  const std::string tmp = path + ".tmp";
+  std::unique_ptr<HeldLog> log(new HeldLog());
+  log->path_ = path;
+  FLATKV_RETURN_IF_ERROR(log->Rewrite(*held));  // the pieces still held, as a fresh log
+  return log;
+}
+
+Status HeldLog::Rewrite(const std::deque<PublishedPiece>& held) {
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+  const std::string tmp = path_ + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) return Errno("cannot create", tmp);
   std::string all;
-  for (const PublishedPiece& p : *held) all += WithChecksum(PieceBody(p));
+  for (const PublishedPiece& p : held) all += WithChecksum(PieceBody(p));
   const bool wrote = std::fwrite(all.data(), 1, all.size(), f) == all.size() && std::fflush(f) == 0;
   if (std::fclose(f) != 0 || !wrote) return Errno("cannot write", tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot replace", path);
-  std::unique_ptr<HeldLog> log(new HeldLog());
-  log->path_ = path;
-  log->file_ = std::fopen(path.c_str(), "a");
-  if (!log->file_) return Errno("cannot append to", path);
-  return log;
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0) return Errno("cannot replace", path_);
+  file_ = std::fopen(path_.c_str(), "a");
+  if (!file_) return Errno("cannot append to", path_);
+  records_ = held.size();
+  return Status::Ok();
 }
 
 HeldLog::~HeldLog() {
@@ -99,14 +106,19 @@ HeldLog::~HeldLog() {
 }
 
 Status HeldLog::Append(const std::string& body) {
+  if (!file_) return Status::IoError("remote tier: " + path_ + " is not open (an earlier rewrite failed)");
   const std::string line = WithChecksum(body);
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     return Errno("cannot append to", path_);
+  ++records_;
   return Status::Ok();
 }
 
 Status HeldLog::Published(const PublishedPiece& piece) { return Append(PieceBody(piece)); }
 
-Status HeldLog::Deleted(uint64_t pieces) { return Append("D " + std::to_string(pieces)); }
+Status HeldLog::Deleted(uint64_t pieces, const std::deque<PublishedPiece>& held) {
+  if (records_ + 1 > 2 * held.size() + kSlack) return Rewrite(held);
+  return Append("D " + std::to_string(pieces));
+}
 
 }  // namespace flatkv::remote

@@ -8,7 +8,9 @@
 //   D <pieces> <checksum>                              the oldest pieces deleted
 // Open replays the lines (a torn or corrupt line ends the log: what follows
 // is not trusted), writes the pieces still held back as a fresh log
-// (a temporary file renamed over it), and appends from there. A line lost
+// (a temporary file renamed over it), and appends from there; once the
+// records outnumber twice the pieces held (plus kSlack), Deleted rewrites it
+// the same way, so the file stays proportional to what is held. A line lost
 // in a crash leaves its piece uncounted: the shards' TTL and maxmemory
 // still bound it.
 //
@@ -33,14 +35,23 @@ class HeldLog {
   ~HeldLog();
 
   Status Published(const PublishedPiece& piece);
-  Status Deleted(uint64_t pieces);  // the oldest `pieces` pieces
+  // The oldest `pieces` pieces were deleted; `held` is what is held now
+  // (the log is rewritten from it when it has grown).
+  Status Deleted(uint64_t pieces, const std::deque<PublishedPiece>& held);
+
+  uint64_t records() const { return records_; }  // lines in the file now
+  static constexpr uint64_t kSlack = 1024;
 
  private:
   HeldLog() = default;
   Status Append(const std::string& body);
+  // Writes `held` as the whole log (a temporary file renamed over it) and
+  // reopens it for appending.
+  Status Rewrite(const std::deque<PublishedPiece>& held);
 
   std::string path_;
   std::FILE* file_ = nullptr;
+  uint64_t records_ = 0;
 };
 
 }  // namespace flatkv::remote

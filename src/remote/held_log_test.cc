@@ -29,7 +29,9 @@ TEST(HeldLogTest, PiecesAndDeletesSurviveAReopenAndATornLineEndsTheLog) {
     ASSERT_TRUE((*log)->Published(Piece(2, 100, {"fkv:o:aa:2:0", "fkv:i:aa"})).ok());
     ASSERT_TRUE((*log)->Published(Piece(3, 200, {"fkv:o:bb:3:0"})).ok());
     ASSERT_TRUE((*log)->Published(Piece(1, 300, {"fkv:o:cc:1:0"})).ok());
-    ASSERT_TRUE((*log)->Deleted(1).ok());
+    std::deque<PublishedPiece> now = {Piece(3, 200, {"fkv:o:bb:3:0"}), Piece(1, 300, {"fkv:o:cc:1:0"})};
+    ASSERT_TRUE((*log)->Deleted(1, now).ok());
+    EXPECT_EQ((*log)->records(), 4u) << "appended: well within the slack";
   }
   {
     auto log = HeldLog::Open(path, &held);
@@ -66,6 +68,31 @@ TEST(HeldLogTest, PiecesAndDeletesSurviveAReopenAndATornLineEndsTheLog) {
   ASSERT_TRUE(log.ok()) << log.status().ToString();
   ASSERT_EQ(held.size(), 1u) << "a corrupt line ends the log";
   EXPECT_EQ(held[0].bytes, 200u);
+}
+
+// Publishing and deleting for long enough rewrites the log from what is
+// held: the file stays proportional to the pieces held, and reads back the same.
+TEST(HeldLogTest, ALongRunRewritesTheLogFromWhatIsHeld) {
+  flatkv::testing::TempDir dir;
+  const std::string path = dir.Sub("remote-held.log");
+  std::deque<PublishedPiece> held, mine;
+  auto log = HeldLog::Open(path, &held);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  uint64_t most = 0;
+  for (uint32_t i = 0; i < 5000; ++i) {
+    mine.push_back(Piece(1, i, {"fkv:o:" + std::to_string(i) + ":1:0"}));
+    ASSERT_TRUE((*log)->Published(mine.back()).ok());
+    if (mine.size() > 10) {  // a cap of 10 pieces
+      mine.pop_front();
+      ASSERT_TRUE((*log)->Deleted(1, mine).ok());
+    }
+    most = std::max(most, (*log)->records());
+  }
+  EXPECT_LE(most, 2 * 10 + HeldLog::kSlack + 2) << "the log grew with every record";
+  log.value().reset();
+  ASSERT_TRUE(HeldLog::Open(path, &held).ok());
+  ASSERT_EQ(held.size(), 10u);
+  for (size_t k = 0; k < 10; ++k) EXPECT_EQ(held[k].bytes, mine[k].bytes);
 }
 
 TEST(HeldLogTest, AnUnwritableDirectoryIsAnErrorNamingThePath) {

@@ -153,7 +153,7 @@ void RemoteMedium::TrimToCapacity() {
     ++pieces;
   }
   if (pieces > 0 && held_log_) {
-    if (Status logged = held_log_->Deleted(pieces); !logged.ok()) LogWarning(logged.ToString());
+    if (Status logged = held_log_->Deleted(pieces, held_); !logged.ok()) LogWarning(logged.ToString());
   }
   MutexLock lock(&mu_);
   stats_.held_bytes -= deleted_bytes;

@@ -1,4 +1,4 @@
-#include "tools/crashtest_worker.h"
+#include "crashtest/crashtest_worker.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "flatkv/store.h"
-#include "tools/crashtest_state.h"
-#include "tools/crashtest_target.h"
+#include "crashtest/crashtest_state.h"
+#include "crashtest/crashtest_target.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools::crashtest {

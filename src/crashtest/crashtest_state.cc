@@ -1,4 +1,4 @@
-#include "tools/crashtest_state.h"
+#include "crashtest/crashtest_state.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "tools/bench_codecs_data.h"
+#include "bench/bench_codecs_data.h"
 
 #include <cmath>
 #include <cstring>

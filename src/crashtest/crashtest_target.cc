@@ -1,9 +1,9 @@
-#include "tools/crashtest_target.h"
+#include "crashtest/crashtest_target.h"
 
 #include <cstring>
 
 #include "service/client.h"
-#include "tools/crashtest_state.h"
+#include "crashtest/crashtest_state.h"
 
 namespace flatkv::tools::crashtest {
 namespace {

@@ -20,7 +20,7 @@
 //                    harness is not the bottleneck
 //
 // Restore bandwidth is chain bytes / median time of --reps restores.
-#include "tools/bench_serve.h"
+#include "bench/bench_serve.h"
 
 #include <algorithm>
 #include <cstring>
@@ -34,8 +34,8 @@
 #include "flatkv/keys.h"
 #include "service/client.h"
 #include "service/server.h"
-#include "tools/bench_redis.h"
-#include "tools/bench_util.h"
+#include "bench/bench_redis.h"
+#include "bench/bench_util.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "tools/bench_runs.h"
+#include "bench/bench_runs.h"
 
 namespace flatkv::tools {
 namespace {

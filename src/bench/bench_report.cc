@@ -1,9 +1,9 @@
-#include "tools/bench_report.h"
+#include "bench/bench_report.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "tools/bench_util.h"
+#include "bench/bench_util.h"
 
 namespace flatkv::tools {
 namespace {

@@ -7,7 +7,7 @@
 // Speeds are single-threaded, in raw input bytes per CPU-second of the
 // measuring thread, on each dataset's own slices; memcpy and zstd -1 are
 // measured the same way on the synthetic slices.
-#include "tools/bench_codecs.h"
+#include "bench/bench_codecs.h"
 
 #include <zstd.h>
 
@@ -22,7 +22,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/transformer.h"
-#include "tools/bench_codecs_data.h"
+#include "bench/bench_codecs_data.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {

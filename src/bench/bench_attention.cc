@@ -7,7 +7,7 @@
 // retained mass and output error; the sampler violates no certificate and
 // is >= 1.4x faster than dense at 128K (eps 0.05); Quest at 4K tokens is
 // >= 4x faster than dense at 128K with output error < 2%.
-#include "tools/bench_attention.h"
+#include "bench/bench_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +19,7 @@
 #include "attention/decode.h"
 #include "attention/quest.h"
 #include "attention/synthetic.h"
-#include "tools/bench_util.h"
+#include "bench/bench_util.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {

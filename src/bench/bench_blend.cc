@@ -34,7 +34,7 @@
 // Goals (reported, not asserted): at 0.15 kl_vs_full <= 0.1 x naive's and
 // ppl_delta < 1%; TTFT <= 0.45 x full's when all chunks are cached; at 1.0
 // identical to full.
-#include "tools/bench_blend.h"
+#include "bench/bench_blend.h"
 
 #include <algorithm>
 #include <cmath>

@@ -31,7 +31,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/version.h>
 
-#include "tools/bench_runs.h"
+#include "bench/bench_runs.h"
 
 namespace flatkv::tools {
 namespace {

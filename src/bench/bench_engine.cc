@@ -6,7 +6,7 @@
 //   decode     --decode-tokens greedy steps after the prompt
 // The three TTFT cases are interleaved within each repetition; medians are
 // reported. Goal: ttft_ssd_ms <= 1.2 x ttft_dram_ms.
-#include "tools/bench_engine.h"
+#include "bench/bench_engine.h"
 
 #include <algorithm>
 #include <cstdio>

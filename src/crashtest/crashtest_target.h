@@ -17,7 +17,7 @@
 #include "flatkv/options.h"
 #include "flatkv/status.h"
 #include "flatkv/store.h"
-#include "tools/crashtest_state.h"
+#include "crashtest/crashtest_state.h"
 
 namespace flatkv::tools::crashtest {
 

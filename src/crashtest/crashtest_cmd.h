@@ -17,7 +17,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tools/crashtest_worker.h"
+#include "crashtest/crashtest_worker.h"
 
 namespace flatkv::tools {
 

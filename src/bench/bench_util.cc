@@ -1,4 +1,4 @@
-#include "tools/bench_util.h"
+#include "bench/bench_util.h"
 
 #include <fcntl.h>
 #include <linux/magic.h>

@@ -18,7 +18,7 @@
 // First-layer times include the lookup. Then (own cluster only) a master is
 // killed with kill -9 while restores run: restores that return the whole
 // prefix, and blocks returned with wrong bytes (must be 0).
-#include "tools/bench_remote.h"
+#include "bench/bench_remote.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -36,7 +36,7 @@
 #include "flatkv/shape.h"
 #include "flatkv/store.h"
 #include "remote/remote_tier.h"
-#include "tools/bench_util.h"
+#include "bench/bench_util.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {

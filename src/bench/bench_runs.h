@@ -20,7 +20,7 @@
 #include "flatkv/placement.h"
 #include "flatkv/shape.h"
 #include "flatkv/status.h"
-#include "tools/bench_util.h"
+#include "bench/bench_util.h"
 
 namespace flatkv::tools {
 

@@ -18,9 +18,9 @@
 #include "common/log.h"
 #include "flatkv/store.h"
 #include "io/fault_injection.h"
-#include "tools/crashtest_cmd.h"
-#include "tools/crashtest_state.h"
-#include "tools/crashtest_target.h"
+#include "crashtest/crashtest_cmd.h"
+#include "crashtest/crashtest_state.h"
+#include "crashtest/crashtest_target.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {

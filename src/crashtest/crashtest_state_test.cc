@@ -1,6 +1,6 @@
 // The crash harness's judgement: the expected-state log survives a torn
 // tail, and each contract requires exactly the blocks docs/crashtest.md says.
-#include "tools/crashtest_state.h"
+#include "crashtest/crashtest_state.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

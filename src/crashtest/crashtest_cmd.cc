@@ -1,4 +1,4 @@
-#include "tools/crashtest_cmd.h"
+#include "crashtest/crashtest_cmd.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -22,8 +22,8 @@
 #include "flatkv/store.h"
 #include "service/config.h"
 #include "store/options_json.h"
-#include "tools/crashtest_state.h"
-#include "tools/crashtest_target.h"
+#include "crashtest/crashtest_state.h"
+#include "crashtest/crashtest_target.h"
 #include "tools/tool_common.h"
 
 extern char** environ;

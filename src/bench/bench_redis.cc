@@ -1,4 +1,4 @@
-#include "tools/bench_redis.h"
+#include "bench/bench_redis.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -30,7 +30,7 @@
 // a 16-token block is bigger than S the session is one 16-token block (the
 // table says so). The runs execute interleaved within each repetition, in an
 // order rotated per repetition; the report gives medians.
-#include "tools/bench_restore.h"
+#include "bench/bench_restore.h"
 
 #include <unistd.h>
 
@@ -47,9 +47,9 @@
 #include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/shape.h"
-#include "tools/bench_report.h"
-#include "tools/bench_runs.h"
-#include "tools/bench_util.h"
+#include "bench/bench_report.h"
+#include "bench/bench_runs.h"
+#include "bench/bench_util.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {

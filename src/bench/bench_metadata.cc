@@ -29,7 +29,7 @@
 //              16-token blocks) until the extents they were given add up to three times the
 //              capacity; space efficiency = payload bytes / SSD bytes held (Store::Stats()).
 // Goals (issue 13) are printed beside the figures, not asserted.
-#include "tools/bench_metadata.h"
+#include "bench/bench_metadata.h"
 
 #include <fcntl.h>
 #include <malloc.h>
@@ -57,7 +57,7 @@
 #include "media/geometry.h"
 #include "replay/trace.h"
 #include "store/block_index.h"
-#include "tools/bench_util.h"
+#include "bench/bench_util.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {

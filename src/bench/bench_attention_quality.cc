@@ -7,7 +7,7 @@
 
 #include "attention/compact.h"
 #include "model/transformer.h"
-#include "tools/bench_attention.h"
+#include "bench/bench_attention.h"
 
 namespace flatkv::tools {
 namespace {

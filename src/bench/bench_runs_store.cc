@@ -6,7 +6,7 @@
 #include "flatkv/codec.h"
 #include "flatkv/options.h"
 #include "flatkv/store.h"
-#include "tools/bench_runs.h"
+#include "bench/bench_runs.h"
 
 namespace flatkv::tools {
 namespace {

@@ -9,38 +9,6 @@
 #include "common/log.h"
 
 namespace flatkv {
-namespace {
-
-// Decoded bytes one decode job produces: small enough to spread a layer
-// over the decode workers, large enough to amortize the queueing.
-constexpr uint64_t kDecodeJobBytes = 1ull << 20;
-
-// Decodes a slice the store kept with `codec`: the header must name this
-// codec and describe `layout` (Corruption naming the field otherwise).
-Status DecodeStored(CodecContext& ctx, const Codec& codec, uint32_t params_bytes, const SliceLayout& layout,
-                    std::span<const std::byte> in, std::span<std::byte> out) {
-  FLATKV_ASSIGN_OR_RETURN(codec::SliceHeader h, codec::ParseHeader(in));
-  const bool mla = layout.shape.kind == AttentionKind::kMla;
-  const uint32_t dim_a = mla ? layout.shape.latent_dim : layout.shape.kv_heads;
-  const uint32_t dim_b = mla ? layout.shape.rope_dim : layout.shape.head_dim;
-  auto mismatch = [](const char* field, uint64_t got, uint64_t want) {
-    return Status::Corruption("encoded slice: " + std::string(field) + " " + std::to_string(got) + ", expected " +
-                              std::to_string(want));
-  };
-  if (h.codec_id != codec.id()) return mismatch("codec id", h.codec_id, codec.id());
-  if (h.kind != layout.shape.kind) return mismatch("attention kind", uint64_t(h.kind), uint64_t(layout.shape.kind));
-  if (h.dtype != layout.shape.dtype) return mismatch("dtype", uint64_t(h.dtype), uint64_t(layout.shape.dtype));
-  if (h.tokens != layout.tokens) return mismatch("tokens", h.tokens, layout.tokens);
-  if (h.dim_a != dim_a || h.dim_b != dim_b) return mismatch("dimensions", uint64_t{h.dim_a} << 32 | h.dim_b, uint64_t{dim_a} << 32 | dim_b);
-  if (h.layer != (layout.layer & 0xFFFF)) return mismatch("layer", h.layer, layout.layer);
-  if (h.params_bytes != params_bytes) return mismatch("parameter bytes", h.params_bytes, params_bytes);
-  SliceLayout l = layout;
-  l.first_position = h.first_position;
-  const size_t start = codec::kHeaderBytes + h.params_bytes;
-  return codec.Decode(ctx, l, in.subspan(start, codec::kHeaderBytes + h.body_bytes - start), out.first(layout.Bytes()));
-}
-
-}  // namespace
 
 HostWindow::HostWindow(StoreImpl* store, uint32_t slots, uint64_t slot_bytes)
     : store_(store), slots_(slots), slot_bytes_(slot_bytes), buffer_(store->AcquireWindow(uint64_t{slots} * slot_bytes)) {}
@@ -52,36 +20,33 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
     : store_(store),
       layers_(store->options().shape.layers),
       lb_(store->BlockLayerBytes()),
-      verify_dram_(store->options().verify_dram_reads),
       max_request_(store->options().max_request_bytes),
       start_(Clock::now()),
       target_(target) {
-  if (store->remote()) chain_.assign(chain.begin(), chain.end());
+  if (!store->media().empty()) chain_.assign(chain.begin(), chain.end());
   for (const BlockKey& key : chain) {
     uint32_t slot = 0;
     Extent* e = find(key, &slot);
     if (e == nullptr) break;
-    // The fastest medium that holds the block: its DRAM home or DRAM copy,
-    // else its SSD home once that write has completed.
-    Medium from = Medium::kSsd;
-    uint64_t base = e->base;
-    if (e->medium == Medium::kDram) {
-      from = Medium::kDram;
-    } else if (e->has_copy && e->in_copy(slot)) {
-      from = Medium::kDram;
-      base = e->copy_base;
-    } else if (e->durable(slot) != kDurable) {
-      break;  // not readable yet (cannot happen while a copy holds it; never read unwritten SSD bytes)
-    }
+    // The fastest medium that holds the block (DRAM: its home or copy; SSD:
+    // its home once that write has completed). None: not readable yet.
+    Source* source = nullptr;
+    uint64_t base = 0;
+    for (Source* s : store->local_sources())
+      if (s->Holds(*e, slot, &base)) {
+        source = s;
+        break;
+      }
+    if (source == nullptr) break;
+    const Medium from = source->medium();
     const ExtentGeometry& g = e->geom;  // a copy has its home's layout
-    const uint32_t device = from == Medium::kDram ? 0 : e->device;
     Run* last = runs_.empty() ? nullptr : &runs_.back();
-    if (last && last->extent == e->id && last->medium == from && last->first_slot + last->count == slot) {
+    if (last && last->extent == e->id && last->source == source && last->first_slot + last->count == slot) {
       last->count++;
     } else {
       Run r;
+      r.source = source;
       r.medium = from;
-      r.device = device;
       r.extent = e->id;
       r.first_slot = slot;
       r.first_block = hit_;
@@ -91,19 +56,16 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       r.codec = e->codec;
       if (r.codec) r.params_bytes = static_cast<uint32_t>(8 * r.codec->Params().size());
       const uint64_t first = r.codec ? 0 : g.Offset(0, slot);  // coded: the region start
-      if (from == Medium::kSsd) {
-        auto loc = store->ssd(e->device)->Locate(e->base, /*create=*/false);
-        if (!loc.ok()) {
-          LogWarning("restore: " + loc.status().ToString() + "; the chain misses from block " + std::to_string(hit_));
-          break;
-        }
-        r.fd = loc.value().first;
-        r.src = loc.value().second + first;
-      } else {
-        r.src = base + first;
+      auto origin = source->Origin(*e, base, first);
+      if (!origin.ok()) {
+        LogWarning("restore: " + origin.status().ToString() + "; the chain misses from block " + std::to_string(hit_));
+        break;
       }
+      r.device = origin->device;
+      r.fd = origin->fd;
+      r.src = origin->src;
       any_coded_ = any_coded_ || r.codec != nullptr;
-      runs_.push_back(r);
+      runs_.push_back(std::move(r));
       if (std::find(pinned_.begin(), pinned_.end(), e->id) == pinned_.end()) {
         e->last_access = store->Now();
         e->pins++;
@@ -111,7 +73,7 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       }
     }
     // Coded: the region start here; LoadSums adds the slice's offset.
-    locations_.push_back({Address::Make(from, device, base + (e->coded() ? 0 : g.Offset(0, slot))), g.layer_stride});
+    locations_.push_back({Address::Make(from, runs_.back().device, base + (e->coded() ? 0 : g.Offset(0, slot))), g.layer_stride});
     if (e->sums_in_memory) {
       const uint64_t at = uint64_t{slot} * layers_;
       for (uint32_t l = 0; l < layers_; ++l) {
@@ -129,7 +91,7 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
       enc_off_.insert(enc_off_.end(), layers_, 0);
       enc_len_.insert(enc_len_.end(), layers_, 0);
     }
-    store->counters().of(from).hit_blocks++;
+    source->counters()->hit_blocks++;
     ++hit_;
   }
   Counters& c = store->counters();
@@ -151,7 +113,7 @@ RestoreImpl::~RestoreImpl() {
     MutexLock lock(&mu_);
     abandoned_ = true;
     cv_.SignalAll();
-    while (!AllSettled() || remote_running_) cv_.Wait(&mu_);
+    while (!AllSettled() || AnyStreamRunning()) cv_.Wait(&mu_);
     corrupt.swap(corrupt_);
     // A block valid in every layer was copied in every layer.
     if (layers_ready_ == layers_)
@@ -165,13 +127,13 @@ RestoreImpl::~RestoreImpl() {
 std::vector<uint64_t> RestoreImpl::SsdRunExtents() const {
   std::vector<uint64_t> out;
   for (const Run& r : runs_)
-    if (r.medium == Medium::kSsd && std::find(out.begin(), out.end(), r.extent) == out.end()) out.push_back(r.extent);
+    if (r.source->readmits() && std::find(out.begin(), out.end(), r.extent) == out.end()) out.push_back(r.extent);
   return out;
 }
 
 void RestoreImpl::SetReadmit(uint64_t extent, uint64_t copy_base) {
   for (Run& r : runs_) {
-    if (r.medium != Medium::kSsd || r.extent != extent) continue;
+    if (!r.source->readmits() || r.extent != extent) continue;
     r.readmit = true;
     r.copy_src = copy_base + (r.codec ? 0 : uint64_t{r.first_slot} * r.slot_stride);
   }
@@ -186,15 +148,6 @@ void RestoreImpl::CopyRaw(uint32_t layer, const Run& r, uint32_t j0, const std::
   }
 }
 
-void RestoreImpl::CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,
-                            uint64_t region_begin) {
-  std::byte* region = store_->dram()->At(r.copy_src + uint64_t{layer} * r.layer_stride);
-  for (uint32_t j = j0; j < j0 + n; ++j) {
-    const uint64_t at = uint64_t{r.first_block + j} * layers_ + layer;
-    std::memcpy(region + enc_off_[at], bytes + (enc_off_[at] - region_begin), enc_len_[at]);
-  }
-}
-
 uint64_t RestoreImpl::PlanLanding(bool layer_area) {
   const uint64_t layer_bytes = uint64_t{hit_} * lb_;
   uint64_t prev_end = 0, end = layer_area ? layer_bytes : 0;
@@ -205,7 +158,7 @@ uint64_t RestoreImpl::PlanLanding(bool layer_area) {
     // Coded runs decode into their places while raw runs land: a raw run
     // that needs moving lands clear of the decoded layer.
     if (any_coded_ && (land != dst || r.slot_stride != lb_)) land = std::max(land, layer_bytes);
-    if (r.medium == Medium::kSsd) land = RoundUp(land, 4096);  // O_DIRECT destination alignment
+    land = RoundUp(land, r.source->land_align());  // O_DIRECT destinations are 4 KiB aligned
     r.land = land;
     r.fixup = land != dst || r.slot_stride != lb_;
     prev_end = land + uint64_t{r.count} * r.slot_stride;
@@ -214,7 +167,7 @@ uint64_t RestoreImpl::PlanLanding(bool layer_area) {
   uint64_t stage = RoundUp(end, 4096);  // coded SSD pieces' encoded bytes, each its largest layer's span
   for (Piece& p : pieces_) {
     const Run& r = runs_[p.run];
-    if (!r.codec || r.medium != Medium::kSsd) continue;
+    if (!r.codec || r.source->mapped()) continue;  // decoded where the medium holds it
     p.stage = stage;
     uint64_t most = 0;
     for (uint32_t l = 0; l < layers_; ++l) {
@@ -227,25 +180,13 @@ uint64_t RestoreImpl::PlanLanding(bool layer_area) {
   return stage;
 }
 
-void RestoreImpl::CodedSpan(const Run& r, uint32_t layer, uint32_t j0, uint32_t n, uint64_t align, uint64_t* begin,
-                            uint64_t* end) const {
-  const uint64_t a = uint64_t{r.first_block + j0} * layers_ + layer;
-  const uint64_t z = uint64_t{r.first_block + j0 + n - 1} * layers_ + layer;
-  *begin = enc_off_[a] / align * align;
-  *end = RoundUp(uint64_t{enc_off_[z]} + enc_len_[z], align);
-}
-
-std::byte* RestoreImpl::Home(uint32_t layer, uint32_t block) {
-  return target_.destination ? Dst(layer, block) : window_->slot(layer % slots_) + uint64_t{block} * lb_;
-}
-
 void RestoreImpl::LoadSums() {
   std::vector<SumEntry> entries;
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Run& r = runs_[i];
     const uint64_t at = uint64_t{r.first_block} * layers_;
-    // A raw DRAM run reads its checksums only to verify.
-    if (r.table && (r.codec || r.medium == Medium::kSsd || verify_dram_)) {
+    // A raw run of a source that does not verify reads no checksums.
+    if (r.table && (r.codec || r.source->verifies())) {
       entries.assign(uint64_t{r.count} * layers_, SumEntry{});
       Status s = store_->ssd(r.home_device)->ReadSums(r.home_slot, r.first_slot, entries);
       if (!s.ok()) {
@@ -296,7 +237,7 @@ void RestoreImpl::Truncate(uint32_t blocks) {
   while (!runs_.empty() && runs_.back().first_block + runs_.back().count > blocks) {
     Run& r = runs_.back();
     const uint32_t keep = r.first_block >= blocks ? 0 : blocks - r.first_block;
-    c.of(r.medium).hit_blocks -= r.count - keep;
+    if (MediumCounters* mc = r.source->counters()) mc->hit_blocks -= r.count - keep;
     if (keep > 0) {
       r.count = keep;
       break;
@@ -312,97 +253,107 @@ void RestoreImpl::Truncate(uint32_t blocks) {
   valid_ = std::min(valid_, blocks);
 }
 
-void RestoreImpl::AttachRemote(remote::RemoteMatch m) {
-  const uint32_t n = m.blocks - hit_;
+// What a run of a medium past the index calls, from that medium's thread.
+class RestoreImpl::Stream final : public FetchSink {
+ public:
+  Stream(RestoreImpl* restore, size_t index) : restore_(restore), index_(index) {}
+  std::byte* AwaitLanding(uint32_t layer, uint32_t block) override { return restore_->StreamLanding(index_, layer, block); }
+  bool SettleThrough(uint32_t layer, uint32_t valid) override { return restore_->StreamSettleThrough(index_, layer, valid); }
+  void End(uint32_t end) override {
+    MutexLock lock(&restore_->mu_);
+    restore_->EndStream(index_, end);
+  }
+
+ private:
+  RestoreImpl* restore_;
+  size_t index_;
+};
+
+void RestoreImpl::AttachStream(Source* source, std::unique_ptr<Fetch> fetch) {
+  const uint32_t n = fetch->blocks() - hit_;
   Run r;
-  r.medium = Medium::kRemote;
+  r.source = source;
+  r.medium = source->medium();
   r.first_block = hit_;
   r.count = n;
   r.slot_stride = lb_;
-  remote_run_ = runs_.size();
-  runs_.push_back(r);
-  for (uint32_t j = 0; j < n; ++j) locations_.push_back({Address::Make(Medium::kRemote, 0, 0), 0});
-  checksums_.resize(checksums_.size() + uint64_t{n} * layers_, 0);  // objects carry their own
+  r.fetch = std::move(fetch);
+  for (uint32_t j = 0; j < n; ++j) locations_.push_back({Address::Make(r.medium, 0, 0), 0});
+  checksums_.resize(checksums_.size() + uint64_t{n} * layers_, 0);  // a fetch verifies what it streams
   enc_off_.resize(checksums_.size(), 0);
   enc_len_.resize(checksums_.size(), 0);
   store_->counters().miss_blocks -= n;
   hit_ += n;
-  remote_match_ = std::move(m);
+  const size_t stream = sinks_.size();
+  sinks_.push_back(std::make_unique<Stream>(this, stream));
   MutexLock lock(&mu_);
+  streams_.push_back({runs_.size()});
+  runs_.push_back(std::move(r));
   valid_ = hit_;
 }
 
-void RestoreImpl::SettleRemote(uint32_t layer, uint32_t end) {
+bool RestoreImpl::AnyStreamRunning() const {
+  return std::any_of(streams_.begin(), streams_.end(), [](const StreamState& s) { return s.running; });
+}
+
+std::byte* RestoreImpl::StreamLanding(size_t stream, uint32_t layer, uint32_t block) {
+  MutexLock lock(&mu_);
+  const Run& run = runs_[streams_[stream].run];
+  while (!state_[layer].issued && !abandoned_) cv_.Wait(&mu_);
+  if (!state_[layer].issued) return nullptr;
+  if (target_.destination) return Dst(layer, block);
+  return window_->slot(layer % slots_) + run.land + uint64_t{block - run.first_block} * lb_;
+}
+
+bool RestoreImpl::StreamSettleThrough(size_t stream, uint32_t layer, uint32_t valid) {
+  MutexLock lock(&mu_);
+  StreamState& st = streams_[stream];
+  for (; st.next <= layer; ++st.next) {
+    while (!state_[st.next].issued && !abandoned_) cv_.Wait(&mu_);
+    if (!state_[st.next].issued) return false;
+    SettleStream(st.next, valid);
+  }
+  return !abandoned_;
+}
+
+void RestoreImpl::SettleStream(uint32_t layer, uint32_t end) {
   LayerState& st = state_[layer];
   if (end < hit_) st.bad = std::min(st.bad, end);
   if (--st.pending == 0) FinalizeLayer(layer);
   cv_.SignalAll();
 }
 
-void RestoreImpl::EndRemote(uint32_t end) {
-  for (; remote_next_ < layers_ && state_[remote_next_].issued; ++remote_next_) SettleRemote(remote_next_, end);
-  remote_done_ = true;  // layers issued from now on count no remote unit
-  remote_end_ = end;
-  remote_running_ = false;
+void RestoreImpl::EndStream(size_t stream, uint32_t end) {
+  StreamState& s = streams_[stream];
+  for (; s.next < layers_ && state_[s.next].issued; ++s.next) SettleStream(s.next, end);
+  s.done = true;  // layers issued from now on count no unit of it
+  s.end = end;
+  s.running = false;
   cv_.SignalAll();
-}
-
-void RestoreImpl::RunRemote(remote::RemoteTier& tier, const BlockKey& ns) {
-  const Run& run = runs_[remote_run_];
-  // The layer's place once it is issued (null: abandoned first).
-  auto destination = [&](uint32_t layer, uint32_t block) -> std::byte* {
-    MutexLock lock(&mu_);
-    while (!state_[layer].issued && !abandoned_) cv_.Wait(&mu_);
-    if (!state_[layer].issued) return nullptr;
-    if (target_.destination) return Dst(layer, block);
-    return window_->slot(layer % slots_) + run.land + uint64_t{block - run.first_block} * lb_;
-  };
-  // Counted before the last layer settles, so a consumer that finished sees it.
-  bool noted = false;
-  auto note = [&](uint32_t end) {
-    if (!noted)
-      store_->remote()->NoteRestore(run.count, std::span<const BlockKey>(chain_).subspan(run.first_block, end - run.first_block),
-                                    tier);
-    noted = true;
-  };
-  auto layer_done = [&](uint32_t layer, uint32_t valid) {
-    if (layer + 1 == layers_) note(valid);
-    MutexLock lock(&mu_);
-    for (; remote_next_ <= layer; ++remote_next_) {
-      while (!state_[remote_next_].issued && !abandoned_) cv_.Wait(&mu_);
-      if (!state_[remote_next_].issued) return false;
-      SettleRemote(remote_next_, valid);
-    }
-    return !abandoned_;
-  };
-  auto got = tier.Restore(ns, chain_, remote_match_, destination, layer_done);
-  if (!got.ok()) LogWarning("restore: remote tier: " + got.status().ToString() + "; its blocks are misses");
-  const uint32_t end = got.ok() ? *got : run.first_block;
-  note(end);
-  MutexLock lock(&mu_);
-  EndRemote(end);
 }
 
 Status RestoreImpl::Begin() {
   LoadSums();
-  // The blocks after the local prefix that the remote tier holds.
-  if (store_->remote() && hit_ < chain_.size())
-    if (auto m = store_->remote()->Lookup(chain_, hit_)) AttachRemote(std::move(*m));
+  // The blocks after the local prefix that the media past the index hold,
+  // each asked for what the ones before it did not supply.
+  for (const auto& m : store_->media())
+    if (hit_ < chain_.size())
+      if (auto fetch = m->source()->Find(chain_, hit_)) AttachStream(m->source(), std::move(fetch));
   if (hit_ == 0) return Status::Ok();
   // Every layer reads the same pieces: each run, split at max_request_bytes.
   for (size_t r = 0; r < runs_.size(); ++r) {
     const Run& run = runs_[r];
-    if (run.medium == Medium::kRemote) continue;  // fetched by RunRemote
+    if (run.fetch) continue;  // streamed by its fetch
     if (!run.codec) {
       const uint32_t per = std::max<uint64_t>(1, max_request_ / run.slot_stride);
       for (uint32_t j = 0; j < run.count; j += per) pieces_.push_back({r, j, std::min(per, run.count - j)});
       continue;
     }
-    // Coded: an SSD piece reads at most max_request_bytes in any layer; a
-    // DRAM piece is one decode job.
+    // Coded: a piece read into staging (SSD) reads at most max_request_bytes
+    // in any layer; a piece of mapped memory (DRAM) is one decode job.
     for (uint32_t j = 0, n; j < run.count; j += n) {
       for (n = 1; j + n < run.count; ++n) {
-        if (run.medium == Medium::kDram) {
+        if (run.source->mapped()) {
           if (uint64_t{n + 1} * lb_ > kDecodeJobBytes) break;
           continue;
         }
@@ -432,23 +383,24 @@ Status RestoreImpl::Begin() {
                                                          " block " + std::to_string(b));
         dst_[uint64_t{l} * hit_ + b] = d;
       }
-    // DRAM runs are copied block by block to wherever they go; SSD runs are
-    // read in place when their destinations form one aligned range.
+    // Runs of a source that scatters (DRAM, streams) are copied block by
+    // block to wherever they go; the others (SSD) are read in place when
+    // their destinations form one aligned range.
     direct_.assign(uint64_t{layers_} * runs_.size(), 0);
     need_window = false;
     layer_area = false;
     for (uint32_t l = 0; l < layers_; ++l)
       for (size_t r = 0; r < runs_.size(); ++r) {
         const Run& run = runs_[r];
-        // DRAM and remote runs are copied block by block; coded runs decode into place.
-        bool direct = run.medium == Medium::kDram || run.medium == Medium::kRemote || run.codec;
+        // Sources that scatter copy block by block; coded runs decode into place.
+        bool direct = run.source->scatters() || run.codec;
         if (!direct) {
           std::byte* first = Dst(l, run.first_block);
           direct = run.slot_stride == lb_ && reinterpret_cast<uintptr_t>(first) % 4096 == 0;
           for (uint32_t j = 1; direct && j < run.count; ++j) direct = Dst(l, run.first_block + j) == first + j * lb_;
         }
         direct_[l * runs_.size() + r] = direct;
-        need_window = need_window || !direct || (run.codec && run.medium == Medium::kSsd);  // staging
+        need_window = need_window || !direct || (run.codec && !run.source->mapped());  // staging
         layer_area = layer_area || !direct;
       }
   }
@@ -459,15 +411,16 @@ Status RestoreImpl::Begin() {
       return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots_) + " x " +
                              std::to_string(slot_bytes) + " bytes");
   }
-  if (remote_run_ != SIZE_MAX) {
+  for (size_t i = 0; i < sinks_.size(); ++i) {
+    size_t run;
     {
       MutexLock lock(&mu_);
-      remote_running_ = true;
+      streams_[i].running = true;
+      run = streams_[i].run;
     }
-    const bool queued = store_->remote()->Submit([this](remote::RemoteTier& tier, const BlockKey& ns) { RunRemote(tier, ns); });
-    if (!queued) {  // the tier stopped (the store is closing): its blocks are misses
+    if (!runs_[run].fetch->Start(sinks_[i].get())) {  // the medium stopped (the store is closing): its blocks are misses
       MutexLock lock(&mu_);
-      EndRemote(runs_[remote_run_].first_block);
+      EndStream(i, runs_[run].first_block);
     }
   }
   for (uint32_t l = 0; l < slots_; ++l) Issue(l);
@@ -481,15 +434,15 @@ void RestoreImpl::Issue(uint32_t layer) {
     LayerState& st = state_[layer];
     st.issued = true;
     st.pending = static_cast<uint32_t>(pieces_.size());
-    if (remote_run_ != SIZE_MAX) {
-      if (!remote_done_) {
-        st.pending++;  // settled by RunRemote
-      } else if (remote_end_ < hit_) {
-        st.bad = std::min(st.bad, remote_end_);
+    for (const StreamState& s : streams_) {
+      if (!s.done) {
+        st.pending++;  // settled by its fetch
+      } else if (s.end < hit_) {
+        st.bad = std::min(st.bad, s.end);
       }
-      if (st.pending == 0) FinalizeLayer(layer);
     }
-    cv_.SignalAll();  // RunRemote may wait for this layer
+    if (!streams_.empty() && st.pending == 0) FinalizeLayer(layer);
+    cv_.SignalAll();  // a fetch may wait for this layer
   }
   std::byte* slot = window_ ? window_->slot(layer % slots_) : nullptr;
   for (const Piece& p : pieces_) {
@@ -505,113 +458,14 @@ void RestoreImpl::Issue(uint32_t layer) {
     std::vector<const std::byte*> where(p.n);
     for (uint32_t j = 0; j < p.n; ++j)
       where[j] = direct ? Dst(layer, r.first_block + p.j0 + j) : slot + r.land + uint64_t{p.j0 + j} * r.slot_stride;
-    MediumCounters& mc = store_->counters().of(r.medium);
+    MediumCounters& mc = *r.source->counters();
     mc.read_requests++;
     mc.bytes_read += len;
-    if (r.medium == Medium::kDram) {
-      const std::byte* from = store_->dram()->At(src);
-      store_->dram_queue()->Submit([this, layer, &r, p, from, where = std::move(where)]() mutable {
-        // Copy maximal contiguous stretches (one memcpy for the usual case;
-        // block by block where slots are padded, as in a copy of an SSD extent).
-        for (uint32_t j = 0; j < p.n;) {
-          uint32_t k = j + 1;
-          while (r.slot_stride == lb_ && k < p.n && where[k] == where[j] + uint64_t{k - j} * lb_) ++k;
-          std::memcpy(const_cast<std::byte*>(where[j]), from + uint64_t{j} * r.slot_stride, uint64_t{k - j} * lb_);
-          j = k;
-        }
-        Complete(layer, r, p.j0, std::move(where), Status::Ok());
-      });
-      mc.NoteDepth(store_->dram_queue()->outstanding());
-    } else {
-      void* into = const_cast<std::byte*>(where[0]);
-      store_->engine()->Submit({io::Op::kRead, r.fd, src, into, len, [this, layer, &r, p, src, where = std::move(where)](Status s) mutable {
-                                  Complete(layer, r, p.j0, std::move(where), s.WithContext("read at offset " + std::to_string(src)));
-                                }});
-      mc.NoteDepth(store_->engine()->outstanding());
-    }
+    r.source->Read({r.fd, src, r.slot_stride, lb_, std::move(where)},
+                   [this, layer, &r, p](Status s, std::vector<const std::byte*> where) {
+                     Complete(layer, r, p.j0, std::move(where), std::move(s));
+                   });
   }
-}
-
-void RestoreImpl::IssueCoded(uint32_t layer, const Piece& p, std::byte* slot) {
-  const Run& r = runs_[p.run];
-  MediumCounters& mc = store_->counters().of(r.medium);
-  uint64_t begin, end;
-  CodedSpan(r, layer, p.j0, p.n, r.medium == Medium::kSsd ? 4096 : 1, &begin, &end);
-  const uint64_t region = r.src + uint64_t{layer} * r.layer_stride;
-  mc.read_requests++;
-  mc.bytes_read += end - begin;
-  if (r.medium == Medium::kDram) {
-    const std::byte* from = store_->dram()->At(region + begin);
-    store_->decode_queue()->Submit([this, layer, &r, p, from, begin] { DecodeBlocks(layer, r, p.j0, p.n, from, begin, verify_dram_); });
-    mc.NoteDepth(store_->decode_queue()->outstanding());
-    return;
-  }
-  std::byte* into = slot + p.stage;
-  store_->engine()->Submit({io::Op::kRead, r.fd, region + begin, into, end - begin,
-                            [this, layer, &r, p, into, begin, at = region + begin](Status s) {
-                              if (s.ok()) {
-                                if (r.readmit) CopyCoded(layer, r, p.j0, p.n, into, begin);
-                                return SubmitDecodes(layer, r, p.j0, p.n, into, begin, true);
-                              }
-                              store_->counters().io_errors++;
-                              LogWarning("restore: layer " + std::to_string(layer) + ": " +
-                                         s.WithContext("read at offset " + std::to_string(at)).ToString() +
-                                         "; blocks from " + std::to_string(r.first_block + p.j0) +
-                                         " on are misses, and the blocks it read leave the index");
-                              Settle(layer, r.first_block + p.j0, ReadBlocks(r, p.j0, p.n));
-                            }});
-  mc.NoteDepth(store_->engine()->outstanding());
-}
-
-void RestoreImpl::SubmitDecodes(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,
-                                uint64_t region_begin, bool verify) {
-  const uint32_t per = static_cast<uint32_t>(std::max<uint64_t>(1, kDecodeJobBytes / lb_));
-  const uint32_t jobs = (n + per - 1) / per;
-  {
-    MutexLock lock(&mu_);
-    state_[layer].pending += jobs - 1;  // this piece's one pending unit becomes `jobs`
-  }
-  for (uint32_t j = j0; j < j0 + n; j += per) {
-    const uint32_t m = std::min(per, j0 + n - j);
-    store_->decode_queue()->Submit([this, layer, &r, j, m, bytes, region_begin, verify] {
-      DecodeBlocks(layer, r, j, m, bytes, region_begin, verify);
-    });
-  }
-}
-
-void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,
-                               uint64_t region_begin, bool verify) {
-  thread_local CodecContext ctx;
-  Counters& c = store_->counters();
-  const SliceLayout layout{store_->options().shape, store_->options().block_tokens, layer, SliceLayout::kUnknownPosition};
-  uint32_t bad = UINT32_MAX, decoded = 0;
-  std::vector<BlockRef> corrupt;
-  for (uint32_t j = j0; j < j0 + n; ++j) {
-    const uint32_t block = r.first_block + j;
-    const uint64_t at = uint64_t{block} * layers_ + layer;
-    const std::span<const std::byte> in(bytes + (enc_off_[at] - region_begin), enc_len_[at]);
-    std::string problem;
-    if (verify && BlockChecksum(in.data(), in.size()) != checksums_[at]) {
-      c.checksum_failures++;
-      problem = "checksum mismatch";
-    } else if (Status s = DecodeStored(ctx, *r.codec, r.params_bytes, layout, in, std::span(Home(layer, block), lb_));
-               !s.ok()) {
-      c.decode_failures++;
-      problem = "decoding with " + std::string(r.codec->name()) + " failed: " + s.ToString();
-    }
-    if (problem.empty()) {
-      ++decoded;
-      continue;
-    }
-    LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
-               std::string(MediumName(r.medium)) + " extent " + std::to_string(r.extent) + " slot " +
-               std::to_string(r.first_slot + j) + "): " + problem + "; it and every later block are misses");
-    corrupt.push_back({r.extent, r.first_slot + j});
-    bad = block;
-    break;
-  }
-  c.of(r.medium).bytes_delivered += uint64_t{decoded} * lb_;
-  Settle(layer, bad, corrupt);
 }
 
 std::vector<BlockRef> RestoreImpl::ReadBlocks(const Run& r, uint32_t j0, uint32_t n) {
@@ -640,7 +494,7 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
     LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
                std::to_string(bad) + " on are misses, and the blocks it read leave the index");
     corrupt = ReadBlocks(r, j0, n);
-  } else if (r.medium == Medium::kSsd || verify_dram_) {
+  } else if (r.source->verifies()) {
     for (uint32_t j = 0; j < n; ++j) {
       const uint32_t block = r.first_block + j0 + j;
       if (BlockChecksum(where[j], lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
@@ -653,7 +507,7 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
       break;
     }
   }
-  if (status.ok()) c.of(r.medium).bytes_delivered += uint64_t{n} * lb_;
+  if (status.ok()) r.source->counters()->bytes_delivered += uint64_t{n} * lb_;
   if (status.ok() && r.readmit) CopyRaw(layer, r, j0, where, bad == UINT32_MAX ? n : bad - (r.first_block + j0));
   Settle(layer, bad, corrupt);
 }
@@ -747,78 +601,6 @@ Result<std::unique_ptr<Restore>> StoreImpl::StartRestoreImpl(std::span<const Blo
   }
   FLATKV_RETURN_IF_ERROR(r->Begin());
   return std::unique_ptr<Restore>(std::move(r));
-}
-
-Result<uint32_t> StoreImpl::Prefetch(std::span<const BlockKey> chain) {
-  uint32_t hit = 0;
-  bool on_ssd_only = false;  // a hit block has no DRAM copy to serve it
-  {
-    MutexLock lock(&mu_);
-    if (closed_) return Status::FailedPrecondition("prefetch: store is closed");
-    uint32_t slot = 0;
-    for (const BlockKey& key : chain) {
-      const Extent* e = FindBlock(key, &slot);
-      if (e == nullptr) break;
-      ++hit;
-      if (e->medium == Medium::kSsd && !(e->has_copy && e->in_copy(slot))) on_ssd_only = true;
-    }
-  }
-  if (!on_ssd_only || options_.dram_capacity_bytes == 0) return hit;
-  {
-    MutexLock lock(&prefetch_mu_);
-    if (prefetch_stop_) return hit;
-    if (prefetch_running_ + prefetch_queue_.size() >= kMaxPrefetches) {
-      counters_.prefetch_skipped++;
-      return hit;
-    }
-    ++prefetch_running_;  // a place, held while the restore starts
-  }
-  auto started = StartRestoreImpl(chain.first(hit), {}, /*readmit=*/true);
-  std::unique_ptr<Restore> unqueued;  // destroyed (waiting for its I/O) outside the lock
-  {
-    MutexLock lock(&prefetch_mu_);
-    --prefetch_running_;
-    if (!started.ok()) return started.status();
-    if (prefetch_stop_) {
-      unqueued = std::move(started).value();
-    } else {
-      counters_.prefetches++;
-      prefetch_queue_.push_back(std::move(started).value());
-      if (!prefetch_thread_.joinable()) prefetch_thread_ = std::thread([this] { RunPrefetches(); });
-      prefetch_cv_.Signal();
-    }
-  }
-  return hit;
-}
-
-void StoreImpl::RunPrefetches() {
-  for (;;) {
-    std::unique_ptr<Restore> r;
-    {
-      MutexLock lock(&prefetch_mu_);
-      while (prefetch_queue_.empty() && !prefetch_stop_) prefetch_cv_.Wait(&prefetch_mu_);
-      if (prefetch_queue_.empty()) return;  // stopped, and every queued one finished
-      r = std::move(prefetch_queue_.front());
-      prefetch_queue_.pop_front();
-      ++prefetch_running_;
-    }
-    r->Finish();  // every layer read; the SSD blocks land in their DRAM copies
-    r.reset();
-    counters_.prefetches_done++;
-    MutexLock lock(&prefetch_mu_);
-    --prefetch_running_;
-  }
-}
-
-void StoreImpl::StopPrefetches() {
-  std::thread thread;
-  {
-    MutexLock lock(&prefetch_mu_);
-    prefetch_stop_ = true;
-    prefetch_cv_.SignalAll();
-    thread = std::move(prefetch_thread_);
-  }
-  if (thread.joinable()) thread.join();
 }
 
 }  // namespace flatkv

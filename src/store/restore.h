@@ -1,8 +1,8 @@
 // RestoreImpl: one restore in flight. At start it pins the extents holding
 // the hit prefix and plans, once, the coalesced runs (consecutive blocks of
 // one extent) that every layer reads; per layer, each run is one request
-// (split at max_request_bytes) to its medium's own queue: DRAM runs go to
-// the DramQueue, SSD runs to the SSD IoEngine. Layers are issued in order
+// (split at max_request_bytes) to its source's own queue (Source::Read: for
+// DRAM the DramQueue, for SSD the SSD IoEngine). Layers are issued in order
 // into the window's slots, at most window_layers at a time.
 //
 // Reads land 4 KiB aligned; where a run's destination is not (an odd
@@ -19,13 +19,15 @@
 // later layers' reads are in flight; DRAM coded pieces are decode jobs
 // reading the arena. A decode failure counts like a checksum failure.
 //
-// With a remote tier (StoreOptions::remote), Begin looks up the blocks
-// after the local prefix there (RemoteMedium::Lookup) and appends those it
-// finds as one remote run; its fetch runs on the remote medium's thread
-// (RunRemote), writing each layer's blocks into that layer's window slot
-// (once issued) or the caller's destinations, as one more pending unit of
-// the layer. Objects are verified as they arrive (RemoteTier::Restore): a
-// missing or corrupt one cuts the valid prefix, never delivers wrong bytes.
+// Every run reads through its Source (store/source.h): the planner asks
+// the media behind the index, fastest first, which holds each block, then
+// the media past it (the remote tier) how far they hold the rest; this
+// class names no medium. A run of a medium past the index is one Fetch that
+// streams every layer on that medium's own queue through a FetchSink
+// (Stream), landing each layer's blocks in its window slot (once issued)
+// or the caller's destinations, as one more pending unit of the layer. It
+// verifies what it streams: a missing or corrupt block cuts the valid
+// prefix, never delivers wrong bytes.
 //
 // Thread-safety: the consumer calls one method at a time; completions run
 // on I/O threads and synchronize with it through mu_.
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "store/source.h"
 #include "store/store_impl.h"
 #include "store/window.h"
 
@@ -64,11 +67,16 @@ class RestoreImpl final : public Restore {
   void SetReadmit(uint64_t extent, uint64_t copy_base);
 
  private:
+  // Decoded bytes one decode job produces: small enough to spread a layer
+  // over the decode workers, large enough to amortize the queueing.
+  static constexpr uint64_t kDecodeJobBytes = 1ull << 20;
+
   struct Run {
-    Medium medium = Medium::kNone;
+    Source* source = nullptr;
+    Medium medium = Medium::kNone;  // source->medium(), for locations and logs
     uint32_t device = 0;
-    int fd = -1;               // SSD only
-    uint64_t src = 0;          // DRAM arena offset or SSD file offset of (layer 0, first slot)
+    int fd = -1;               // a file-backed medium's
+    uint64_t src = 0;          // the medium's address of (layer 0, first slot)
     uint64_t extent = 0;
     uint32_t first_slot = 0;   // slot of the first block within its extent
     uint32_t first_block = 0;  // position in the restored prefix
@@ -79,7 +87,7 @@ class RestoreImpl final : public Restore {
     bool fixup = false;        // landed bytes need moving into place
     std::shared_ptr<const Codec> codec;  // coded extent: src is its layer-0 region start
     uint32_t params_bytes = 0;     // coded: the codec's parameter bytes in each header
-    bool readmit = false;          // SSD run copied into its extent's DRAM copy as it lands
+    bool readmit = false;          // copied into its extent's DRAM copy as it lands (a source that readmits)
     uint64_t copy_src = 0;         // arena offset of (layer 0, first slot) (coded: region start) in that copy
     // Where its blocks' checksums (and coded offsets and lengths) are: its
     // SSD home's sums table (read in Begin, outside the store lock), else
@@ -87,6 +95,7 @@ class RestoreImpl final : public Restore {
     bool table = false;
     uint32_t home_device = 0;
     uint64_t home_slot = 0;        // the SSD home's extent slot
+    std::unique_ptr<Fetch> fetch;  // a run of a medium past the index: streamed, not pieced
   };
   struct Piece {  // one request of a layer: blocks j0..j0+n-1 of run `run`
     size_t run;
@@ -130,15 +139,26 @@ class RestoreImpl final : public Restore {
   void CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin);
   std::byte* Home(uint32_t layer, uint32_t block);  // where a decoded block goes
   bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight
-  // Remote: appends the run of blocks `m` found (Begin, before planning).
-  void AttachRemote(remote::RemoteMatch m);
-  // Remote: the fetch, on the remote medium's thread.
-  void RunRemote(remote::RemoteTier& tier, const BlockKey& ns);
-  // Remote: settles the remote unit of the issued layers from
-  // remote_next_ on, bad from `end` when short of hit_; marks it done.
-  void EndRemote(uint32_t end) FLATKV_REQUIRES(mu_);
-  // Settles the remote unit of `layer` (issued), bad from `end` if short.
-  void SettleRemote(uint32_t layer, uint32_t end) FLATKV_REQUIRES(mu_);
+  // Streams (runs of media past the index). Each has a sink the fetch
+  // calls from its medium's thread.
+  class Stream;
+  struct StreamState {
+    size_t run = 0;
+    bool running = false;  // its fetch may still touch this restore
+    bool done = false;     // the fetch settled all it will
+    uint32_t end = 0;      // with done: the end of its valid prefix
+    uint32_t next = 0;     // the first layer whose unit of it is not settled
+  };
+  // Appends the run `fetch` found (Begin, before planning).
+  void AttachStream(Source* source, std::unique_ptr<Fetch> fetch);
+  std::byte* StreamLanding(size_t stream, uint32_t layer, uint32_t block) FLATKV_EXCLUDES(mu_);
+  bool StreamSettleThrough(size_t stream, uint32_t layer, uint32_t valid) FLATKV_EXCLUDES(mu_);
+  // Settles the stream's unit of the issued layers from its `next` on, bad
+  // from `end` when short of hit_; marks it done.
+  void EndStream(size_t stream, uint32_t end) FLATKV_REQUIRES(mu_);
+  // Settles the stream's unit of `layer` (issued), bad from `end` if short.
+  void SettleStream(uint32_t layer, uint32_t end) FLATKV_REQUIRES(mu_);
+  bool AnyStreamRunning() const FLATKV_REQUIRES(mu_);
 
   StoreImpl* store_;
   uint32_t layers_;
@@ -157,7 +177,6 @@ class RestoreImpl final : public Restore {
   std::vector<uint32_t> enc_off_, enc_len_;  // coded blocks: [block * layers + layer]
   bool any_coded_ = false;
   std::vector<uint64_t> pinned_;
-  bool verify_dram_;
   uint64_t max_request_;
   Clock::time_point start_;
   RestoreTarget target_;
@@ -173,14 +192,10 @@ class RestoreImpl final : public Restore {
   uint32_t layers_ready_ FLATKV_GUARDED_BY(mu_) = 0;
   std::vector<BlockRef> corrupt_ FLATKV_GUARDED_BY(mu_);
 
-  // The remote run (remote_run_ < runs_.size() when there is one).
-  std::vector<BlockKey> chain_;  // the chain, kept when there is a remote tier
-  size_t remote_run_ = SIZE_MAX;
-  remote::RemoteMatch remote_match_;
-  bool remote_running_ FLATKV_GUARDED_BY(mu_) = false;  // RunRemote may still touch this restore
-  bool remote_done_ FLATKV_GUARDED_BY(mu_) = false;     // the fetch settled all it will
-  uint32_t remote_end_ FLATKV_GUARDED_BY(mu_) = 0;      // with remote_done_: the end of its valid prefix
-  uint32_t remote_next_ FLATKV_GUARDED_BY(mu_) = 0;     // the first layer whose remote unit is not settled
+  // The streamed runs (media past the index).
+  std::vector<BlockKey> chain_;  // the chain, kept when the store has media past the index
+  std::vector<std::unique_ptr<Stream>> sinks_;
+  std::vector<StreamState> streams_ FLATKV_GUARDED_BY(mu_);
   bool abandoned_ FLATKV_GUARDED_BY(mu_) = false;       // the destructor runs: layers not issued never will be
 };
 

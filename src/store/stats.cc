@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "store/store_impl.h"
+
 namespace flatkv {
 namespace {
 
@@ -146,6 +148,84 @@ std::string StoreStats::ToJson() const {
   out += "}";
   if (remote.enabled) out += ",\"remote\":{" + RemoteJson(remote) + "}";
   return out + "}";
+}
+
+StoreStats StoreImpl::Stats() const {
+  StoreStats st;
+  for (const auto& m : media_) m->AddStats(&st);
+  auto fill = [](MediumStats& m, const MediumCounters& c) {
+    m.allocated_bytes = c.allocated_bytes;
+    m.hit_blocks = c.hit_blocks;
+    m.bytes_written = c.bytes_written;
+    m.bytes_read = c.bytes_read;
+    m.bytes_delivered = c.bytes_delivered;
+    m.read_requests = c.read_requests;
+    m.evicted_extents = c.evicted_extents;
+    m.evicted_blocks = c.evicted_blocks;
+    m.max_queue_depth = c.max_queue_depth;
+  };
+  fill(st.dram, counters_.dram);
+  fill(st.ssd, counters_.ssd);
+  {
+    MutexLock lock(&mu_);
+    if (dram_) {
+      st.dram.capacity_bytes = dram_->capacity_bytes();
+      st.dram.extents = dram_->units().runs();
+      st.dram.used_bytes = dram_->units().used() * dram_->unit_bytes();
+    }
+    st.ssd_direct_io = !ssd_.empty();
+    for (const auto& d : ssd_) {
+      st.ssd.capacity_bytes += d->capacity_bytes();
+      st.ssd.extents += d->units().runs();
+      st.ssd.used_bytes += d->units().used() * d->unit_bytes();
+      st.ssd_direct_io = st.ssd_direct_io && d->all_direct();
+      st.manifest_bytes += d->manifest().bytes();
+      st.manifest_checkpoints += d->manifest().checkpoints();
+    }
+    st.dram_only_blocks = dram_only_ + dram_home_blocks_;
+    for (const auto& [id, e] : extents_)
+      if (!e->sharers.empty()) st.shared_extents++;
+    st.dram.blocks = dram_blocks_;
+    st.ssd.blocks = ssd_blocks_;
+    st.dram.stored_bytes = dram_stored_;
+    st.ssd.stored_bytes = ssd_stored_;
+    st.dram.logical_bytes = dram_blocks_ * BlockBytes();
+    st.ssd.logical_bytes = ssd_blocks_ * BlockBytes();
+    st.sessions = sessions_.size();
+    st.tenant_dram_bytes.insert(tenant_dram_.begin(), tenant_dram_.end());
+    const auto now = Now();
+    for (uint64_t id : retained_)
+      if (auto it = extents_.find(id); it != extents_.end() && it->second->retained(now)) st.retained_extents++;
+  }
+  st.dram.queue_depth = dram_queue_->outstanding();
+  if (engine_) {
+    st.ssd.queue_depth = engine_->outstanding();
+    st.ssd_engine = std::string(engine_->name());
+  }
+  st.restores = counters_.restores;
+  st.lookup_blocks = counters_.lookup_blocks;
+  st.miss_blocks = counters_.miss_blocks;
+  st.put_blocks = counters_.put_blocks;
+  st.dedup_blocks = counters_.dedup_blocks;
+  st.checksum_failures = counters_.checksum_failures;
+  st.decode_failures = counters_.decode_failures;
+  st.io_errors = counters_.io_errors;
+  st.dropped_blocks = counters_.dropped_blocks;
+  st.recovered_blocks = counters_.recovered_blocks;
+  st.lost_blocks = counters_.lost_blocks;
+  st.dram_only_lost_blocks = counters_.dram_only_lost_blocks;
+  st.readmitted_blocks = counters_.readmitted_blocks;
+  st.prefetches = counters_.prefetches;
+  st.prefetches_done = counters_.prefetches_done;
+  st.prefetch_skipped = counters_.prefetch_skipped;
+  st.truncated_blocks = counters_.truncated_blocks;
+  st.retain_refused_blocks = counters_.retain_refused_blocks;
+  st.ssd_write_waits = counters_.ssd_write_waits;
+  st.restore_p50_us = counters_.restore_latency.Percentile(0.5);
+  st.restore_p90_us = counters_.restore_latency.Percentile(0.9);
+  st.restore_p99_us = counters_.restore_latency.Percentile(0.99);
+  st.restore_max_us = counters_.restore_latency.Max();
+  return st;
 }
 
 }  // namespace flatkv

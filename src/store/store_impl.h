@@ -47,13 +47,14 @@
 #include "common/histogram.h"
 #include "common/mutex.h"
 #include "flatkv/codec.h"
-#include "remote/remote_medium.h"
 #include "flatkv/store.h"
 #include "io/io_engine.h"
 #include "media/dram_arena.h"
 #include "media/ssd_dir.h"
 #include "store/block_index.h"
 #include "store/dram_queue.h"
+#include "store/local_sources.h"
+#include "store/source.h"
 
 namespace flatkv {
 
@@ -200,7 +201,10 @@ class StoreImpl final : public Store {
   SsdDir* ssd(uint32_t device) { return ssd_[device].get(); }
   io::IoEngine* engine() { return engine_.get(); }
   DramQueue* dram_queue() { return dram_queue_.get(); }
-  remote::RemoteMedium* remote() { return remote_.get(); }  // null without a remote tier
+  // The media behind the index, fastest first (a restore reads a block from
+  // the first that holds it), and those past it (store/media_registry.cc).
+  std::span<Source* const> local_sources() const { return local_sources_; }
+  const std::vector<std::unique_ptr<StoreMedium>>& media() const { return media_; }
   DramQueue* decode_queue() { return decode_queue_.get(); }
   Counters& counters() { return counters_; }
   // Drops pins taken by StartRestore, removes blocks that failed their
@@ -448,9 +452,12 @@ class StoreImpl final : public Store {
   std::vector<std::unique_ptr<SsdDir>> ssd_;
   Counters counters_;
 
-  // The remote tier (StoreOptions::remote): set at Open, stopped at Close,
-  // destroyed with the store.
-  std::unique_ptr<remote::RemoteMedium> remote_;
+  DramSource dram_source_{this};
+  SsdSource ssd_source_{this};
+  std::vector<Source*> local_sources_{&dram_source_, &ssd_source_};
+  // The media past the index (store/source.h): opened at Open, stopped at
+  // Close, destroyed with the store.
+  std::vector<std::unique_ptr<StoreMedium>> media_;
   mutable Mutex mu_;
   bool closed_ FLATKV_GUARDED_BY(mu_) = false;
   CondVar settled_cv_;  // on mu_: signalled when blocks leave kWriting

@@ -26,7 +26,8 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
                                    std::to_string(keys.size()) + " blocks x " + std::to_string(block_bytes) + " bytes");
   if (const auto& codec = options.codec ? options.codec : options_.codec) {
     Status coded = PutCoded(session, keys, data, options, codec);
-    if (coded.ok() && remote_) remote_->Publish(keys, data);  // in the background; raw, as restores deliver it
+    if (coded.ok())
+      for (auto& m : media_) m->OnPut(keys, data);  // in the background; raw, as restores deliver it
     return coded;
   }
   std::vector<size_t> inputs;                       // index into keys/data of each block to write
@@ -120,7 +121,8 @@ Status StoreImpl::Put(SessionId session, std::span<const BlockKey> keys, std::sp
     }
   }
   if (status.ok()) status = AwaitDurable(unsettled);
-  if (status.ok() && alloc_status.ok() && remote_) remote_->Publish(keys, data);  // in the background
+  if (status.ok() && alloc_status.ok())
+    for (auto& m : media_) m->OnPut(keys, data);  // in the background
   return status.ok() ? alloc_status : status;
 }
 

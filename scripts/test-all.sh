@@ -40,7 +40,15 @@ note_skipped() {  # note_skipped BUILD_DIR LOG
 }
 
 step "Release build and tests"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON >/dev/null
+# With nvcc (the CUDA toolkit in /usr/local/cuda), the GPU window's CUDA sources compile and
+# link here too (src/gpu/cuda/, docs/gpu.md); a CUDA source that does not compile fails the run.
+# Their device tests (flatkv_gpu_device_tests) are built, not run: they need a GPU
+# (scripts/gpu-check.sh runs them on one).
+CUDA_FLAGS=()
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  CUDA_FLAGS=(-DFLATKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+fi
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON "${CUDA_FLAGS[@]}" >/dev/null
 cmake --build build/release -j "$JOBS"
 # python_tests (the module from PYTHONPATH=build/release/python) runs below against the installed package instead.
 ctest --test-dir build/release --output-on-failure -E '^python_tests$' 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times

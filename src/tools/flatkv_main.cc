@@ -1,5 +1,5 @@
 // The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench codecs`,
-// `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `serve`, `stats`,
+// `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `bench gpu`, `serve`, `stats`,
 // `generate`, `perplexity`, `dump-kv`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 #include "bench/bench_blend.h"
 #include "bench/bench_codecs.h"
 #include "bench/bench_engine.h"
+#include "bench/bench_gpu.h"
 #include "bench/bench_metadata.h"
 #include "bench/bench_remote.h"
 #include "bench/bench_restore.h"
@@ -39,6 +40,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_serve = AddBenchServeCommand(*bench, serve_bench_args);
   BenchMetadataArgs metadata_args;
   CLI::App* bench_metadata = AddBenchMetadataCommand(*bench, metadata_args);
+  BenchGpuArgs gpu_args;
+  CLI::App* bench_gpu = AddBenchGpuCommand(*bench, gpu_args);
   BenchRemoteArgs remote_args;
   CLI::App* bench_remote = AddBenchRemoteCommand(*bench, remote_args);
   StatsArgs stats_args;
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
   if (bench_serve->parsed()) return RunBenchServe(serve_bench_args);
   if (bench_metadata->parsed()) return RunBenchMetadata(metadata_args);
   if (bench_remote->parsed()) return RunBenchRemote(remote_args);
+  if (bench_gpu->parsed()) return RunBenchGpu(gpu_args);
   if (crashtest->parsed()) return RunCrashtest(crashtest_args);
   return kExitUsage;
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU window's device check (docs/gpu.md), in two halves:
+#
+#   scripts/gpu-check.sh build
+#       here (no GPU needed): builds flatkv with -DFLATKV_CUDA=ON in build/cuda and gathers
+#       flatkv, flatkv_gpu_device_tests and the shared libraries they need beyond glibc into
+#       build/gpu-bundle (at most 64 MiB: the device machine lacks flatkv's Debian -dev
+#       libraries and has no network).
+#   scripts/gpu-check.sh device
+#       on the device machine (1 H200, CUDA 13), with build/gpu-bundle carried there: runs the
+#       device tests, then `flatkv bench gpu --json`, writing at most 4 files under $OUT
+#       (device_tests.log, bench_gpu.json, bench_gpu.err, nvidia_smi.txt).
+#       Expected time there: about 2 minutes (tests under 1, the bench 1-2 at 64 blocks).
+#
+# With the device tool: `run` with carry ["build/gpu-bundle"] and the command
+#   bash scripts/gpu-check.sh device
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+bundle=build/gpu-bundle
+case "$mode" in
+  build)
+    scripts/install-deps.sh
+    cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON -DFLATKV_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DFLATKV_BUILD_PYTHON=OFF -DFLATKV_BUILD_BENCH=OFF >/dev/null
+    cmake --build build/cuda --target flatkv flatkv_gpu_device_tests
+    rm -rf "$bundle"
+    mkdir -p "$bundle/lib"
+    cp build/cuda/flatkv build/cuda/flatkv_gpu_device_tests "$bundle/"
+    strip "$bundle/flatkv" "$bundle/flatkv_gpu_device_tests"
+    # Every shared library beyond glibc's own (libc, libm, libpthread, libdl, librt, the loader).
+    for bin in "$bundle/flatkv" "$bundle/flatkv_gpu_device_tests"; do
+      ldd "$bin" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' || true
+    done | sort -u | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+    size=$(du -sm "$bundle" | cut -f1)
+    echo "bundle: $bundle, ${size} MiB"
+    if [ "$size" -gt 64 ]; then echo "FAIL: the bundle is over 64 MiB" >&2; exit 1; fi
+    ;;
+  device)
+    [ -x "$bundle/flatkv" ] || { echo "no $bundle: run 'scripts/gpu-check.sh build' here first and carry it" >&2; exit 2; }
+    out=${OUT:-/tmp/gpu-check}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    nvidia-smi > "$out/nvidia_smi.txt" 2>&1 || true
+    rc=0
+    timeout 120 "$bundle/flatkv_gpu_device_tests" > "$out/device_tests.log" 2>&1 || rc=$?
+    tail -5 "$out/device_tests.log"
+    timeout 170 "$bundle/flatkv" bench gpu --json --dir /tmp > "$out/bench_gpu.json" 2> "$out/bench_gpu.err" || rc=$((rc ? rc : $?))
+    cat "$out/bench_gpu.json"
+    exit $rc
+    ;;
+  *)
+    echo "usage: scripts/gpu-check.sh build|device" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,252 @@
+#include "bench/bench_gpu.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_util.h"
+#include "flatkv/codec.h"
+#include "flatkv/keys.h"
+#include "flatkv/store.h"
+#include "gpu/copy_backend.h"
+#include "gpu/device_ops.h"
+#include "gpu/gpu_window.h"
+#include "tools/tool_common.h"
+
+namespace flatkv::tools {
+namespace {
+
+using gpu::CopyBackend;
+using gpu::GpuWindow;
+
+std::vector<BlockKey> Chain(uint32_t blocks) {
+  KeyHasher h;
+  const BlockKey ns = h.NamespaceDigest({"bench-gpu", "", ""});
+  std::vector<uint32_t> tokens(uint64_t{blocks} * 64);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint32_t(i * 7919 % 50000);
+  return h.ChainKeys(ns, tokens, 64);
+}
+
+// Seconds to restore `keys` into device memory through a window of 4
+// slots, with `compute_ns` of device compute per layer after it lands
+// (0: none); *valid gets the blocks valid in every layer.
+Result<double> RestoreToDevice(Store& store, CopyBackend& backend, gpu::DeviceOps* ops, std::span<const BlockKey> keys,
+                               uint64_t compute_ns, uint32_t* valid) {
+  const double t0 = NowSeconds();
+  FLATKV_ASSIGN_OR_RETURN(auto restore, store.StartRestore(keys));
+  const uint32_t layers = store.options().shape.layers;
+  FLATKV_ASSIGN_OR_RETURN(auto w, GpuWindow::Start(&backend, std::move(restore), layers, store.BlockLayerBytes(), 4));
+  for (uint32_t l = 0; l < layers; ++l) {
+    FLATKV_RETURN_IF_ERROR(w->WaitLayer(l).status());
+    if (compute_ns > 0 && ops) {
+      FLATKV_RETURN_IF_ERROR(ops->Spin(compute_ns));
+      FLATKV_RETURN_IF_ERROR(ops->Sync());
+    }
+    w->ReleaseLayer(l);
+  }
+  *valid = w->Finish();
+  return NowSeconds() - t0;
+}
+
+double Best(std::vector<double> v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+
+}  // namespace
+
+CLI::App* AddBenchGpuCommand(CLI::App& bench, BenchGpuArgs& a) {
+  CLI::App* cmd = bench.add_subcommand("gpu", "The GPU window: DRAM and SSD restores into device memory, decoder, overlap");
+  cmd->add_option("--backend", a.backend, "Copy backend: cuda (default) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  cmd->add_option("--shape", a.shape, "KV shape preset (default llama-3.1-8b)");
+  cmd->add_option("--blocks", a.blocks, "Restored prefix in 64-token blocks (default 64)")->check(CLI::Range(1u, 100000u));
+  cmd->add_option("--reps", a.reps, "Repetitions, best kept (default 3)")->check(CLI::Range(1u, 100u));
+  AddScratchDirOption(*cmd, a.dir);
+  cmd->add_flag("--json", a.json, "Print JSON");
+  return cmd;
+}
+
+int RunBenchGpu(const BenchGpuArgs& a) {
+  return RunCatching("bench gpu", [&]() -> int {
+    auto fail = [](const Status& s) {
+      std::fprintf(stderr, "flatkv bench gpu: %s\n", s.ToString().c_str());
+      return kExitFailure;
+    };
+    auto shape = FindShapePreset(a.shape);
+    if (!shape.ok()) {
+      std::fprintf(stderr, "flatkv bench gpu: --shape %s: no such preset\n", a.shape.c_str());
+      return kExitUsage;
+    }
+    auto backend_or = gpu::MakeCopyBackend(a.backend);
+    if (!backend_or.ok()) return fail(backend_or.status());
+    CopyBackend& backend = **backend_or;
+    nlohmann::json j;
+    j["backend"] = a.backend;
+    j["shape"] = a.shape;
+    std::vector<std::string> errors;
+    std::unique_ptr<gpu::DeviceOps> ops;
+    if (auto o = gpu::DeviceOps::Open(0); o.ok()) ops = std::move(o).value();
+    else errors.push_back(o.status().ToString());
+
+    auto scratch = ScratchDir::Create(a.dir.empty() ? "/var/tmp" : a.dir);
+    if (!scratch.ok()) return fail(scratch.status());
+    const auto keys = Chain(a.blocks);
+    StoreOptions o;
+    o.shape = *shape;
+    o.block_tokens = 64;
+    o.window_layers = 4;
+    const uint64_t block_bytes = o.shape.BytesPerTokenLayer() * 64 * o.shape.layers;
+    const uint64_t bytes = block_bytes * keys.size();
+    j["restored_bytes"] = bytes;
+
+    // Pinned host -> device, the ceiling of every path below.
+    auto host = PrefaultedBuffer::Allocate(bytes);
+    if (!host.ok()) return fail(host.status());
+    FillRandom(host->first(bytes), 1);
+    std::byte* dev = backend.AllocateDevice(bytes);
+    if (dev == nullptr) return fail(Status::NoSpace("cannot allocate " + std::to_string(bytes) + " bytes of device memory"));
+    auto h2d = [&](bool pinned) -> Result<double> {
+      if (pinned) FLATKV_RETURN_IF_ERROR(backend.RegisterHost(host->data(), host->size()));
+      std::vector<double> t;
+      for (uint32_t r = 0; r < a.reps; ++r) {
+        const double t0 = NowSeconds();
+        FLATKV_RETURN_IF_ERROR(backend.EnqueueCopy(dev, host->data(), bytes));
+        FLATKV_RETURN_IF_ERROR(backend.Wait(backend.Record()));
+        t.push_back(NowSeconds() - t0);
+      }
+      if (pinned) backend.UnregisterHost(host->data());
+      return bytes / Best(t) / 1e9;
+    };
+    if (auto g = h2d(false); g.ok()) j["h2d_pageable_gbps"] = *g; else errors.push_back(g.status().ToString());
+    if (auto g = h2d(true); g.ok()) j["h2d_pinned_gbps"] = *g; else errors.push_back(g.status().ToString());
+
+    // DRAM: a store whose DRAM holds the chain.
+    {
+      StoreOptions d = o;
+      d.dram_capacity_bytes = bytes + (256ull << 20);
+      auto store = Store::Open(d);
+      if (!store.ok()) return fail(store.status());
+      if (Status s = (*store)->Put(1, keys, host->first(bytes)); !s.ok()) return fail(s);
+      std::vector<double> t;
+      uint32_t valid = 0;
+      for (uint32_t r = 0; r <= a.reps; ++r) {  // the first warms the window pool and registrations
+        auto s = RestoreToDevice(**store, backend, nullptr, keys, 0, &valid);
+        if (!s.ok()) return fail(s.status());
+        if (r > 0) t.push_back(*s);
+      }
+      j["dram_to_gpu_gbps"] = bytes / Best(t) / 1e9;
+      j["dram_valid_blocks"] = valid;
+    }
+
+    // SSD: an SSD-only store, page cache dropped before every read.
+    {
+      StoreOptions s = o;
+      s.ssd_dirs = {scratch->path() + "/ssd"};
+      std::filesystem::create_directories(s.ssd_dirs[0]);
+      s.ssd_capacity_bytes = bytes * 2 + (1ull << 30);
+      auto store = Store::Open(s);
+      if (!store.ok()) return fail(store.status());
+      if (Status st = (*store)->Put(1, keys, host->first(bytes)); !st.ok()) return fail(st);
+      PageCacheEvictor evict(false);
+      auto chunk = PrefaultedBuffer::Allocate(16ull << 20);
+      if (!chunk.ok()) return fail(chunk.status());
+      // The raw read of the same directory's bytes: O_DIRECT, 16 MiB requests.
+      std::vector<double> raw, t, load_only, both;
+      uint64_t raw_bytes = 0;
+      uint32_t valid = 0;
+      for (uint32_t r = 0; r < a.reps; ++r) {
+        (void)evict.Evict({s.ssd_dirs[0]});
+        raw_bytes = 0;
+        const double t0 = NowSeconds();
+        for (const auto& f : std::filesystem::directory_iterator(s.ssd_dirs[0])) {
+          if (f.path().filename().string().rfind("seg-", 0) != 0) continue;
+          int fd = ::open(f.path().c_str(), O_RDONLY | O_DIRECT);
+          if (fd < 0) return fail(Status::FromErrno(errno, "open " + f.path().string()));
+          for (uint64_t off = 0;; off += chunk->size()) {
+            const ssize_t n = ::pread(fd, chunk->data(), chunk->size(), off);
+            if (n <= 0) break;
+            raw_bytes += n;
+          }
+          ::close(fd);
+        }
+        raw.push_back(NowSeconds() - t0);
+        (void)evict.Evict({s.ssd_dirs[0]});
+        auto sec = RestoreToDevice(**store, backend, nullptr, keys, 0, &valid);
+        if (!sec.ok()) return fail(sec.status());
+        t.push_back(*sec);
+      }
+      raw_bytes = std::min(raw_bytes, bytes);
+      j["raw_ssd_read_gbps"] = raw_bytes / Best(raw) / 1e9;
+      j["ssd_to_gpu_gbps"] = bytes / Best(t) / 1e9;
+      j["ssd_path"] = "bounce";  // the store reads into its host window; cuFile into device memory is not built
+      j["ssd_valid_blocks"] = valid;
+      // Overlap: per-layer compute sized to the per-layer load time.
+      if (ops) {
+        const double t_load = Best(t);
+        const uint64_t per_layer_ns = uint64_t(t_load / o.shape.layers * 1e9);
+        std::vector<double> comp;
+        for (uint32_t r = 0; r < a.reps; ++r) {
+          const double t0 = NowSeconds();
+          for (uint32_t l = 0; l < o.shape.layers; ++l) {
+            (void)ops->Spin(per_layer_ns);
+            (void)ops->Sync();
+          }
+          comp.push_back(NowSeconds() - t0);
+          (void)evict.Evict({s.ssd_dirs[0]});
+          auto sec = RestoreToDevice(**store, backend, ops.get(), keys, per_layer_ns, &valid);
+          if (!sec.ok()) return fail(sec.status());
+          both.push_back(*sec);
+        }
+        const double t_comp = Best(comp), t_both = Best(both);
+        j["layer_compute_ms"] = per_layer_ns / 1e6;
+        j["layer_overlap_ratio"] = (t_load + t_comp - t_both) / std::min(t_load, t_comp);
+      }
+    }
+
+    // The int8 decoder, in decoded bytes per second.
+    if (ops) {
+      auto codec = MakeCodec("int8");
+      SliceLayout layout{o.shape, 64, 0};
+      CodecContext ctx;
+      std::vector<std::byte> raw(layout.Bytes()), enc((*codec)->MaxEncodedSize(layout));
+      std::vector<float> f(layout.Elements());
+      for (size_t i = 0; i < f.size(); ++i) f[i] = float((i * 2654435761u) % 2000) / 1000.0f - 1.0f;
+      std::memcpy(raw.data(), f.data(), std::min(raw.size(), f.size() * 4));  // any bits are a valid input
+      auto n = (*codec)->Encode(ctx, layout, raw, enc);
+      if (n.ok()) {
+        enc.resize(*n);
+        std::byte* din = backend.AllocateDevice(enc.size());
+        std::byte* dout = backend.AllocateDevice(raw.size());
+        (void)backend.EnqueueCopy(din, enc.data(), enc.size());
+        (void)backend.Wait(backend.Record());
+        const uint32_t slices = 256;
+        std::vector<double> t;
+        for (uint32_t r = 0; r < a.reps; ++r) {
+          const double t0 = NowSeconds();
+          for (uint32_t k = 0; k < slices; ++k) (void)ops->DecodeInt8(layout, enc, din, dout);
+          (void)ops->Sync();
+          t.push_back(NowSeconds() - t0);
+        }
+        j["gpu_decode_gbps"] = double(raw.size()) * slices / Best(t) / 1e9;
+        j["decode_ratio"] = double(raw.size()) / enc.size();
+        backend.FreeDevice(din);
+        backend.FreeDevice(dout);
+      } else {
+        errors.push_back(n.status().ToString());
+      }
+    }
+    backend.FreeDevice(dev);
+    j["errors"] = errors;
+    if (a.json) {
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      for (auto& [k, v] : j.items()) std::printf("%-22s %s\n", k.c_str(), v.dump().c_str());
+    }
+    return kExitOk;
+  });
+}
+
+}  // namespace flatkv::tools

@@ -1,0 +1,147 @@
+// CpuCopyBackend: the copy backend's contract on host memory, one worker
+// thread as the in-order queue, events as sequence numbers.
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "common/mutex.h"
+#include "gpu/copy_backend.h"
+
+namespace flatkv::gpu {
+namespace {
+
+class CpuCopyBackend final : public CopyBackend {
+ public:
+  explicit CpuCopyBackend(uint64_t fail_after) : fail_after_(fail_after), worker_([this] { Run(); }) {}
+  ~CpuCopyBackend() override {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+      cv_.SignalAll();
+    }
+    worker_.join();
+  }
+  std::string name() const override { return "cpu"; }
+
+  std::byte* AllocateDevice(uint64_t bytes) override { return static_cast<std::byte*>(std::aligned_alloc(4096, RoundUp(bytes))); }
+  void FreeDevice(std::byte* p) override { std::free(p); }
+  Status RegisterHost(const std::byte* p, uint64_t bytes) override {
+    MutexLock lock(&mu_);
+    stats_.registered_bytes += bytes;
+    return Status::Ok();
+  }
+  void UnregisterHost(const std::byte* p) override {}
+
+  Status EnqueueCopy(std::byte* dst, const std::byte* src, uint64_t bytes) override {
+    return Enqueue([this, dst, src, bytes]() -> Status {
+      {
+        MutexLock lock(&mu_);
+        if (fail_after_ > 0 && ++copies_ >= fail_after_)
+          return Status::IoError("cpu copy backend: copy " + std::to_string(copies_) + " failed (injected)");
+      }
+      std::memcpy(dst, src, bytes);
+      MutexLock lock(&mu_);
+      stats_.h2d_bytes += bytes;
+      stats_.h2d_copies++;
+      return Status::Ok();
+    });
+  }
+  Status EnqueueScatter(const std::byte* slot, std::span<const PageCopy> pages) override {
+    std::vector<PageCopy> copy(pages.begin(), pages.end());
+    return Enqueue([this, slot, copy = std::move(copy)]() -> Status {
+      for (const PageCopy& p : copy) std::memcpy(p.dst, slot + p.src, p.bytes);
+      MutexLock lock(&mu_);
+      stats_.scatter_pages += copy.size();
+      return Status::Ok();
+    });
+  }
+  uint64_t Record() override {
+    MutexLock lock(&mu_);
+    return enqueued_;  // passed once every op queued so far ran
+  }
+  Status Wait(uint64_t event) override {
+    MutexLock lock(&mu_);
+    while (done_ < event) cv_.Wait(&mu_);
+    return FirstFailureUpTo(event);
+  }
+  bool Done(uint64_t event) override {
+    MutexLock lock(&mu_);
+    return done_ >= event;
+  }
+  Status CopyToHost(std::byte* dst, const std::byte* src, uint64_t bytes) override {
+    FLATKV_RETURN_IF_ERROR(Wait(Record()));
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  CopyBackendStats Stats() const override {
+    MutexLock lock(&mu_);
+    return stats_;
+  }
+
+ private:
+  static uint64_t RoundUp(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+  Status Enqueue(std::function<Status()> op) {
+    MutexLock lock(&mu_);
+    if (stop_) return Status::FailedPrecondition("cpu copy backend: stopped");
+    queue_.push_back(std::move(op));
+    ++enqueued_;
+    cv_.SignalAll();
+    return Status::Ok();
+  }
+  Status FirstFailureUpTo(uint64_t event) FLATKV_REQUIRES(mu_) {
+    if (first_failure_at_ != 0 && first_failure_at_ <= event) return first_failure_;
+    return Status::Ok();
+  }
+  void Run() {
+    for (;;) {
+      std::function<Status()> op;
+      {
+        MutexLock lock(&mu_);
+        while (queue_.empty() && !stop_) cv_.Wait(&mu_);
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Status s = op();
+      MutexLock lock(&mu_);
+      ++done_;
+      if (!s.ok()) {
+        stats_.failed_ops++;
+        if (first_failure_at_ == 0) {
+          first_failure_at_ = done_;
+          first_failure_ = s;
+        }
+      }
+      cv_.SignalAll();
+    }
+  }
+
+  const uint64_t fail_after_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<Status()>> queue_ FLATKV_GUARDED_BY(mu_);
+  uint64_t enqueued_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint64_t done_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint64_t copies_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint64_t first_failure_at_ FLATKV_GUARDED_BY(mu_) = 0;
+  Status first_failure_ FLATKV_GUARDED_BY(mu_);
+  bool stop_ FLATKV_GUARDED_BY(mu_) = false;
+  CopyBackendStats stats_ FLATKV_GUARDED_BY(mu_);
+  std::thread worker_;
+};
+
+}  // namespace
+
+std::unique_ptr<CopyBackend> MakeCpuCopyBackend(uint64_t fail_after) {
+  return std::make_unique<CpuCopyBackend>(fail_after);
+}
+
+
+Result<std::unique_ptr<CopyBackend>> MakeCopyBackend(const std::string& name) {
+  if (name == "cpu") return MakeCpuCopyBackend();
+  if (name == "cuda") return MakeCudaCopyBackend(0);
+  return Status::InvalidArgument("copy backend '" + name + "': expected cpu or cuda");
+}
+
+}  // namespace flatkv::gpu

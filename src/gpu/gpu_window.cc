@@ -41,6 +41,7 @@ GpuWindow::~GpuWindow() {
     (void)backend_->Wait(backend_->Record());  // nothing may still write the slots (a failure was reported per layer)
     backend_->FreeDevice(device_);
   }
+  for (const std::byte* p : registered_) backend_->UnregisterHost(p);  // before the store reuses or frees them
 }
 
 void GpuWindow::Pump() {
@@ -85,6 +86,17 @@ void GpuWindow::Pump() {
     }
     Status s = view.status();
     uint64_t ev = 0;
+    // The host layer is pinned once per slot of the restore's window, so its
+    // copy is DMA; where pinning fails the copy still runs, from pageable memory.
+    if (s.ok() && !view->data.empty() &&
+        std::find(registered_.begin(), registered_.end(), view->data.data()) == registered_.end()) {
+      if (backend_->RegisterHost(view->data.data(), view->data.size()).ok()) {
+        registered_.push_back(view->data.data());
+      } else {
+        MutexLock lock(&mu_);
+        stats_.pageable_copies++;
+      }
+    }
     if (s.ok()) s = backend_->EnqueueCopy(Slot(l), view->data.data(), view->data.size());
     if (s.ok()) ev = backend_->Record();
     MutexLock lock(&mu_);

@@ -38,6 +38,7 @@ struct GpuWindowStats {
   uint32_t layers_copied = 0;
   uint32_t slot_waits = 0;   // times the pump waited for the consumer to free a slot
   uint32_t host_waits = 0;   // times the pump found the restore's next layer beyond its window
+  uint32_t pageable_copies = 0;  // layers copied from host memory the backend could not pin
 };
 
 class GpuWindow {
@@ -81,6 +82,7 @@ class GpuWindow {
   const uint64_t slot_bytes_;
   std::byte* device_ = nullptr;
   uint32_t restore_valid_ = 0;  // the restore's Finish, once the pump ends
+  std::vector<const std::byte*> registered_;  // host layers pinned (the pump's; unpinned at destruction)
 
   mutable Mutex mu_;
   CondVar cv_;

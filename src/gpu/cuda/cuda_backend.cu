@@ -78,8 +78,12 @@ class CudaCopyBackend final : public CopyBackend {
     std::lock_guard<std::mutex> lock(mu_);
     if (registered_.count(p)) return Status::Ok();
     cudaSetDevice(device_);
-    FLATKV_RETURN_IF_ERROR(CudaStatus(cudaHostRegister(const_cast<std::byte*>(p), bytes, cudaHostRegisterPortable),
-                                      "cudaHostRegister of " + std::to_string(bytes) + " bytes"));
+    const cudaError_t e = cudaHostRegister(const_cast<std::byte*>(p), bytes, cudaHostRegisterPortable);
+    if (e == cudaErrorHostMemoryAlreadyRegistered) {  // inside a range pinned before: already DMA
+      (void)cudaGetLastError();
+      return Status::Ok();
+    }
+    FLATKV_RETURN_IF_ERROR(CudaStatus(e, "cudaHostRegister of " + std::to_string(bytes) + " bytes"));
     registered_[p] = bytes;
     stats_.registered_bytes += bytes;
     return Status::Ok();

@@ -8,32 +8,13 @@
 #include <cstring>
 
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "testing/test_util.h"
 
 namespace flatkv::attention {
 namespace {
 
-using ::flatkv::testing::ModelDataDir;
-
-const model::Model* Stories() {
-  static const auto* model = [] {
-    auto m = model::LoadLlama2c(ModelDataDir() + "/stories260K.bin", ModelDataDir() + "/tok512.bin");
-    return m.ok() ? new model::Model(std::move(m).value()) : nullptr;
-  }();
-  return model;
-}
-
-// The model is bundled (data/models), so its absence is a failure, not a skip.
-#define REQUIRE_MODEL()                  \
-  const model::Model* model = Stories(); \
-  if (model == nullptr) FAIL() << "bundled stories260K not loadable from " << ModelDataDir()
-
-std::vector<int> Tokens(size_t n, int salt) {
-  std::vector<int> p(n);
-  p[0] = 1;
-  for (size_t i = 1; i < n; ++i) p[i] = 3 + static_cast<int>((i * 37 + salt * 101 + i * i) % 509);
-  return p;
-}
+std::vector<int> Tokens(size_t n, int salt) { return engine::testing::PatternTokens(n, 37, salt); }
 
 engine::GenerateOptions Greedy(uint32_t n) {
   engine::GenerateOptions go;

@@ -6,40 +6,17 @@
 #include <cstring>
 
 #include "engine/engine.h"
-#include "testing/test_util.h"
+#include "engine/engine_test_util.h"
 
 namespace flatkv::engine {
 namespace {
 
-using ::flatkv::testing::ModelDataDir;
+std::vector<int> Tokens(size_t n, int salt) { return testing::PatternTokens(n, 37, salt, /*bos=*/false); }
 
-const model::Model* Stories() {
-  static const auto* model = [] {
-    auto m = model::LoadLlama2c(ModelDataDir() + "/stories260K.bin", ModelDataDir() + "/tok512.bin");
-    return m.ok() ? new model::Model(std::move(m).value()) : nullptr;
-  }();
-  return model;
-}
-
-#define REQUIRE_MODEL()                  \
-  const model::Model* model = Stories(); \
-  if (model == nullptr) FAIL() << "bundled stories260K not loadable from " << ModelDataDir()
-
-std::vector<int> Tokens(size_t n, int salt) {
-  std::vector<int> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = 3 + static_cast<int>((i * 37 + salt * 101 + i * i) % 509);
-  return p;
-}
-
-std::unique_ptr<Store> DramStore(const model::Model& m, uint32_t bt) {
-  StoreOptions o;
-  o.shape = Engine::ShapeFor(m.config);
-  o.block_tokens = bt;
-  o.placement = std::make_shared<FixedPlacement>(Medium::kDram);
-  o.dram_capacity_bytes = 64ull << 20;
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return std::move(s).value();
+// An engine with `eo` over a DRAM store of its block size, kept in `store`.
+Result<Engine> DramEngine(const model::Model& m, const EngineOptions& eo, std::unique_ptr<Store>* store) {
+  *store = testing::StoreFor(m, eo.block_tokens, Medium::kDram);
+  return Engine::Create(m, store->get(), eo);
 }
 
 BlendPrompt MakePrompt() {
@@ -71,11 +48,11 @@ bool SameLogits(const BlendResult& a, const BlendResult& b) {
 TEST(EngineBlendTest, FullModeEqualsGenerateAndRatioOneEqualsFull) {
   REQUIRE_MODEL();
   for (uint32_t bt : {16u, 64u}) {
-    auto store = DramStore(*model, bt);
     EngineOptions eo;
     eo.block_tokens = bt;
     eo.prefill_chunk = 23;
-    auto e = Engine::Create(*model, store.get(), eo);
+    std::unique_ptr<Store> store;
+    auto e = DramEngine(*model, eo, &store);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     const BlendPrompt p = MakePrompt();
     std::vector<int> flat = p.prefix;
@@ -110,10 +87,8 @@ TEST(EngineBlendTest, FullModeEqualsGenerateAndRatioOneEqualsFull) {
 // position 0 is exact in every layer.
 TEST(EngineBlendTest, ReRotationIsExact) {
   REQUIRE_MODEL();
-  auto store = DramStore(*model, 16);
-  EngineOptions eo;
-  eo.block_tokens = 16;
-  auto e = Engine::Create(*model, store.get(), eo);
+  std::unique_ptr<Store> store;
+  auto e = DramEngine(*model, testing::SixteenTokenBlocks(), &store);
   ASSERT_TRUE(e.ok());
   const BlendPrompt p = MakePrompt();
   RunBlend(e.value(), p, BlendMode::kNaive, 0);  // stores the chunks
@@ -139,10 +114,8 @@ TEST(EngineBlendTest, ReRotationIsExact) {
 
 TEST(EngineBlendTest, SelectiveRecomputeComputesWhatItSays) {
   REQUIRE_MODEL();
-  auto store = DramStore(*model, 16);
-  EngineOptions eo;
-  eo.block_tokens = 16;
-  auto e = Engine::Create(*model, store.get(), eo);
+  std::unique_ptr<Store> store;
+  auto e = DramEngine(*model, testing::SixteenTokenBlocks(), &store);
   ASSERT_TRUE(e.ok());
   const BlendPrompt p = MakePrompt();
   RunBlend(e.value(), p, BlendMode::kNaive, 0);

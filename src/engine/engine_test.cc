@@ -8,49 +8,17 @@
 #include <cstring>
 #include <filesystem>
 
+#include "engine/engine_test_util.h"
 #include "testing/test_util.h"
 
 namespace flatkv::engine {
 namespace {
 
-using ::flatkv::testing::ModelDataDir;
 using ::flatkv::testing::SharedDataDir;
+using ::flatkv::testing::TempDir;
+using testing::StoreFor;
 
-const model::Model* Stories() {
-  static const auto* model = [] {
-    auto m = model::LoadLlama2c(ModelDataDir() + "/stories260K.bin", ModelDataDir() + "/tok512.bin");
-    return m.ok() ? new model::Model(std::move(m).value()) : nullptr;
-  }();
-  return model;
-}
-
-// The model is bundled (data/models), so its absence is a failure, not a skip.
-#define REQUIRE_MODEL()                                                          \
-  const model::Model* model = Stories();                                         \
-  if (model == nullptr) FAIL() << "bundled stories260K not loadable from " << ModelDataDir()
-
-std::vector<int> Prompt(size_t n, int salt = 0) {
-  std::vector<int> p(n);
-  p[0] = 1;  // BOS
-  for (size_t i = 1; i < n; ++i) p[i] = 3 + static_cast<int>((i * 37 + salt * 101 + i * i) % 509);
-  return p;
-}
-
-std::unique_ptr<Store> MakeStore(const model::Model& m, uint32_t block_tokens, Medium medium, const std::string& dir) {
-  StoreOptions o;
-  o.shape = Engine::ShapeFor(m.config);
-  o.block_tokens = block_tokens;
-  o.placement = std::make_shared<FixedPlacement>(medium);
-  o.dram_capacity_bytes = medium == Medium::kDram ? 64ull << 20 : 0;
-  if (medium == Medium::kSsd) {
-    o.ssd_dirs = {dir};
-    o.ssd_capacity_bytes = 256ull << 20;
-    o.segment_bytes = 64ull << 20;
-  }
-  auto s = Store::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return std::move(s).value();
-}
+std::vector<int> Prompt(size_t n, int salt = 0) { return testing::PatternTokens(n, 37, salt); }
 
 GenerateResult RunRequest(const model::Model& m, Store* store, uint32_t block_tokens, uint32_t chunk,
                           const std::vector<int>& prompt, SessionId session = 1, uint32_t new_tokens = 8,
@@ -88,8 +56,8 @@ TEST(EngineTest, ColdDramAndSsdAreBitIdenticalAcrossBlockSizesChunksAndSplits) {
       const auto prompt = Prompt(len, static_cast<int>(bt));
       const GenerateResult cold = RunRequest(*model, nullptr, bt, 64, prompt);
       for (Medium medium : {Medium::kDram, Medium::kSsd}) {
-        testing::TempDir dir;
-        auto store = MakeStore(*model, bt, medium, dir.Sub("ssd"));
+        TempDir dir;
+        auto store = StoreFor(*model, bt, medium, dir.Sub("ssd"));
         // First request computes and stores; the second restores.
         const GenerateResult first = RunRequest(*model, store.get(), bt, 7, prompt);
         ExpectBitIdentical(cold, first, "first");
@@ -109,8 +77,8 @@ TEST(EngineTest, ColdDramAndSsdAreBitIdenticalAcrossBlockSizesChunksAndSplits) {
 
 TEST(EngineTest, SampledDecodingIsBitIdenticalWarmAndCold) {
   REQUIRE_MODEL();
-  testing::TempDir dir;
-  auto store = MakeStore(*model, 32, Medium::kSsd, dir.Sub("ssd"));
+  TempDir dir;
+  auto store = StoreFor(*model, 32, Medium::kSsd, dir.Sub("ssd"));
   const auto prompt = Prompt(100, 3);
   const GenerateResult cold = RunRequest(*model, nullptr, 32, 64, prompt, 1, 24, 0.8f);
   RunRequest(*model, store.get(), 32, 64, prompt, 1, 24, 0.8f);
@@ -124,8 +92,8 @@ TEST(EngineTest, SampledDecodingIsBitIdenticalWarmAndCold) {
 TEST(EngineTest, ALosslessCodecIsBitIdenticalColdAndWarm) {
   REQUIRE_MODEL();
   for (Medium medium : {Medium::kDram, Medium::kSsd}) {
-    testing::TempDir dir;
-    auto store = MakeStore(*model, 16, medium, dir.Sub("ssd"));
+    TempDir dir;
+    auto store = StoreFor(*model, 16, medium, dir.Sub("ssd"));
     EngineOptions eo;
     eo.block_tokens = 16;
     eo.codec = "raw";
@@ -162,8 +130,8 @@ TEST(EngineTest, ALosslessCodecIsBitIdenticalColdAndWarm) {
 
 TEST(EngineTest, ReuseStopsWhereThePromptDiverges) {
   REQUIRE_MODEL();
-  testing::TempDir dir;
-  auto store = MakeStore(*model, 16, Medium::kDram, dir.Sub("ssd"));
+  TempDir dir;
+  auto store = StoreFor(*model, 16, Medium::kDram, dir.Sub("ssd"));
   auto a = Prompt(120, 1);
   RunRequest(*model, store.get(), 16, 64, a);
   auto b = a;
@@ -176,8 +144,8 @@ TEST(EngineTest, ReuseStopsWhereThePromptDiverges) {
 
 TEST(EngineTest, MultiTurnReusesTheWholeHistoryAndForksShareThePrefix) {
   REQUIRE_MODEL();
-  testing::TempDir dir;
-  auto store = MakeStore(*model, 16, Medium::kSsd, dir.Sub("ssd"));
+  TempDir dir;
+  auto store = StoreFor(*model, 16, Medium::kSsd, dir.Sub("ssd"));
   auto turn1 = Prompt(50, 2);
   const GenerateResult r1 = RunRequest(*model, store.get(), 16, 64, turn1, 7, 30);
   // Turn 2: the history (prompt + response) plus a new message.
@@ -206,8 +174,8 @@ TEST(EngineTest, MultiTurnReusesTheWholeHistoryAndForksShareThePrefix) {
 
 TEST(EngineTest, OtherWeightsAdaptersAndTenantsNeverHit) {
   REQUIRE_MODEL();
-  testing::TempDir dir;
-  auto store = MakeStore(*model, 16, Medium::kDram, dir.Sub("ssd"));
+  TempDir dir;
+  auto store = StoreFor(*model, 16, Medium::kDram, dir.Sub("ssd"));
   const auto prompt = Prompt(90, 4);
   RunRequest(*model, store.get(), 16, 64, prompt);
   EXPECT_EQ(RunRequest(*model, store.get(), 16, 64, prompt).restored_tokens_dram, 80u);
@@ -232,8 +200,8 @@ TEST(EngineTest, OtherWeightsAdaptersAndTenantsNeverHit) {
 
 TEST(EngineTest, ContextCanExceedTheCheckpointsSeqLen) {
   REQUIRE_MODEL();
-  testing::TempDir dir;
-  auto store = MakeStore(*model, 64, Medium::kSsd, dir.Sub("ssd"));
+  TempDir dir;
+  auto store = StoreFor(*model, 64, Medium::kSsd, dir.Sub("ssd"));
   const auto prompt = Prompt(700, 5);  // seq_len is 512
   const GenerateResult cold = RunRequest(*model, nullptr, 64, 128, prompt, 1, 4, 0.0f, 1024);
   RunRequest(*model, store.get(), 64, 128, prompt, 1, 4, 0.0f, 1024);
@@ -254,8 +222,8 @@ TEST(EngineTest, BadRequestsGetClearErrors) {
   GenerateOptions go;
   go.max_new_tokens = 10;
   EXPECT_NE(e.value().Generate(1, Prompt(510), go).status().message().find("max_context"), std::string::npos);
-  testing::TempDir dir;
-  auto store = MakeStore(*model, 16, Medium::kDram, dir.Sub("ssd"));
+  TempDir dir;
+  auto store = StoreFor(*model, 16, Medium::kDram, dir.Sub("ssd"));
   eo.block_tokens = 64;
   EXPECT_FALSE(Engine::Create(*model, store.get(), eo).ok());  // block size differs from the store's
   eo.prefill_chunk = 0;
@@ -292,8 +260,8 @@ TEST(EngineTest, GgufAndLlama2cOfTheSameWeightsShareKv) {
   auto gguf = model::LoadGguf(gguf_path);
   ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
   EXPECT_EQ(gguf->fingerprint, model->fingerprint);
-  testing::TempDir dir;
-  auto store = MakeStore(*model, 16, Medium::kSsd, dir.Sub("ssd"));
+  TempDir dir;
+  auto store = StoreFor(*model, 16, Medium::kSsd, dir.Sub("ssd"));
   const auto prompt = Prompt(80, 6);
   const GenerateResult cold = RunRequest(*model, nullptr, 16, 64, prompt);
   RunRequest(*model, store.get(), 16, 64, prompt);

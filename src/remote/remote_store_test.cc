@@ -26,11 +26,7 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 // A prefix of its own per test and run, so runs never see each other's objects.
 std::string FreshPrefix(const std::string& name) {

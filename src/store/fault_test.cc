@@ -16,19 +16,13 @@ namespace {
 using io::Fault;
 using io::FaultRule;
 using io::Op;
-using testing::ChainKeys;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 class FaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    engine_ = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
-    StoreOptions o = SmallOptions(dir_.Sub("ssd"), 0, 64);
-    o.dram_capacity_bytes = 0;
-    o.ssd_engine = engine_;
+    StoreOptions o = SsdOnlyOptions(dir_.Sub("ssd"), 64);
+    engine_ = InjectFaults(&o);
     auto s = Store::Open(o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
@@ -94,20 +88,20 @@ TEST_F(FaultTest, CorruptedReadIsDetectedAndDropsTheBlock) {
 
 TEST_F(FaultTest, NoSpaceOnWriteIsAnErrorAndLosesNothing) {
   engine_->AddRule({Fault::kError, Op::kWrite, -1, ENOSPC, 0, 1});
-  Status s = store_->Put(2, ChainKeys(2, 4), Payload(*store_, 4, 2));
+  Status s = PutChain(*store_, 2, 2, 4);
   EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
   engine_->ClearRules();
   EXPECT_EQ(store_->Match(ChainKeys(2, 4)), 0u);
   EXPECT_EQ(CheckedRestore(), 8u);
   // The store still takes writes afterwards.
-  ASSERT_TRUE(store_->Put(2, ChainKeys(2, 4), Payload(*store_, 4, 2)).ok());
+  ASSERT_TRUE(PutChain(*store_, 2, 2, 4).ok());
   EXPECT_EQ(store_->Match(ChainKeys(2, 4)), 4u);
 }
 
 TEST_F(FaultTest, WriteErrorIsAnIoError) {
   // The put's writes: its ExtentCreate and BlockPositions records, then data.
   engine_->AddRule({Fault::kError, Op::kWrite, -1, EIO, 2, 1});
-  Status s = store_->Put(3, ChainKeys(3, 4), Payload(*store_, 4, 3));
+  Status s = PutChain(*store_, 3, 3, 4);
   EXPECT_EQ(s.code(), Code::kIoError) << s.ToString();
   EXPECT_EQ(store_->Match(ChainKeys(3, 4)), 0u);
 }
@@ -116,7 +110,7 @@ TEST_F(FaultTest, TornAndLostWritesNeverReturnWrongBytes) {
   for (Fault f : {Fault::kTornWrite, Fault::kDropWrite}) {
     const uint64_t chain = f == Fault::kTornWrite ? 4 : 5;
     engine_->AddRule({f, Op::kWrite, -1, 0, 2, 1});  // the third layer's write of the put
-    ASSERT_TRUE(store_->Put(chain, ChainKeys(chain, 4), Payload(*store_, 4, chain)).ok());
+    ASSERT_TRUE(PutChain(*store_, chain, chain, 4).ok());
     engine_->ClearRules();
     std::vector<std::byte> got;
     uint32_t n = RestoreAll(*store_, ChainKeys(chain, 4), &got);
@@ -135,9 +129,8 @@ TEST_F(FaultTest, TornAndLostWritesNeverReturnWrongBytes) {
 // crash harness lost three shared-prefix blocks this way.
 TEST(FaultDedupTest, APutDeduplicatedAgainstAnInFlightWriteIsAcknowledgedOnceThatWriteIsDurable) {
   TempDir dir;
-  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
-  o.ssd_engine = engine;
+  auto engine = InjectFaults(&o);
   o.sized_extents = false;  // the first put's extent has room for the rest
   const std::vector<BlockKey> chain = ChainKeys(1, 4);  // one SSD extent (SmallOptions)
   std::vector<std::byte> data;
@@ -185,9 +178,8 @@ TEST(FaultDedupTest, APutDeduplicatedAgainstAnInFlightWriteIsAcknowledgedOnceTha
 // shared system-prompt block this way).
 TEST(FaultDedupTest, TwoPutsRacingOnOneNewBlockBothKeepIt) {
   TempDir dir;
-  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
-  o.ssd_engine = engine;
+  auto engine = InjectFaults(&o);
   o.sized_extents = false;  // every session's first put opens an extent with room for the rest
   // A put larger than the SSD write buffer goes alone: the one in flight
   // below makes the two racing puts wait after planning, before either
@@ -200,7 +192,7 @@ TEST(FaultDedupTest, TwoPutsRacingOnOneNewBlockBothKeepIt) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Store& store = **opened;
   const std::vector<std::byte> block = Payload(store, 1, 100);
-  for (SessionId s : {1, 2, 3}) ASSERT_TRUE(store.Put(s, ChainKeys(s, 1), Payload(store, 1, s)).ok());  // their extents
+  for (SessionId s : {1, 2, 3}) ASSERT_TRUE(PutChain(store, s, s, 1).ok());  // their extents
   engine->CloseGate(io::Op::kWrite);
   std::thread x([&] { EXPECT_TRUE(store.Put(3, std::span(&third[1], 1), Payload(store, 1, 33)).ok()); });
   while (engine->held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -18,29 +18,16 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::OpenStore;
-using testing::Payload;
-using testing::PutUntilKilled;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
-StoreOptions SsdOnly(const std::string& dir) {
-  StoreOptions o = SmallOptions(dir, 0, 64);
-  o.dram_capacity_bytes = 0;
-  return o;
-}
-
-using testing::ExpectChain;
 
 TEST(RecoveryTest, EveryBlockSurvivesACleanRestartAndDramCopiesDoNot) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
-  o.session_dram_share_bytes = 1 * 4 * 16384 * 5;  // a DRAM copy of one extent
+  o.session_dram_share_bytes = kSmallExtentBytes;  // a DRAM copy of one extent
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 12).ok());
     EXPECT_EQ(store->Stats().dram.blocks, 4u);
     EXPECT_EQ(store->Stats().ssd.blocks, 12u);
     ASSERT_TRUE(store->Close().ok());
@@ -48,9 +35,7 @@ TEST(RecoveryTest, EveryBlockSurvivesACleanRestartAndDramCopiesDoNot) {
   auto store = OpenStore(o);
   EXPECT_EQ(store->Stats().recovered_blocks, 12u);
   EXPECT_EQ(store->Stats().dram.blocks, 0u);
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 12), &got), 12u);
-  EXPECT_TRUE(got == Payload(*store, 12, 1));
+  EXPECT_TRUE(RestoresChain(*store, 1, 12));
 }
 
 // FixedPlacement(kDram) blocks beside an SSD tier are DRAM-only: they do
@@ -61,7 +46,7 @@ TEST(RecoveryTest, DramOnlyBlocksDoNotSurviveARestart) {
   o.placement = std::make_shared<FixedPlacement>(Medium::kDram);
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
     EXPECT_EQ(store->Stats().dram_only_blocks, 4u);
   }
   auto store = OpenStore(o);
@@ -70,37 +55,28 @@ TEST(RecoveryTest, DramOnlyBlocksDoNotSurviveARestart) {
 
 TEST(RecoveryTest, ReopenWithoutCloseReplaysTheLog) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
   auto first = OpenStore(o);
-  ASSERT_TRUE(first->Put(1, ChainKeys(1, 10), Payload(*first, 10, 1)).ok());
-  ASSERT_TRUE(first->Put(2, ChainKeys(2, 3), Payload(*first, 3, 2)).ok());
+  ASSERT_TRUE(PutChain(*first, 1, 1, 10).ok());
+  ASSERT_TRUE(PutChain(*first, 2, 2, 3).ok());
   // A second process would see the log as it is now, uncompacted.
   auto second = OpenStore(o);
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(*second, ChainKeys(1, 10), &got), 10u);
-  EXPECT_TRUE(got == Payload(*second, 10, 1));
+  EXPECT_TRUE(RestoresChain(*second, 1, 10));
   EXPECT_EQ(second->Match(ChainKeys(2, 3)), 3u);
 }
 
 TEST(RecoveryTest, KillDashNineDuringWritesLosesOnlyUnfinishedPuts) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
-  o.ssd_capacity_bytes = 4096ull * 4 * 16384 * 5;
-  o.segment_bytes = 16ull * 4 * 16384 * 5;
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
+  o.ssd_capacity_bytes = 4096 * kSmallExtentBytes;
+  o.segment_bytes = 16 * kSmallExtentBytes;
   std::vector<uint64_t> done;
-  ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 40, 20000, [](Store& store, uint64_t chain) {
-    const size_t blocks = 1 + chain % 7;
-    return store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain));
-  }, &done));
-  ASSERT_GT(done.size(), 5u);
-  auto store = OpenStore(o);
-  ASSERT_TRUE(store);
-  for (uint64_t chain : done) {
-    ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, chain, 1 + chain % 7));
-  }
+  std::unique_ptr<Store> store;
+  ASSERT_NO_FATAL_FAILURE(KillDuringPuts(o, dir.Sub("progress"), &done, &store));
+  for (uint64_t chain : done) ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, chain, KilledChainBlocks(chain)));
   // The put in flight at the kill may be partly there: whatever hits is right.
   const uint64_t next = done.back() + 1;
-  const size_t blocks = 1 + next % 7;
+  const size_t blocks = KilledChainBlocks(next);
   std::vector<std::byte> got;
   uint32_t hit = RestoreAll(*store, ChainKeys(next, blocks), &got);
   auto want = Payload(*store, blocks, next);
@@ -113,16 +89,16 @@ TEST(RecoveryTest, KillDashNineDuringWritesLosesOnlyUnfinishedPuts) {
 Status PutWithGarbage(Store& store, uint64_t chain) {
   const size_t blocks = 1 + chain % 4;
   const uint64_t scratch = 1000000 + chain;
-  FLATKV_RETURN_IF_ERROR(store.Put(scratch, ChainKeys(scratch, 8), Payload(store, 8, scratch)));
+  FLATKV_RETURN_IF_ERROR(PutChain(store, scratch, scratch, 8));
   FLATKV_RETURN_IF_ERROR(store.DropSession(scratch));
-  return store.Put(chain, ChainKeys(chain, blocks), Payload(store, blocks, chain));
+  return PutChain(store, chain, chain, blocks);
 }
 
 // A roomy SSD-only store whose manifest is checkpointed past `checkpoint_bytes`.
 StoreOptions Checkpointing(const std::string& dir, uint64_t checkpoint_bytes) {
-  auto o = SsdOnly(dir);
-  o.ssd_capacity_bytes = 4096ull * 4 * 16384 * 5;
-  o.segment_bytes = 16ull * 4 * 16384 * 5;
+  auto o = SsdOnlyOptions(dir, 64);
+  o.ssd_capacity_bytes = 4096 * kSmallExtentBytes;
+  o.segment_bytes = 16 * kSmallExtentBytes;
   o.manifest_checkpoint_bytes = checkpoint_bytes;
   return o;
 }
@@ -175,11 +151,11 @@ TEST(RecoveryTest, KillDashNineDuringOnlineCheckpointsLosesNothingAcknowledged) 
 
 TEST(RecoveryTest, MissingSegmentMakesItsBlocksMisses) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
-  o.segment_bytes = 2ull * 4 * 16384 * 5;  // two extents (8 blocks) per segment
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
+  o.segment_bytes = 2 * kSmallExtentBytes;  // two extents (8 blocks) per segment
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 16), Payload(*store, 16, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 16).ok());
   }
   ASSERT_TRUE(std::filesystem::remove(dir.Sub("ssd") + "/seg-000001.dat"));
   auto store = OpenStore(o);
@@ -196,10 +172,10 @@ TEST(RecoveryTest, MissingSegmentMakesItsBlocksMisses) {
 
 TEST(RecoveryTest, CorruptedBytesOnDiskAreDetectedAndBecomeMisses) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
   }
   // Block 2, layer 3 of the first extent: offset 3 * layer_stride + 2 * slot_stride.
   const uint64_t off = 3ull * 4 * 16384 + 2ull * 16384 + 100;
@@ -239,9 +215,9 @@ void CorruptSumsEntry(const std::string& dir, uint64_t entry, uint64_t byte_in_e
 // bytes, and the block leaves the index.
 TEST(RecoveryTest, CorruptSumsEntryBecomesAMiss) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
   ASSERT_NO_FATAL_FAILURE(CorruptSumsEntry(dir.Sub("ssd"), 2 * 5 + 3, 0));  // block 2, layer 3
   std::vector<std::byte> got;
   EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 2u);
@@ -258,10 +234,10 @@ TEST(RecoveryTest, CorruptSumsEntryBecomesAMiss) {
 TEST(RecoveryTest, CorruptCodedSumsEntryBecomesAMiss) {
   for (uint64_t byte : {8u, 12u, 15u}) {  // offset, length low byte, length high byte
     TempDir dir;
-    auto o = SsdOnly(dir.Sub("ssd"));
+    auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
     o.codec = MakeCodec("raw").value();
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
     ASSERT_NO_FATAL_FAILURE(CorruptSumsEntry(dir.Sub("ssd"), 1 * 5 + 2, byte));  // block 1, layer 2
     std::vector<std::byte> got;
     const uint32_t hit = RestoreAll(*store, ChainKeys(1, 4), &got);
@@ -278,11 +254,11 @@ TEST(RecoveryTest, CorruptCodedSumsEntryBecomesAMiss) {
 TEST(RecoveryTest, SumsTableIsRebuiltFromTheManifestOnOpen) {
   for (bool coded : {false, true}) {
     TempDir dir;
-    auto o = SsdOnly(dir.Sub("ssd"));
+    auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
     if (coded) o.codec = MakeCodec("raw").value();
     {
       auto store = OpenStore(o);
-      ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+      ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
     }
     const std::string sums = dir.Sub("ssd") + "/sums-000000.dat";
     ASSERT_TRUE(std::filesystem::exists(sums));
@@ -306,10 +282,10 @@ TEST(RecoveryTest, SumsTableIsRebuiltFromTheManifestOnOpen) {
 
 TEST(RecoveryTest, TornManifestTailIsCutOff) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 6), Payload(*store, 6, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 6).ok());
   }
   {
     FILE* f = std::fopen((dir.Sub("ssd") + "/MANIFEST").c_str(), "ab");
@@ -318,10 +294,8 @@ TEST(RecoveryTest, TornManifestTailIsCutOff) {
     std::fclose(f);
   }
   auto store = OpenStore(o);
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 6), &got), 6u);
-  EXPECT_TRUE(got == Payload(*store, 6, 1));
-  ASSERT_TRUE(store->Put(2, ChainKeys(2, 2), Payload(*store, 2, 2)).ok());
+  EXPECT_TRUE(RestoresChain(*store, 1, 6));
+  ASSERT_TRUE(PutChain(*store, 2, 2, 2).ok());
   store.reset();
   store = OpenStore(o);
   EXPECT_EQ(store->Match(ChainKeys(2, 2)), 2u);
@@ -333,7 +307,7 @@ TEST(RecoveryTest, GarbageManifestIsAnErrorNotACrash) {
   FILE* f = std::fopen((dir.Sub("ssd") + "/MANIFEST").c_str(), "wb");
   std::fputs("this is not a manifest", f);
   std::fclose(f);
-  auto s = Store::Open(SsdOnly(dir.Sub("ssd")));
+  auto s = Store::Open(SsdOnlyOptions(dir.Sub("ssd"), 64));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), Code::kCorruption);
   EXPECT_NE(s.status().message().find("MANIFEST"), std::string::npos) << s.status().ToString();
@@ -347,10 +321,10 @@ namespace {
 
 TEST(RecoveryTest, ReadOnlyOpenWritesNothing) {
   TempDir dir;
-  auto o = SsdOnly(dir.Sub("ssd"));
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
   }
   const std::string manifest = dir.Sub("ssd") + "/MANIFEST";
   {
@@ -366,10 +340,8 @@ TEST(RecoveryTest, ReadOnlyOpenWritesNothing) {
   ro.ssd_capacity_bytes = o.ssd_capacity_bytes;
   {
     auto store = OpenStore(ro);
-    std::vector<std::byte> got;
-    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 8), &got), 8u);
-    EXPECT_TRUE(got == Payload(*store, 8, 1));
-    EXPECT_EQ(store->Put(2, ChainKeys(2, 1), Payload(*store, 1, 2)).code(), Code::kFailedPrecondition);
+    EXPECT_TRUE(RestoresChain(*store, 1, 8));
+    EXPECT_EQ(PutChain(*store, 2, 2, 1).code(), Code::kFailedPrecondition);
     EXPECT_EQ(store->DropSession(1).code(), Code::kFailedPrecondition);
     EXPECT_TRUE(store->Close().ok());
   }

@@ -24,16 +24,7 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::ManifestVersion;
-using testing::OpenStore;
-using testing::Payload;
-using testing::PutUntilKilled;
-using testing::RestoreAll;
-using testing::RestoreInto;
-using testing::SmallOptions;
-using testing::TempDir;
-using testing::ZeroRunCodec;
+using namespace flatkv::testing;
 
 // zrle that writes an undecodable token for one slice (layer 1 of the
 // block at `bad_position`), as a codec bug or an unchecked corruption would.
@@ -182,7 +173,7 @@ TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
 TEST(StoreCodecTest, KillDashNineDuringCodedPutsLosesOnlyUnfinishedPuts) {
   TempDir dir;
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
-  o.ssd_capacity_bytes = 1024ull * 4 * 16384 * 5;
+  o.ssd_capacity_bytes = 1024 * kSmallExtentBytes;
   o.codec = std::make_shared<ZeroRunCodec>();
   std::vector<uint64_t> done;
   ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 30, 15000, [](Store& store, uint64_t chain) {
@@ -212,7 +203,7 @@ TEST(StoreCodecTest, RawAndCodedExtentsShareOneLog) {
   o.sized_extents = false;  // fixed extents: the log is only as new as its records need (sized: version 5 from the start)
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
     EXPECT_EQ(store->Stats().ssd.stored_bytes, 4 * store->BlockBytes());
     ASSERT_TRUE(store->Close().ok());
   }
@@ -231,7 +222,7 @@ TEST(StoreCodecTest, RawAndCodedExtentsShareOneLog) {
 TEST(StoreCodecTest, ASessionSwitchingCodecsRestoresAcrossThem) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
-  o.session_dram_share_bytes = 4ull * 16384 * 5;  // one DRAM extent, then SSD
+  o.session_dram_share_bytes = kSmallExtentBytes;  // one DRAM extent, then SSD
   auto zrle = std::make_shared<ZeroRunCodec>();
   auto store = OpenStore(o);
   const size_t n = 20;
@@ -344,7 +335,7 @@ TEST(StoreCodecTest, ABlockTooLargeForAnExtentIsAClearError) {
   o.dram_extent_layer_bytes = 16384;  // one raw block per extent: an incompressible zrle slice is larger
   o.codec = std::make_shared<ZeroRunCodec>();
   auto store = OpenStore(o);
-  Status s = store->Put(1, ChainKeys(1, 1), Payload(*store, 1, 1));
+  Status s = PutChain(*store, 1, 1, 1);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("layer region"), std::string::npos) << s.ToString();
   EXPECT_EQ(store->Match(ChainKeys(1, 1)), 0u);
@@ -352,9 +343,8 @@ TEST(StoreCodecTest, ABlockTooLargeForAnExtentIsAClearError) {
 
 TEST(StoreCodecTest, InjectedReadFaultsAreCleanMissesAndDropTheBlocksRead) {
   TempDir dir;
-  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
-  o.ssd_engine = engine;
+  auto engine = InjectFaults(&o);
   o.codec = std::make_shared<ZeroRunCodec>();
   auto store = OpenStore(o);
   auto keys = ChainKeys(1, 8);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -16,11 +17,38 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
+
+// What the threads of a concurrency test count: wrong answers and hit blocks.
+struct Tally {
+  std::atomic<int> wrong{0}, hits{0};
+  // A put under contention may find no space; any other error is wrong.
+  void Put(const Status& st) {
+    if (!st.ok() && st.code() != Code::kNoSpace) { wrong++; ADD_FAILURE() << st.ToString(); }
+  }
+  // The restored blocks count as hits and must be a prefix of `data`.
+  void Restored(uint32_t blocks, const std::vector<std::byte>& got, const std::vector<std::byte>& data) {
+    hits += blocks;
+    if (!std::equal(got.begin(), got.end(), data.begin())) wrong++;
+  }
+};
+
+// Runs `body(t)` for t = 0..3 on threads of their own and waits for them.
+void OnFourThreads(const std::function<void(int t)>& body) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back(body, t);
+  for (auto& th : threads) th.join();
+}
+
+// After the threads: nothing wrong, something hit, and both media within
+// their capacity.
+void ExpectRightWithinCapacity(Store& store, const Tally& tally) {
+  EXPECT_EQ(tally.wrong.load(), 0);
+  EXPECT_GT(tally.hits.load(), 0);
+  StoreStats st = store.Stats();
+  EXPECT_LE(st.dram.used_bytes, st.dram.capacity_bytes);
+  EXPECT_LE(st.ssd.used_bytes, st.ssd.capacity_bytes);
+}
 
 TEST(StoreConcurrencyTest, ConcurrentPutsAndRestoresSeeOnlyCorrectBytes) {
   TempDir dir;
@@ -29,32 +57,22 @@ TEST(StoreConcurrencyTest, ConcurrentPutsAndRestoresSeeOnlyCorrectBytes) {
   auto s = Store::Open(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Store& store = *s.value();
-  std::atomic<int> wrong{0}, hits{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 30; ++i) {
-        const uint64_t chain = (t * 7 + i) % 12;  // chains overlap across threads
-        const size_t blocks = 1 + chain % 6;
-        auto keys = ChainKeys(chain, blocks);
-        auto data = Payload(store, blocks, chain);
-        Status st = store.Put(chain % 5, keys, data);
-        if (!st.ok() && st.code() != Code::kNoSpace) { wrong++; ADD_FAILURE() << st.ToString(); }
-        std::vector<std::byte> got;
-        uint32_t n = RestoreAll(store, keys, &got);
-        hits += n;
-        if (!std::equal(got.begin(), got.end(), data.begin())) wrong++;
-        if (i % 10 == 9) (void)store.DropSession(chain % 5);
-        (void)store.Stats();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(wrong.load(), 0);
-  EXPECT_GT(hits.load(), 0);
-  StoreStats st = store.Stats();
-  EXPECT_LE(st.dram.used_bytes, st.dram.capacity_bytes);
-  EXPECT_LE(st.ssd.used_bytes, st.ssd.capacity_bytes);
+  Tally tally;
+  OnFourThreads([&](int t) {
+    for (int i = 0; i < 30; ++i) {
+      const uint64_t chain = (t * 7 + i) % 12;  // chains overlap across threads
+      const size_t blocks = 1 + chain % 6;
+      auto keys = ChainKeys(chain, blocks);
+      auto data = Payload(store, blocks, chain);
+      tally.Put(store.Put(chain % 5, keys, data));
+      std::vector<std::byte> got;
+      const uint32_t n = RestoreAll(store, keys, &got);
+      tally.Restored(n, got, data);
+      if (i % 10 == 9) (void)store.DropSession(chain % 5);
+      (void)store.Stats();
+    }
+  });
+  ExpectRightWithinCapacity(store, tally);
 }
 
 // The same with coded blocks: each chain is put raw, with a fixed-size or
@@ -71,39 +89,31 @@ TEST(StoreConcurrencyTest, ConcurrentCodedPutsAndRestoresSeeOnlyCorrectBytes) {
   Store& store = *s.value();
   const std::shared_ptr<const Codec> codecs[] = {nullptr, std::shared_ptr<const Codec>(MakeCodec("raw").value()),
                                                  std::make_shared<testing::ZeroRunCodec>()};
-  std::atomic<int> wrong{0}, hits{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 24; ++i) {
-        const uint64_t chain = (t * 5 + i) % 10;
-        const size_t blocks = 1 + chain % 6;
-        auto keys = ChainKeys(chain, blocks);
-        auto data = Payload(store, blocks, chain);
-        for (size_t b = 0; b < data.size(); b += 3) data[b] = std::byte{0};  // something for zrle to remove
-        PutOptions po;
-        po.codec = codecs[(chain + i) % 3];
-        po.first_block = 0;
-        Status st = store.Put(chain % 4, keys, data, po);
-        if (!st.ok() && st.code() != Code::kNoSpace) { wrong++; ADD_FAILURE() << st.ToString(); }
-        std::vector<std::byte> got;
-        hits += RestoreAll(store, keys, &got);
-        if (!std::equal(got.begin(), got.end(), data.begin())) wrong++;
-        got.clear();
-        testing::RestoreInto(store, keys, i % 2 == 0, &got);
-        if (!std::equal(got.begin(), got.end(), data.begin())) wrong++;
-        if (i % 8 == 7) (void)store.DropSession(chain % 4);
-        (void)store.Stats();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(wrong.load(), 0);
-  EXPECT_GT(hits.load(), 0);
-  StoreStats st = store.Stats();
+  Tally tally;
+  OnFourThreads([&](int t) {
+    for (int i = 0; i < 24; ++i) {
+      const uint64_t chain = (t * 5 + i) % 10;
+      const size_t blocks = 1 + chain % 6;
+      auto keys = ChainKeys(chain, blocks);
+      auto data = Payload(store, blocks, chain);
+      for (size_t b = 0; b < data.size(); b += 3) data[b] = std::byte{0};  // something for zrle to remove
+      PutOptions po;
+      po.codec = codecs[(chain + i) % 3];
+      po.first_block = 0;
+      tally.Put(store.Put(chain % 4, keys, data, po));
+      std::vector<std::byte> got;
+      const uint32_t n = RestoreAll(store, keys, &got);
+      tally.Restored(n, got, data);
+      got.clear();
+      RestoreInto(store, keys, i % 2 == 0, &got);
+      tally.Restored(0, got, data);  // the bytes only: hits are RestoreAll's
+      if (i % 8 == 7) (void)store.DropSession(chain % 4);
+      (void)store.Stats();
+    }
+  });
+  const StoreStats st = store.Stats();
   EXPECT_EQ(st.checksum_failures + st.decode_failures, 0u);
-  EXPECT_LE(st.dram.used_bytes, st.dram.capacity_bytes);
-  EXPECT_LE(st.ssd.used_bytes, st.ssd.capacity_bytes);
+  ExpectRightWithinCapacity(store, tally);
 }
 
 // Concurrent coded puts into one session share its open extent: each
@@ -123,7 +133,7 @@ TEST(StoreConcurrencyTest, ConcurrentCodedPutsIntoOneExtentKeepTheirSums) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < 12; ++i) {
           const uint64_t chain = 100 + t * 12 + i;
-          if (!store.Put(1, ChainKeys(chain, 2), Payload(store, 2, chain)).ok()) wrong++;
+          if (!PutChain(store, 1, chain, 2).ok()) wrong++;
           std::vector<std::byte> got;
           if (RestoreAll(store, ChainKeys(chain, 2), &got) != 2 || got != Payload(store, 2, chain)) wrong++;
         }
@@ -131,9 +141,7 @@ TEST(StoreConcurrencyTest, ConcurrentCodedPutsIntoOneExtentKeepTheirSums) {
     for (auto& th : threads) th.join();
     EXPECT_EQ(wrong.load(), 0);
     for (uint64_t chain = 100; chain < 148; ++chain) {
-      std::vector<std::byte> got;
-      EXPECT_EQ(RestoreAll(store, ChainKeys(chain, 2), &got), 2u) << chain;
-      EXPECT_TRUE(got == Payload(store, 2, chain)) << chain;
+      EXPECT_TRUE(RestoresChain(store, chain, 2)) << chain;
     }
     EXPECT_EQ(store.Stats().checksum_failures + store.Stats().decode_failures, 0u);
   }
@@ -166,7 +174,7 @@ TEST(StoreConcurrencyTest, ASessionDroppedWhileItsCodedPutEncodesIsWholeAfterThe
   auto s = Store::Open(SmallOptions(dir.Sub("ssd"), 8, 64));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Store& store = *s.value();
-  ASSERT_TRUE(store.Put(1, ChainKeys(1, 4), Payload(store, 4, 1)).ok());
+  ASSERT_TRUE(PutChain(store, 1, 1, 4).ok());
   auto codec = std::make_shared<DroppingCodec>(&store, 1);
   PutOptions po;
   po.codec = codec;
@@ -174,10 +182,8 @@ TEST(StoreConcurrencyTest, ASessionDroppedWhileItsCodedPutEncodesIsWholeAfterThe
   ASSERT_TRUE(codec->dropped_status().ok()) << codec->dropped_status().ToString();
   EXPECT_EQ(store.Match(ChainKeys(1, 4)), 0u);  // dropped
   EXPECT_EQ(store.Match(ChainKeys(2, 4)), 4u);  // stored after the drop
-  ASSERT_TRUE(store.Put(1, ChainKeys(3, 2), Payload(store, 2, 3)).ok());
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(store, ChainKeys(2, 4), &got), 4u);
-  EXPECT_TRUE(got == Payload(store, 4, 2));
+  ASSERT_TRUE(PutChain(store, 1, 3, 2).ok());
+  EXPECT_TRUE(RestoresChain(store, 2, 4));
   EXPECT_EQ(store.Stats().sessions, 1u);
   ASSERT_TRUE(store.DropSession(1).ok());
   EXPECT_EQ(store.Stats().sessions, 0u);
@@ -188,9 +194,8 @@ TEST(StoreConcurrencyTest, ASessionDroppedWhileItsCodedPutEncodesIsWholeAfterThe
 // a DRAM hit still restores completely: the media have separate queues.
 TEST(StoreConcurrencyTest, DramHitsDoNotWaitBehindASaturatedSsdQueue) {
   TempDir dir;
-  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
-  o.ssd_engine = engine;
+  auto engine = InjectFaults(&o);
   auto s = Store::Open(o);
   ASSERT_TRUE(s.ok());
   Store& store = *s.value();
@@ -202,9 +207,7 @@ TEST(StoreConcurrencyTest, DramHitsDoNotWaitBehindASaturatedSsdQueue) {
   auto ssd_restore = store.StartRestore(ChainKeys(2, 16));
   ASSERT_TRUE(ssd_restore.ok());
   EXPECT_GT(engine->held(), 0u);
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(store, ChainKeys(1, 8), &got), 8u);  // would hang if DRAM shared the SSD queue
-  EXPECT_TRUE(got == Payload(store, 8, 1));
+  EXPECT_TRUE(RestoresChain(store, 1, 8));  // would hang if DRAM shared the SSD queue
   EXPECT_GT(engine->held(), 0u);  // the SSD restore is still stuck
   EXPECT_GE(store.Stats().ssd.queue_depth, 1u);
   engine->OpenGate();
@@ -215,18 +218,17 @@ TEST(StoreConcurrencyTest, DramHitsDoNotWaitBehindASaturatedSsdQueue) {
 // one is held at the gate, other calls that take the lock go on.
 TEST(StoreConcurrencyTest, WithSyncWritesNoFdatasyncRunsUnderTheStoreLock) {
   TempDir dir;
-  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
+  auto engine = InjectFaults(&o);
   o.sync_writes = true;
-  o.ssd_engine = engine;
   auto s = Store::Open(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Store& store = *s.value();
-  ASSERT_TRUE(store.Put(1, ChainKeys(1, 8), Payload(store, 8, 1)).ok());
+  ASSERT_TRUE(PutChain(store, 1, 1, 8).ok());
 
   engine->CloseGate(io::Op::kSync);
   Status put;
-  std::thread writer([&] { put = store.Put(2, ChainKeys(2, 4), Payload(store, 4, 2)); });  // a new extent: its record is synced
+  std::thread writer([&] { put = PutChain(store, 2, 2, 4); });  // a new extent: its record is synced
   for (int i = 0; i < 500 && engine->held() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GT(engine->held(), 0u);
   auto match = std::async(std::launch::async, [&] { return store.Match(ChainKeys(1, 8)); });

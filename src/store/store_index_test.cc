@@ -15,8 +15,7 @@
 namespace flatkv {
 namespace {
 
-using testing::OpenStore;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 // The heap, and the index tables it maps itself (huge pages) beside it.
 uint64_t HeapBytes() {

@@ -17,14 +17,7 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::OpenStore;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
-
-constexpr uint64_t kExtentBytes = 4ull * 16384 * 5;  // SmallOptions: 4 blocks x 5 layers x 16 KiB
+using namespace flatkv::testing;
 
 // Restores `keys` and counts the hit blocks each medium served.
 struct Served {
@@ -49,9 +42,7 @@ TEST(StorePlacementTest, EveryBlockHasAnSsdHomeAndItsDramCopyServesRestores) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   auto store = OpenStore(o);
   PutResult result;
-  PutOptions po;
-  po.result = &result;
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1), po).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 8, &result).ok());
   EXPECT_EQ(result.stored_blocks, 8u);
   EXPECT_EQ(result.dram_only_blocks, 0u);
   StoreStats st = store->Stats();
@@ -77,9 +68,9 @@ TEST(StorePlacementTest, CopiesAreReclaimedLeastRecentSessionFirstAndBlocksStayO
   o.session_dram_share_bytes = 1ull << 40;
   o.readmit_on_restore = false;
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());  // copies of both its extents
+  ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());  // copies of both its extents
   EXPECT_EQ(store->Stats().dram.blocks, 8u);
-  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());  // takes session 1's newest copy
+  ASSERT_TRUE(PutChain(*store, 2, 2, 4).ok());  // takes session 1's newest copy
   StoreStats st = store->Stats();
   EXPECT_EQ(st.dram.evicted_extents, 1u);
   EXPECT_EQ(st.dram.evicted_blocks, 4u);
@@ -92,7 +83,7 @@ TEST(StorePlacementTest, CopiesAreReclaimedLeastRecentSessionFirstAndBlocksStayO
   EXPECT_EQ(s.dram, 4u);
   EXPECT_EQ(s.ssd, 4u);
   // Session 1 is now the most recent: the next copy comes out of session 2's.
-  ASSERT_TRUE(store->Put(3, ChainKeys(3, 4), Payload(*store, 4, 3)).ok());
+  ASSERT_TRUE(PutChain(*store, 3, 3, 4).ok());
   s = RestoreFrom(*store, ChainKeys(2, 4), Payload(*store, 4, 2));
   EXPECT_EQ(s.blocks, 4u);
   EXPECT_TRUE(s.right);
@@ -106,10 +97,10 @@ TEST(StorePlacementTest, APutNeverWaitsForDramItGoesWithoutACopy) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 1, 16);
   o.session_dram_share_bytes = 1ull << 40;
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
   auto restore = store->StartRestore(ChainKeys(1, 4));  // pins the only copy
   ASSERT_TRUE(restore.ok());
-  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 2, 4).ok());
   EXPECT_EQ(store->Stats().dram.evicted_extents, 0u);
   EXPECT_EQ(restore.value()->Finish(), 4u);
   restore.value().reset();
@@ -127,7 +118,7 @@ TEST_P(StoreReadmitTest, ARestoreFromSsdReadmitsTheBlocksAsADramCopy) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 4, 16);
   // Coded, the 8 blocks take three extents (batches pack 4 KiB aligned): let
   // the session's share hold all of DRAM so every one of them gets a copy.
-  o.session_dram_share_bytes = 4 * kExtentBytes;
+  o.session_dram_share_bytes = 4 * kSmallExtentBytes;
   auto store = OpenStore(o);
   auto data = Payload(*store, 8, 1);
   for (size_t b = 0; b < data.size(); b += 5) data[b] = std::byte{0};  // something for the codec to remove
@@ -162,7 +153,7 @@ TEST_P(StoreReadmitTest, WithoutReadmitRestoresKeepReadingSsd) {
   PutOptions po;
   po.hint = PutHint::kOneShot;
   if (GetParam()) po.codec = std::make_shared<testing::ZeroRunCodec>();
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1), po).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 8, nullptr, po).ok());
   for (int i = 0; i < 2; ++i) {
     Served s = RestoreFrom(*store, ChainKeys(1, 8), Payload(*store, 8, 1));
     EXPECT_EQ(s.ssd, 8u);
@@ -177,10 +168,10 @@ INSTANTIATE_TEST_SUITE_P(RawAndCoded, StoreReadmitTest, ::testing::Values(false,
 TEST(StorePlacementTest, EachPutHintChangesPlacement) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 64);
-  o.session_dram_share_bytes = kExtentBytes;  // one extent's copy per session
+  o.session_dram_share_bytes = kSmallExtentBytes;  // one extent's copy per session
   auto store = OpenStore(o);
   auto copies = [&] { return store->Stats().dram.extents; };
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());  // kAuto: within the share
+  ASSERT_TRUE(PutChain(*store, 1, 1, 12).ok());  // kAuto: within the share
   EXPECT_EQ(copies(), 1u);
   ASSERT_TRUE(store->Put(2, ChainKeys(2, 12), Payload(*store, 12, 2), {PutHint::kHot}).ok());  // past it
   EXPECT_EQ(copies(), 4u);
@@ -199,7 +190,7 @@ TEST(StorePlacementTest, TheDerivedShareIsHalfOfDram) {
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
   o.session_dram_share_bytes = 0;  // derived: max(one extent, DRAM / 2) = 4 extents
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 24), Payload(*store, 24, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 24).ok());
   EXPECT_EQ(store->Stats().dram.extents, 4u);
 }
 
@@ -209,9 +200,7 @@ TEST(StorePlacementTest, FixedDramPlacementMakesDramOnlyBlocksBesideAnSsd) {
   o.placement = std::make_shared<FixedPlacement>(Medium::kDram);
   auto store = OpenStore(o);
   PutResult result;
-  PutOptions po;
-  po.result = &result;
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1), po).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4, &result).ok());
   EXPECT_EQ(result.dram_only_blocks, 4u);
   EXPECT_EQ(store->Stats().dram_only_blocks, 4u);
   EXPECT_EQ(store->Stats().ssd.blocks, 0u);
@@ -225,9 +214,8 @@ TEST(StorePlacementTest, FixedDramPlacementMakesDramOnlyBlocksBesideAnSsd) {
 // buffer waits for the earlier write.
 TEST(StoreDurabilityTest, DramCopiesAreVisibleBeforeTheSsdWriteAndTheBufferBoundsWhatIsInFlight) {
   TempDir dir;
-  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
-  o.ssd_engine = engine;
+  auto engine = InjectFaults(&o);
   o.sized_extents = false;  // the first puts create every extent the test writes into (a manifest write) before the gate closes
   auto store = OpenStore(o);
   o.ssd_write_buffer_bytes = store->BlockBytes();  // one block in flight
@@ -280,17 +268,16 @@ TEST(StoreDurabilityTest, DramCopiesAreVisibleBeforeTheSsdWriteAndTheBufferBound
 
 TEST(StoreDurabilityTest, AFailedSsdWriteLeavesTheBlocksMissesEvenWithADramCopy) {
   TempDir dir;
-  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 8, 64);
-  o.ssd_engine = engine;
+  auto engine = InjectFaults(&o);
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
-  ASSERT_TRUE(store->Put(2, ChainKeys(3, 1), Payload(*store, 1, 3)).ok());  // session 2's extent exists: no manifest write below
+  ASSERT_TRUE(PutChain(*store, 1, 1, 2).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 3, 1).ok());  // session 2's extent exists: no manifest write below
   io::FaultRule rule;
   rule.op = io::Op::kWrite;
   rule.count = 1;
   engine->AddRule(rule);
-  Status s = store->Put(2, ChainKeys(2, 2), Payload(*store, 2, 2));
+  Status s = PutChain(*store, 2, 2, 2);
   EXPECT_EQ(s.code(), Code::kIoError) << s.ToString();
   EXPECT_EQ(store->Match(ChainKeys(2, 2)), 0u);
   EXPECT_EQ(store->Match(ChainKeys(1, 2)), 2u);  // nothing stored before was lost
@@ -304,20 +291,18 @@ TEST(StoreEvictionTest, ASessionWhoseExtentsWereAllEvictedIsForgotten) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 2, 4);  // 4 SSD extents of 4 blocks
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
-  ASSERT_TRUE(store->Put(2, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());  // shares session 1's extent
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 1, 4).ok());  // shares session 1's extent
   EXPECT_EQ(store->Stats().sessions, 2u);
-  for (uint64_t s = 10; s < 30; ++s) ASSERT_TRUE(store->Put(s, ChainKeys(s, 4), Payload(*store, 4, s)).ok());
+  for (uint64_t s = 10; s < 30; ++s) ASSERT_TRUE(PutChain(*store, s, s, 4).ok());
   StoreStats st = store->Stats();
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
   EXPECT_GT(st.ssd.evicted_extents, 0u);
   EXPECT_EQ(st.sessions, 4u) << "one per extent the SSD holds";
   for (uint64_t s = 26; s < 30; ++s) EXPECT_EQ(store->Match(ChainKeys(s, 4)), 4u);
   EXPECT_EQ(store->DropSession(1).code(), Code::kNotFound);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 4u);
-  EXPECT_TRUE(got == Payload(*store, 4, 1));
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
+  EXPECT_TRUE(RestoresChain(*store, 1, 4));
   EXPECT_EQ(store->Stats().sessions, 4u);
 }
 
@@ -326,7 +311,7 @@ TEST(StoreEvictionTest, ASessionWhoseExtentsWereAllEvictedIsForgotten) {
 TEST(StoreEvictionTest, ADroppedSessionIsForgottenWhenItsLastPinnedExtentIsFreed) {
   TempDir dir;
   auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 2, 8));
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
   auto restore = store->StartRestore(ChainKeys(1, 4));
   ASSERT_TRUE(restore.ok()) << restore.status().ToString();
   ASSERT_TRUE(store->DropSession(1).ok());

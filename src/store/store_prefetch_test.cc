@@ -4,8 +4,6 @@
 // a store closed or destroyed with prefetches in flight waits for them.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <thread>
 
 #include "flatkv/store.h"
 #include "testing/test_util.h"
@@ -13,29 +11,12 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::OpenStore;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
-
-constexpr uint64_t kExtentBytes = 4ull * 16384 * 5;  // SmallOptions: 4 blocks x 5 layers x 16 KiB
-
-// Polls `done` for up to 10 s.
-template <typename F>
-bool Eventually(F done) {
-  for (int i = 0; i < 1000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
+using namespace flatkv::testing;
 
 TEST(StorePrefetchTest, SsdBlocksComeIntoDramAndTheNextRestoreReadsNoSsd) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 4, 16);
-  o.session_dram_share_bytes = 4 * kExtentBytes;
+  o.session_dram_share_bytes = 4 * kSmallExtentBytes;
   o.readmit_on_restore = false;  // prefetch re-admits regardless
   auto store = OpenStore(o);
   const auto data = Payload(*store, 8, 1);
@@ -79,9 +60,7 @@ TEST(StorePrefetchTest, EveryPrefetchThatFindsSsdBlocksRunsOrIsCountedSkipped) {
   EXPECT_GE(st.prefetches, 1u);
   // What was prefetched is still right wherever it is served from.
   for (int c = 1; c <= kChains; ++c) {
-    std::vector<std::byte> got;
-    EXPECT_EQ(RestoreAll(*store, ChainKeys(c, 2), &got), 2u);
-    EXPECT_TRUE(got == Payload(*store, 2, c)) << "chain " << c;
+    EXPECT_TRUE(RestoresChain(*store, c, 2)) << "chain " << c;
   }
   // Every prefetch that started finishes, and says so.
   EXPECT_TRUE(Eventually([&] { return store->Stats().prefetches_done == st.prefetches; }))
@@ -108,9 +87,7 @@ TEST(StorePrefetchTest, ClosingOrDestroyingWaitsForPrefetchesInFlight) {
   }
   auto store = OpenStore(o);
   for (int c = 1; c <= 4; ++c) {
-    std::vector<std::byte> got;
-    EXPECT_EQ(RestoreAll(*store, ChainKeys(c, 4), &got), 4u);
-    EXPECT_TRUE(got == Payload(*store, 4, c));
+    EXPECT_TRUE(RestoresChain(*store, c, 4));
   }
 }
 

@@ -13,12 +13,7 @@ namespace flatkv {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::ChainKeys;
-using testing::OpenStore;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 // A count, or 99999 for an error (so that a failure shows as a mismatch).
 uint32_t Or(const Result<uint32_t>& r) { return r.ok() ? *r : 99999u; }
@@ -34,14 +29,12 @@ TEST(StoreSessionsTest, TruncateReleasesTheTailAndThePutGoesOnFromTheCut) {
   TempDir dir;
   for (bool ssd : {true, false}) {
     auto store = OpenStore(SmallOptions(ssd ? dir.Sub("ssd") : "", 16, 64));
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 12).ok());
     auto released = store->TruncateSession(1, 6);
     ASSERT_TRUE(released.ok()) << released.status().ToString();
     EXPECT_EQ(*released, 6u) << ssd;
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 6u);
-    std::vector<std::byte> got;
-    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 6), &got), 6u);
-    EXPECT_TRUE(got == Payload(*store, 6, 1));
+    EXPECT_TRUE(RestoresChain(*store, 1, 6));
     EXPECT_EQ(store->Stats().truncated_blocks, 6u);
     // The agent's new history: the kept prefix (deduplicated) and a new tail.
     const auto keys = Rewritten(6, 9, 4);
@@ -70,8 +63,8 @@ TEST(StoreSessionsTest, TruncateKeepsBlocksAnotherSessionReferences) {
   TempDir dir;
   auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
   // Session 2 continues session 1's 8 blocks with 4 of its own.
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
-  ASSERT_TRUE(store->Put(2, ChainKeys(1, 12), Payload(*store, 12, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 1, 12).ok());
   // Session 1's blocks are referenced by session 2: they stay.
   EXPECT_EQ(Or(store->TruncateSession(1, 2)), 0u);
   EXPECT_EQ(store->Match(ChainKeys(1, 12)), 12u);
@@ -83,9 +76,7 @@ TEST(StoreSessionsTest, TruncateKeepsBlocksAnotherSessionReferences) {
   EXPECT_EQ(Or(store->TruncateSession(2, 4)), 0u);
   EXPECT_EQ(Or(store->TruncateSession(1, 4)), 4u);
   EXPECT_EQ(store->Match(ChainKeys(1, 8)), 4u);
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 4u);
-  EXPECT_TRUE(got == Payload(*store, 4, 1));
+  EXPECT_TRUE(RestoresChain(*store, 1, 4));
 }
 
 TEST(StoreSessionsTest, TruncationAndPositionsSurviveARestart) {
@@ -97,7 +88,7 @@ TEST(StoreSessionsTest, TruncationAndPositionsSurviveARestart) {
     StoreOptions reopen = o;
     {
       auto store = OpenStore(o);
-      ASSERT_TRUE(store->Put(1, ChainKeys(1, 10), Payload(*store, 10, 1)).ok());
+      ASSERT_TRUE(PutChain(*store, 1, 1, 10).ok());
       // A second session starting from session 1's first 2 blocks (shared),
       // so its own blocks begin at position 2.
       ASSERT_TRUE(store->Put(2, Rewritten(2, 7, 6), Payload(*store, 8, 2)).ok());
@@ -115,9 +106,7 @@ TEST(StoreSessionsTest, TruncationAndPositionsSurviveARestart) {
     // Positions came back from the log: session 2's own blocks sit at 2..7.
     EXPECT_EQ(Or(store->TruncateSession(2, 5)), 3u) << clean;
     EXPECT_EQ(store->Match(Rewritten(2, 7, 6)), 5u) << clean;
-    std::vector<std::byte> got;
-    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 5), &got), 5u);
-    EXPECT_TRUE(got == Payload(*store, 5, 1));
+    EXPECT_TRUE(RestoresChain(*store, 1, 5));
   }
 }
 
@@ -126,20 +115,20 @@ TEST(StoreSessionsTest, RetainedExtentsAreNotEvictedUntilTheirTtlEnds) {
   StoreOptions o = SmallOptions("", 8, 0);  // DRAM only: 8 extents of 4 blocks
   o.clock = [&] { return now; };
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
   EXPECT_EQ(Or(store->Retain(ChainKeys(1, 6), 10s)), 4u);  // the stored prefix
   EXPECT_EQ(store->Stats().retained_extents, 1u);
   // Other sessions fill DRAM many times over: session 1 stays.
   for (uint64_t s = 2; s < 30; ++s) {
     now += 100ms;
-    ASSERT_TRUE(store->Put(s, ChainKeys(s, 4), Payload(*store, 4, s)).ok()) << s;
+    ASSERT_TRUE(PutChain(*store, s, s, 4).ok()) << s;
   }
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 4u);
   EXPECT_GT(store->Stats().dram.evicted_extents, 0u);
   // Its ttl over, it is evicted like any other idle session.
   now += 10s;
   EXPECT_EQ(store->Stats().retained_extents, 0u);
-  for (uint64_t s = 30; s < 40; ++s) ASSERT_TRUE(store->Put(s, ChainKeys(s, 4), Payload(*store, 4, s)).ok());
+  for (uint64_t s = 30; s < 40; ++s) ASSERT_TRUE(PutChain(*store, s, s, 4).ok());
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
 }
 
@@ -147,18 +136,16 @@ TEST(StoreSessionsTest, RetainKeepsDramCopiesAndStopsAtHalfAMedium) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 4, 64);  // 4 DRAM extents: at most 2 retained
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
   ASSERT_EQ(store->Stats().dram.extents, 1u);  // its DRAM copy
   EXPECT_EQ(Or(store->Retain(ChainKeys(1, 4), 1h)), 4u);
-  for (uint64_t s = 2; s < 12; ++s) ASSERT_TRUE(store->Put(s, ChainKeys(s, 4), Payload(*store, 4, s)).ok());
+  for (uint64_t s = 2; s < 12; ++s) ASSERT_TRUE(PutChain(*store, s, s, 4).ok());
   const uint64_t read_before = store->Stats().ssd.bytes_read;
-  std::vector<std::byte> got;
-  EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 4u);
-  EXPECT_TRUE(got == Payload(*store, 4, 1));
+  EXPECT_TRUE(RestoresChain(*store, 1, 4));
   EXPECT_EQ(store->Stats().ssd.bytes_read, read_before);  // served from its DRAM copy
   // A second retained copy fits; a third would pass half of DRAM.
   EXPECT_EQ(Or(store->Retain(ChainKeys(11, 4), 1h)), 4u);
-  ASSERT_TRUE(store->Put(12, ChainKeys(12, 4), Payload(*store, 4, 12)).ok());
+  ASSERT_TRUE(PutChain(*store, 12, 12, 4).ok());
   EXPECT_EQ(Or(store->Retain(ChainKeys(12, 4), 1h)), 0u);
   EXPECT_EQ(store->Stats().retain_refused_blocks, 4u);
   // Released, the first frees its place.

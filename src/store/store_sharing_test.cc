@@ -12,22 +12,13 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::ManifestVersion;
-using testing::OpenStore;
-using testing::Payload;
-using testing::PutUntilKilled;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 // Session 2 continues session 1's chain: the first 8 blocks are session 1's.
 void PutShared(Store& store) {
-  ASSERT_TRUE(store.Put(1, ChainKeys(1, 8), Payload(store, 8, 1)).ok());
+  ASSERT_TRUE(PutChain(store, 1, 1, 8).ok());
   PutResult result;
-  PutOptions po;
-  po.result = &result;
-  ASSERT_TRUE(store.Put(2, ChainKeys(1, 12), Payload(store, 12, 1), po).ok());
+  ASSERT_TRUE(PutChain(store, 2, 1, 12, &result).ok());
   EXPECT_EQ(result.dedup_blocks, 8u);
   EXPECT_EQ(result.stored_blocks, 4u);
 }
@@ -40,9 +31,7 @@ TEST(StoreSharingTest, DropSessionFreesOnlyBlocksNoLiveSessionReferences) {
     PutShared(*store);
     EXPECT_EQ(store->Stats().shared_extents, 2u);
     ASSERT_TRUE(store->DropSession(1).ok());
-    std::vector<std::byte> got;
-    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 12), &got), 12u) << ssd;
-    EXPECT_TRUE(got == Payload(*store, 12, 1));
+    EXPECT_TRUE(RestoresChain(*store, 1, 12)) << ssd;
     EXPECT_EQ(store->Stats().sessions, 1u);
     ASSERT_TRUE(store->DropSession(2).ok());
     EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
@@ -68,12 +57,10 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
     std::filesystem::remove_all(dir.Sub("ssd"));
     {
       auto store = OpenStore(o);
-      ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+      ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
       EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 5u);  // sized extents: version 5 from the start
       PutResult result;
-      PutOptions po;
-      po.result = &result;
-      ASSERT_TRUE(store->Put(2, ChainKeys(1, 12), Payload(*store, 12, 1), po).ok());
+      ASSERT_TRUE(PutChain(*store, 2, 1, 12, &result).ok());
       EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 5u);
       if (clean) {
         ASSERT_TRUE(store->Close().ok());
@@ -104,16 +91,15 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
 TEST(StoreSharingTest, ACodedPutOfOnlySharedBlocksStartsAWholeSession) {
   TempDir dir;
   auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 8), Payload(*store, 8, 1)).ok());
+  ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
   PutResult result;
   PutOptions po;
   po.codec = std::shared_ptr<const Codec>(MakeCodec("raw").value());
-  po.result = &result;
-  ASSERT_TRUE(store->Put(2, ChainKeys(1, 8), Payload(*store, 8, 1), po).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 1, 8, &result, po).ok());
   EXPECT_EQ(result.dedup_blocks, 8u);
   EXPECT_EQ(result.stored_blocks, 0u);
   EXPECT_EQ(store->Stats().sessions, 2u);
-  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2), po).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 2, 4, &result, po).ok());
   ASSERT_TRUE(store->DropSession(1).ok());
   EXPECT_EQ(store->Match(ChainKeys(1, 8)), 8u);  // session 2 holds them now
   ASSERT_TRUE(store->DropSession(2).ok());
@@ -125,14 +111,12 @@ TEST(StoreSharingTest, ACodedPutOfOnlySharedBlocksStartsAWholeSession) {
 // eviction passes over a least recently used owner's shared extent.
 TEST(StoreSharingTest, EvictionCountsAnExtentForItsMostRecentHolder) {
   TempDir dir;
-  StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 4);
-  o.dram_capacity_bytes = 0;
-  auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
-  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());
-  ASSERT_TRUE(store->Put(3, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());  // references session 1's extent
-  ASSERT_TRUE(store->Put(4, ChainKeys(4, 8), Payload(*store, 8, 4)).ok());  // the SSD is full
-  ASSERT_TRUE(store->Put(5, ChainKeys(5, 4), Payload(*store, 4, 5)).ok());  // one extent must go
+  auto store = OpenStore(SsdOnlyOptions(dir.Sub("ssd"), 4));
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 2, 4).ok());
+  ASSERT_TRUE(PutChain(*store, 3, 1, 4).ok());  // references session 1's extent
+  ASSERT_TRUE(PutChain(*store, 4, 4, 8).ok());  // the SSD is full
+  ASSERT_TRUE(PutChain(*store, 5, 5, 4).ok());  // one extent must go
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 4u);  // session 1 is the least recent, but session 3 holds it
   EXPECT_EQ(store->Match(ChainKeys(2, 4)), 0u);
   EXPECT_EQ(store->Match(ChainKeys(5, 4)), 4u);
@@ -145,22 +129,18 @@ TEST(StoreAdmissionTest, OnReuseKeepsASessionInDramUntilARestoreHitsIt) {
   {
     auto store = OpenStore(o);
     PutResult result;
-    PutOptions po;
-    po.result = &result;
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1), po).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 4, &result).ok());
     EXPECT_EQ(result.dram_only_blocks, 4u);
-    ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2), po).ok());
+    ASSERT_TRUE(PutChain(*store, 2, 2, 4, &result).ok());
     EXPECT_EQ(result.dram_only_blocks, 4u);
     StoreStats st = store->Stats();
     EXPECT_EQ(st.dram_only_blocks, 8u);
     EXPECT_EQ(st.ssd.blocks, 0u);
     EXPECT_EQ(st.ssd.bytes_written, 0u);
     // Session 1 is reused: its blocks go to their SSD home, later puts write through.
-    std::vector<std::byte> got;
-    EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 4), &got), 4u);
-    EXPECT_TRUE(got == Payload(*store, 4, 1));
+    EXPECT_TRUE(RestoresChain(*store, 1, 4));
     EXPECT_EQ(store->Stats().ssd.blocks, 4u);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 6), Payload(*store, 6, 1), po).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 6, &result).ok());
     EXPECT_EQ(result.stored_blocks, 2u);
     EXPECT_EQ(result.dram_only_blocks, 0u);
     st = store->Stats();
@@ -179,8 +159,8 @@ TEST(StoreAdmissionTest, OnReuseLosesDramOnlyBlocksWhenTheirCopyIsReclaimed) {
   o.ssd_admission = SsdAdmission::kOnReuse;
   o.session_dram_share_bytes = 1ull << 40;
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(1, ChainKeys(1, 4), Payload(*store, 4, 1)).ok());
-  ASSERT_TRUE(store->Put(2, ChainKeys(2, 4), Payload(*store, 4, 2)).ok());  // takes session 1's copy
+  ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 2, 4).ok());  // takes session 1's copy
   EXPECT_EQ(store->Match(ChainKeys(1, 4)), 0u);
   EXPECT_EQ(store->Match(ChainKeys(2, 4)), 4u);
   EXPECT_EQ(store->Stats().dram_only_lost_blocks, 4u);
@@ -190,22 +170,12 @@ TEST(StoreAdmissionTest, OnReuseLosesDramOnlyBlocksWhenTheirCopyIsReclaimed) {
 TEST(StoreDurabilityTest, KillDashNineWithTheDramTierOnLosesNoAcknowledgedBlock) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 16, 4096);
-  o.segment_bytes = 16ull * 4 * 16384 * 5;
+  o.segment_bytes = 16 * kSmallExtentBytes;
   std::vector<uint64_t> done;
-  ASSERT_NO_FATAL_FAILURE(PutUntilKilled(o, dir.Sub("progress"), 40, 20000, [](Store& store, uint64_t chain) {
-    const size_t blocks = 1 + chain % 7;
-    return store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain));
-  }, &done));
-  ASSERT_GT(done.size(), 5u);
-  auto store = OpenStore(o);
-  ASSERT_TRUE(store);
+  std::unique_ptr<Store> store;
+  ASSERT_NO_FATAL_FAILURE(KillDuringPuts(o, dir.Sub("progress"), &done, &store));
   EXPECT_EQ(store->Stats().dram.blocks, 0u);  // the copies died with the process; the homes serve
-  for (uint64_t chain : done) {
-    const size_t blocks = 1 + chain % 7;
-    std::vector<std::byte> got;
-    ASSERT_EQ(RestoreAll(*store, ChainKeys(chain, blocks), &got), blocks) << "chain " << chain;
-    ASSERT_TRUE(got == Payload(*store, blocks, chain)) << "chain " << chain;
-  }
+  for (uint64_t chain : done) ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, chain, KilledChainBlocks(chain)));
   EXPECT_EQ(store->Stats().checksum_failures, 0u);
 }
 

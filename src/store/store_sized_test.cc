@@ -15,20 +15,13 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::ExpectChain;
-using testing::OpenStore;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 constexpr uint64_t kSlotBytes = 16384ull * 5;  // SmallOptions: one block slot over 5 layers
 
 // SmallOptions with extents of up to 64 blocks (1 MiB per layer) and no DRAM.
 StoreOptions Wide(const std::string& dir, uint64_t ssd_blocks) {
-  StoreOptions o = SmallOptions(dir, 0, 0);
-  o.dram_capacity_bytes = 0;
+  StoreOptions o = SsdOnlyOptions(dir, 0);
   o.ssd_extent_layer_bytes = 1 << 20;
   o.segment_bytes = 128 * kSlotBytes;
   o.ssd_capacity_bytes = ssd_blocks * kSlotBytes;
@@ -42,7 +35,7 @@ TEST(StoreSizedTest, AShortSessionTakesItsBlocksNotAWholeExtent) {
     StoreOptions o = Wide(dir.Sub("ssd"), 4096);
     o.sized_extents = sized;
     auto store = OpenStore(o);
-    for (uint64_t s = 1; s <= 40; ++s) ASSERT_TRUE(store->Put(s, ChainKeys(s, 3), Payload(*store, 3, s)).ok());
+    for (uint64_t s = 1; s <= 40; ++s) ASSERT_TRUE(PutChain(*store, s, s, 3).ok());
     const StoreStats st = store->Stats();
     EXPECT_EQ(st.ssd.extents, 40u);
     EXPECT_EQ(st.ssd.logical_bytes, 40 * 3 * kSlotBytes);
@@ -97,7 +90,7 @@ TEST(StoreSizedTest, SizedExtentsSurviveACleanRestartAndRecoveryClaimsTheirUnits
   EXPECT_EQ(st.ssd.used_bytes, blocks * kSlotBytes);  // each extent exactly its put
   for (auto [s, n] : sizes) ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, s, n));
   // New extents go where no recovered one lies.
-  for (uint64_t s = 100; s < 110; ++s) ASSERT_TRUE(store->Put(s, ChainKeys(s, 5), Payload(*store, 5, s)).ok());
+  for (uint64_t s = 100; s < 110; ++s) ASSERT_TRUE(PutChain(*store, s, s, 5).ok());
   for (auto [s, n] : sizes) ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, s, n));
   for (uint64_t s = 100; s < 110; ++s) ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, s, 5));
 }
@@ -108,11 +101,11 @@ TEST(StoreSizedTest, ADirectoryOfFixedExtentsKeepsThemWhenReopenedSized) {
   o.sized_extents = false;
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 3), Payload(*store, 3, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 3).ok());
   }
   o.sized_extents = true;
   auto store = OpenStore(o);
-  ASSERT_TRUE(store->Put(2, ChainKeys(2, 3), Payload(*store, 3, 2)).ok());
+  ASSERT_TRUE(PutChain(*store, 2, 2, 3).ok());
   EXPECT_EQ(store->Stats().ssd.used_bytes, 2 * 64 * kSlotBytes);
   EXPECT_EQ(testing::ManifestVersion(dir.Sub("ssd")), 4u);  // older builds still read it
   ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, 1, 3));
@@ -134,7 +127,7 @@ TEST(StoreSizedTest, RandomSessionSizesReuseFreedRunsAndNeverPassTheCapacity) {
     auto store = OpenStore(o);
     for (uint64_t s = 1; written < 3 * 600; ++s) {
       const size_t n = 1 + rng() % 40;
-      ASSERT_TRUE(store->Put(s, ChainKeys(s, n), Payload(*store, n, s)).ok()) << s;
+      ASSERT_TRUE(PutChain(*store, s, s, n).ok()) << s;
       sizes[s] = n;
       written += n;
       const StoreStats st = store->Stats();

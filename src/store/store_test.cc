@@ -13,12 +13,7 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::OpenStore;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 struct ShapeCase {
   const char* name;
@@ -223,7 +218,7 @@ TEST(StoreTest, BadOptionsGiveClearErrors) {
   o.placement = std::make_shared<FixedPlacement>(Medium::kSsd);
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 2).ok());
   }
   bad = o;
   bad.shape.kv_heads = 8;
@@ -248,11 +243,10 @@ TEST(StoreTest, ReadOnlyDirectoryIsRefused) {
 
 TEST(StoreTest, OpenAdoptsTheStoredShape) {
   TempDir dir;
-  auto o = SmallOptions(dir.Sub("ssd"), 0, 64);
-  o.dram_capacity_bytes = 0;
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
   {
     auto store = OpenStore(o);
-    ASSERT_TRUE(store->Put(1, ChainKeys(1, 2), Payload(*store, 2, 1)).ok());
+    ASSERT_TRUE(PutChain(*store, 1, 1, 2).ok());
   }
   StoreOptions adopt;
   adopt.dram_capacity_bytes = 0;
@@ -301,8 +295,7 @@ TEST(StoreTest, BufferedIoFallbackIsReportedInStats) {
     if (probe >= 0) ::close(probe);
     ::unlink(probe_path.c_str());
     {
-      StoreOptions o = testing::SmallOptions(dir, 0, 16);
-      o.dram_capacity_bytes = 0;
+      StoreOptions o = SsdOnlyOptions(dir, 16);
       o.use_direct_io = want_direct;
       auto store = Store::Open(o);
       ASSERT_TRUE(store.ok()) << store.status().ToString();

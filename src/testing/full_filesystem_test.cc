@@ -21,11 +21,7 @@
 namespace flatkv {
 namespace {
 
-using testing::ChainKeys;
-using testing::Payload;
-using testing::RestoreAll;
-using testing::SmallOptions;
-using testing::TempDir;
+using namespace flatkv::testing;
 
 constexpr uint64_t kImageBytes = 48ull << 20;
 constexpr int kMaxPuts = 4000;  // bounds the fill loop: 48 MiB holds about 150 sessions
@@ -67,8 +63,7 @@ class FullFilesystemTest : public ::testing::Test {
   }
 
   StoreOptions Options() const {
-    StoreOptions o = SmallOptions(mnt_ + "/ssd", 0, 4096);  // 1.25 GiB of capacity: far more than the filesystem
-    o.dram_capacity_bytes = 0;
+    StoreOptions o = SsdOnlyOptions(mnt_ + "/ssd", 4096);  // 1.25 GiB of capacity: far more than the filesystem
     return o;
   }
   uint64_t FreeBytes() const {
@@ -128,7 +123,7 @@ TEST_F(FullFilesystemTest, NoSpaceIsAClearErrorLosesNothingAndPassesOnceSpaceIsF
   // Space freed: puts succeed again, and everything survives a clean reopen.
   ASSERT_EQ(::unlink(filler.c_str()), 0);
   for (int i = 0; i < 8; ++i, ++next) {
-    Status st = store.Put(next, ChainKeys(next, 4), Payload(store, 4, next));
+    Status st = PutChain(store, next, next, 4);
     ASSERT_TRUE(st.ok()) << "put after freeing space: " << st.ToString();
     stored.push_back(next);
   }

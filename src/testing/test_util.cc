@@ -16,6 +16,7 @@
 #include <random>
 
 #include "common/aligned_buffer.h"
+#include "io/fault_injection.h"
 
 namespace flatkv::testing {
 
@@ -75,7 +76,7 @@ StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uin
   o.block_tokens = 64;
   o.dram_extent_layer_bytes = 64 << 10;          // 4 blocks per DRAM extent
   o.ssd_extent_layer_bytes = 64 << 10;           // 4 blocks per SSD extent
-  const uint64_t extent = 4ull * 16384 * 5;
+  const uint64_t extent = kSmallExtentBytes;
   o.dram_capacity_bytes = dram_extents * extent;
   if (!ssd_dir.empty()) {
     o.ssd_dirs = {ssd_dir};
@@ -84,6 +85,18 @@ StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uin
   }
   o.session_dram_share_bytes = 2 * extent;
   return o;
+}
+
+StoreOptions SsdOnlyOptions(const std::string& ssd_dir, uint64_t ssd_extents) {
+  StoreOptions o = SmallOptions(ssd_dir, 0, ssd_extents);
+  o.dram_capacity_bytes = 0;
+  return o;
+}
+
+std::shared_ptr<io::FaultInjectionEngine> InjectFaults(StoreOptions* options) {
+  auto engine = std::make_shared<io::FaultInjectionEngine>(std::shared_ptr<io::IoEngine>(io::MakeThreadPoolEngine(2)));
+  options->ssd_engine = engine;
+  return engine;
 }
 
 std::unique_ptr<Store> OpenStore(const StoreOptions& options) {
@@ -132,6 +145,34 @@ void PutUntilKilled(const StoreOptions& options, const std::string& progress, ui
   uint64_t c;
   while (std::fread(&c, sizeof(c), 1, f) == 1) done->push_back(c);
   std::fclose(f);
+}
+
+size_t KilledChainBlocks(uint64_t chain) { return 1 + chain % 7; }
+
+Status PutKilledChain(Store& store, uint64_t chain) {
+  const size_t blocks = KilledChainBlocks(chain);
+  return store.Put(chain % 5, ChainKeys(chain, blocks), Payload(store, blocks, chain));
+}
+
+void KillDuringPuts(const StoreOptions& options, const std::string& progress, std::vector<uint64_t>* done,
+                    std::unique_ptr<Store>* reopened) {
+  ASSERT_NO_FATAL_FAILURE(PutUntilKilled(options, progress, 40, 20000, PutKilledChain, done));
+  ASSERT_GT(done->size(), 5u);
+  *reopened = OpenStore(options);
+  ASSERT_TRUE(*reopened);
+}
+
+Status PutChain(Store& store, SessionId session, uint64_t chain, size_t blocks, PutResult* result, PutOptions po) {
+  if (result != nullptr) po.result = result;
+  return store.Put(session, ChainKeys(chain, blocks), Payload(store, blocks, chain), po);
+}
+
+::testing::AssertionResult RestoresChain(Store& store, uint64_t chain, size_t blocks) {
+  std::vector<std::byte> got;
+  const uint32_t n = RestoreAll(store, ChainKeys(chain, blocks), &got);
+  if (n != blocks) return ::testing::AssertionFailure() << "chain " << chain << ": " << n << " of " << blocks << " blocks";
+  if (got != Payload(store, blocks, chain)) return ::testing::AssertionFailure() << "chain " << chain << ": other bytes";
+  return ::testing::AssertionSuccess();
 }
 
 void ExpectChain(Store& store, uint64_t chain, size_t blocks) {

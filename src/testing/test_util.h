@@ -2,15 +2,23 @@
 // store configurations.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flatkv/keys.h"
 #include "flatkv/options.h"
 #include "flatkv/store.h"
+
+namespace flatkv::io {
+class FaultInjectionEngine;
+}  // namespace flatkv::io
 
 namespace flatkv::testing {
 
@@ -48,6 +56,14 @@ std::vector<BlockKey> ChainKeys(uint64_t chain_id, size_t blocks, uint32_t block
 // Options for a small DRAM + SSD store of the stories260K shape (5 layers,
 // 16 KiB per block-layer at 64 tokens), with capacities in extents.
 StoreOptions SmallOptions(const std::string& ssd_dir, uint64_t dram_extents, uint64_t ssd_extents);
+// The bytes of one extent of SmallOptions: 4 blocks x 5 layers x 16 KiB.
+inline constexpr uint64_t kSmallExtentBytes = 4ull * 16384 * 5;
+// SmallOptions without a DRAM tier: `ssd_extents` extents of SSD in `ssd_dir`.
+StoreOptions SsdOnlyOptions(const std::string& ssd_dir, uint64_t ssd_extents);
+
+// Sends `options`' SSD I/O through a fault-injecting engine over a pool of
+// two threads (io/fault_injection.h), which it returns.
+std::shared_ptr<io::FaultInjectionEngine> InjectFaults(StoreOptions* options);
 
 // Opens a store, failing the test (EXPECT) and returning null when it cannot.
 std::unique_ptr<Store> OpenStore(const StoreOptions& options);
@@ -65,6 +81,21 @@ uint32_t ManifestVersion(const std::string& dir);
 void PutUntilKilled(const StoreOptions& options, const std::string& progress, uint64_t min_done, uint32_t linger_us,
                     const std::function<Status(Store&, uint64_t chain)>& put, std::vector<uint64_t>* done);
 
+// The puts of the kill -9 tests: chain c, of KilledChainBlocks(c) = 1 + c % 7
+// blocks, by session c % 5.
+size_t KilledChainBlocks(uint64_t chain);
+Status PutKilledChain(Store& store, uint64_t chain);
+// PutUntilKilled with PutKilledChain (at least 40 chains, then 20 ms more),
+// more than 5 of them acknowledged, and the store reopened into `reopened`
+// (fatal failures; wrap in ASSERT_NO_FATAL_FAILURE).
+void KillDuringPuts(const StoreOptions& options, const std::string& progress, std::vector<uint64_t>* done,
+                    std::unique_ptr<Store>* reopened);
+
+// Puts chain `chain` (`blocks` blocks, ChainKeys/Payload) for `session`
+// with `po`, reporting into `result` where one is given.
+Status PutChain(Store& store, SessionId session, uint64_t chain, size_t blocks, PutResult* result = nullptr,
+                PutOptions po = {});
+
 // Restores `keys` fully, consuming every layer; returns the valid block
 // count and, if `out` is given, the bytes in Put's block-major layout.
 uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector<std::byte>* out);
@@ -73,10 +104,24 @@ uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector
 // all of it, byte for byte (fatal failures; wrap in ASSERT_NO_FATAL_FAILURE).
 void ExpectChain(Store& store, uint64_t chain, size_t blocks);
 
+// Whether chain `chain` (`blocks` blocks) restores whole, byte for byte:
+// the non-fatal ExpectChain, for EXPECT_TRUE.
+::testing::AssertionResult RestoresChain(Store& store, uint64_t chain, size_t blocks);
+
 // The same through a RestoreTarget: straight into a 4 KiB-aligned buffer
 // laid out layer-major (contiguous per layer, so SSD reads land in place)
 // or, with `block_major`, in Put's layout (scattered per layer, so SSD
 // reads go through the window). `out` gets Put's layout either way.
 uint32_t RestoreInto(Store& store, const std::vector<BlockKey>& keys, bool block_major, std::vector<std::byte>* out);
+
+// Polls `done` every 10 ms for up to 10 s; its last answer.
+template <typename F>
+bool Eventually(F done) {
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
 
 }  // namespace flatkv::testing

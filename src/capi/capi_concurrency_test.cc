@@ -8,18 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "capi/capi_test_util.h"
 #include "flatkv/flatkv.h"
 #include "service/test_server.h"
 
 namespace flatkv {
 namespace {
 
-std::string Err(flatkv_status* st) {
-  if (st == nullptr) return "";
-  std::string s = std::string(flatkv_code_name(flatkv_status_code(st))) + ": " + flatkv_status_message(st);
-  flatkv_status_destroy(st);
-  return s;
-}
+using capi_testing::Err;
 
 std::vector<flatkv_key> Keys(uint32_t first_token, uint64_t blocks, uint32_t block_tokens) {
   flatkv_namespace* ns = nullptr;

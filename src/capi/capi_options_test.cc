@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "capi/capi_internal.h"
+#include "capi/capi_test_util.h"
 #include "flatkv/flatkv.h"
 #include "flatkv/placement.h"
 #include "service/test_server.h"
@@ -15,13 +16,7 @@
 namespace flatkv {
 namespace {
 
-// Takes ownership of a status; "" when OK, else "Code: message".
-std::string Err(flatkv_status* st) {
-  if (st == nullptr) return "";
-  std::string s = std::string(flatkv_code_name(flatkv_status_code(st))) + ": " + flatkv_status_message(st);
-  flatkv_status_destroy(st);
-  return s;
-}
+using capi_testing::Err;
 
 // DefaultPlacement that remembers the hint of every extent it placed.
 class RecordingPlacement final : public PlacementPolicy {

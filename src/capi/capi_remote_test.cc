@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "capi/capi_test_util.h"
 #include "flatkv/flatkv.h"
 #include "service/test_server.h"
 
@@ -17,13 +18,7 @@ namespace {
 using service::testing::kTokenA;
 using service::testing::kTokenB;
 
-// Takes ownership of a status; "" when OK, else "Code: message".
-std::string Err(flatkv_status* st) {
-  if (st == nullptr) return "";
-  std::string s = std::string(flatkv_code_name(flatkv_status_code(st))) + ": " + flatkv_status_message(st);
-  flatkv_status_destroy(st);
-  return s;
-}
+using capi_testing::Err;
 
 class CapiRemoteTest : public ::testing::Test {
  protected:

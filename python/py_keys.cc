@@ -1,0 +1,93 @@
+// flatkv.Namespace (the keys of token chains and of chunks),
+// flatkv.chunk_session and flatkv.Rope.
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flatkv_py.h"
+
+namespace flatkv::python {
+
+Namespace::Namespace(const std::string& model_fingerprint, const std::string& adapter, const std::string& tenant,
+                     const std::string& hash, uint64_t seed) {
+  flatkv_hash_kind kind;
+  if (hash == "xxh3")
+    kind = FLATKV_HASH_XXH3;
+  else if (hash == "sha256")
+    kind = FLATKV_HASH_SHA256;
+  else
+    throw py::value_error("hash must be \"xxh3\" or \"sha256\", got \"" + hash + "\"");
+  Check(flatkv_namespace_create(kind, seed, model_fingerprint.c_str(), adapter.c_str(), tenant.c_str(), &ns_));
+}
+
+py::array_t<uint64_t> Namespace::Keys(const py::object& tokens_obj, uint32_t block_tokens,
+                                      const py::object& parent) const {
+  const std::vector<uint32_t> tokens = ToTokens(tokens_obj);
+  std::optional<flatkv_key> p;
+  if (!parent.is_none()) {
+    auto k = ToKeys(parent);
+    if (k.size() != 1) throw py::value_error("parent must be one key, shape (1, 2) or (2,)");
+    p = k[0];
+  }
+  std::vector<flatkv_key> keys(block_tokens ? tokens.size() / block_tokens : 0);
+  uint64_t n = 0;
+  flatkv_status* st;
+  {
+    py::gil_scoped_release release;
+    st = flatkv_namespace_keys(ns_, p ? &*p : nullptr, tokens.data(), tokens.size(), block_tokens, keys.data(),
+                               keys.size(), &n);
+  }
+  Check(st);
+  keys.resize(n);
+  return FromKeys(keys);
+}
+
+py::array_t<uint64_t> Namespace::ChunkKeys(const py::object& tokens_obj, uint32_t block_tokens) const {
+  const std::vector<uint32_t> tokens = ToTokens(tokens_obj);
+  std::vector<flatkv_key> keys(block_tokens ? (tokens.size() + block_tokens - 1) / block_tokens : 0);
+  uint64_t n = 0;
+  flatkv_status* st;
+  {
+    py::gil_scoped_release release;
+    st = flatkv_namespace_chunk_keys(ns_, tokens.data(), tokens.size(), block_tokens, keys.data(), keys.size(), &n);
+  }
+  Check(st);
+  keys.resize(n);
+  return FromKeys(keys);
+}
+
+void BindKeys(py::module_& m) {
+  py::class_<Namespace>(m, "Namespace", "Key namespace: hash kind, seed, model fingerprint, adapter, tenant.")
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&, uint64_t>(),
+           py::arg("model_fingerprint") = "", py::arg("adapter") = "", py::arg("tenant") = "",
+           py::arg("hash") = "xxh3", py::arg("seed") = FLATKV_DEFAULT_HASH_SEED)
+      .def_property_readonly("digest", &Namespace::Digest, "The parent key of every chain, shape (1, 2).")
+      .def("keys", &Namespace::Keys, py::arg("tokens"), py::arg("block_tokens"), py::arg("parent") = py::none(),
+           "Keys (uint64 array, shape (n, 2)) of the full blocks of `tokens`, chained from `parent` "
+           "(default: the namespace digest).")
+      .def("chunk_keys", &Namespace::ChunkKeys, py::arg("tokens"), py::arg("block_tokens"),
+           "Chunk keys (shape (ceil(n / block_tokens), 2)) of a chunk's tokens: position-independent, the "
+           "trailing partial block included (docs/blend.md).");
+
+  m.def("chunk_session", [](const py::object& key) {
+        auto k = ToKeys(key);
+        if (k.size() != 1) throw py::value_error("key must be one key, shape (1, 2) or (2,)");
+        return flatkv_chunk_session(k[0]);
+      }, py::arg("first_chunk_key"), "The session a chunk is stored under (drop_session frees it).");
+
+  py::class_<Rope>(m, "Rope", "How a model applies RoPE to keys: theta, rotary_dim (0: the whole head), "
+                              "style \"interleaved\" (llama2.c, Meta llama) or \"neox\" (Hugging Face / vLLM llama).")
+      .def(py::init([](double theta, uint32_t rotary_dim, const std::string& style) {
+             ToEnum(py::str(style), "style", kRopeStyles);
+             return Rope{theta, rotary_dim, style};
+           }),
+           py::arg("theta") = 10000.0, py::arg("rotary_dim") = 0, py::arg("style") = "interleaved")
+      .def_readonly("theta", &Rope::theta)
+      .def_readonly("rotary_dim", &Rope::rotary_dim)
+      .def_readonly("style", &Rope::style);
+}
+
+}  // namespace flatkv::python

@@ -27,36 +27,33 @@ std::vector<BlockKey> Rewritten(size_t keep, uint64_t other, size_t tail) {
 
 TEST(StoreSessionsTest, TruncateReleasesTheTailAndThePutGoesOnFromTheCut) {
   TempDir dir;
-  for (bool ssd : {true, false}) {
-    auto store = OpenStore(SmallOptions(ssd ? dir.Sub("ssd") : "", 16, 64));
-    ASSERT_TRUE(PutChain(*store, 1, 1, 12).ok());
-    auto released = store->TruncateSession(1, 6);
+  OnBothTiers(dir, 16, 64, [&](Store& store, bool ssd) {
+    ASSERT_TRUE(PutChain(store, 1, 1, 12).ok());
+    auto released = store.TruncateSession(1, 6);
     ASSERT_TRUE(released.ok()) << released.status().ToString();
     EXPECT_EQ(*released, 6u) << ssd;
-    EXPECT_EQ(store->Match(ChainKeys(1, 12)), 6u);
-    EXPECT_TRUE(RestoresChain(*store, 1, 6));
-    EXPECT_EQ(store->Stats().truncated_blocks, 6u);
+    EXPECT_EQ(store.Match(ChainKeys(1, 12)), 6u);
+    EXPECT_TRUE(RestoresChain(store, 1, 6));
+    EXPECT_EQ(store.Stats().truncated_blocks, 6u);
     // The agent's new history: the kept prefix (deduplicated) and a new tail.
     const auto keys = Rewritten(6, 9, 4);
     PutResult result;
     PutOptions po;
     po.result = &result;
-    ASSERT_TRUE(store->Put(1, keys, Payload(*store, 10, 1), po).ok());
+    ASSERT_TRUE(store.Put(1, keys, Payload(store, 10, 1), po).ok());
     EXPECT_EQ(result.dedup_blocks, 6u);
-    EXPECT_EQ(store->Match(keys), 10u);
-    released = store->TruncateSession(1, 8);
+    EXPECT_EQ(store.Match(keys), 10u);
+    released = store.TruncateSession(1, 8);
     ASSERT_TRUE(released.ok());
     EXPECT_EQ(*released, 2u);
-    EXPECT_EQ(store->Match(keys), 8u);
+    EXPECT_EQ(store.Match(keys), 8u);
     // Keeping more than it has releases nothing; keeping none, everything.
-    EXPECT_EQ(Or(store->TruncateSession(1, 100)), 0u);
-    EXPECT_EQ(Or(store->TruncateSession(1, 0)), 8u);
-    EXPECT_EQ(store->Match(keys), 0u);
-    EXPECT_EQ(store->TruncateSession(1, 0).status().code(), Code::kNotFound);
-    EXPECT_EQ(store->Stats().ssd.extents + store->Stats().dram.extents, 0u);
-    store.reset();
-    std::filesystem::remove_all(dir.Sub("ssd"));
-  }
+    EXPECT_EQ(Or(store.TruncateSession(1, 100)), 0u);
+    EXPECT_EQ(Or(store.TruncateSession(1, 0)), 8u);
+    EXPECT_EQ(store.Match(keys), 0u);
+    EXPECT_EQ(store.TruncateSession(1, 0).status().code(), Code::kNotFound);
+    EXPECT_EQ(HeldExtents(store), 0u);
+  });
 }
 
 TEST(StoreSessionsTest, TruncateKeepsBlocksAnotherSessionReferences) {

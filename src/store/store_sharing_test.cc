@@ -25,20 +25,16 @@ void PutShared(Store& store) {
 
 TEST(StoreSharingTest, DropSessionFreesOnlyBlocksNoLiveSessionReferences) {
   TempDir dir;
-  for (bool ssd : {true, false}) {
-    StoreOptions o = SmallOptions(ssd ? dir.Sub("ssd") : "", 8, 64);
-    auto store = OpenStore(o);
-    PutShared(*store);
-    EXPECT_EQ(store->Stats().shared_extents, 2u);
-    ASSERT_TRUE(store->DropSession(1).ok());
-    EXPECT_TRUE(RestoresChain(*store, 1, 12)) << ssd;
-    EXPECT_EQ(store->Stats().sessions, 1u);
-    ASSERT_TRUE(store->DropSession(2).ok());
-    EXPECT_EQ(store->Match(ChainKeys(1, 12)), 0u);
-    EXPECT_EQ(store->Stats().ssd.extents + store->Stats().dram.extents, 0u);
-    store.reset();
-    std::filesystem::remove_all(dir.Sub("ssd"));
-  }
+  OnBothTiers(dir, 8, 64, [&](Store& store, bool ssd) {
+    PutShared(store);
+    EXPECT_EQ(store.Stats().shared_extents, 2u);
+    ASSERT_TRUE(store.DropSession(1).ok());
+    EXPECT_TRUE(RestoresChain(store, 1, 12)) << ssd;
+    EXPECT_EQ(store.Stats().sessions, 1u);
+    ASSERT_TRUE(store.DropSession(2).ok());
+    EXPECT_EQ(store.Match(ChainKeys(1, 12)), 0u);
+    EXPECT_EQ(HeldExtents(store), 0u);
+  });
 }
 
 TEST(StoreSharingTest, ADropOfTheReferencingSessionLeavesTheOwnersBlocks) {

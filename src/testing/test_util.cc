@@ -105,6 +105,21 @@ std::unique_ptr<Store> OpenStore(const StoreOptions& options) {
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
+void OnBothTiers(const TempDir& dir, uint64_t dram_extents, uint64_t ssd_extents,
+                 const std::function<void(Store& store, bool ssd)>& test) {
+  for (bool ssd : {true, false}) {
+    auto store = OpenStore(SmallOptions(ssd ? dir.Sub("ssd") : "", dram_extents, ssd_extents));
+    if (store) test(*store, ssd);
+    store.reset();
+    std::filesystem::remove_all(dir.Sub("ssd"));
+  }
+}
+
+uint64_t HeldExtents(Store& store) {
+  const StoreStats st = store.Stats();
+  return st.ssd.extents + st.dram.extents;
+}
+
 uint32_t ManifestVersion(const std::string& dir) {
   std::ifstream f(dir + "/MANIFEST", std::ios::binary);
   char b[12] = {};

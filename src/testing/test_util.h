@@ -65,6 +65,16 @@ StoreOptions SsdOnlyOptions(const std::string& ssd_dir, uint64_t ssd_extents);
 // two threads (io/fault_injection.h), which it returns.
 std::shared_ptr<io::FaultInjectionEngine> InjectFaults(StoreOptions* options);
 
+// Runs `test(store, ssd)` on a fresh SmallOptions(dir.Sub("ssd"),
+// dram_extents, ssd_extents) store (ssd true), then on the same without an
+// SSD tier; each store is destroyed and the SSD directory removed after
+// its run. A fatal failure in `test` ends that run only.
+void OnBothTiers(const TempDir& dir, uint64_t dram_extents, uint64_t ssd_extents,
+                 const std::function<void(Store& store, bool ssd)>& test);
+
+// The extents `store` holds on DRAM and SSD together.
+uint64_t HeldExtents(Store& store);
+
 // Opens a store, failing the test (EXPECT) and returning null when it cannot.
 std::unique_ptr<Store> OpenStore(const StoreOptions& options);
 

@@ -194,6 +194,29 @@ TEST(TieredPolicy, SsdHitIsOneReadPerObjectAndIsPromoted) {
   ExpectWithin(*p, c);
 }
 
+TEST(TieredPolicy, WithoutPromotionAnSsdHitStaysOnSsd) {
+  // Mooncake's default (--promotion_on_hit false): the hit is served from
+  // staging and the next lookup reads SSD again.
+  const PolicyConfig c = Config(kMiB, 40 * kMiB, 1024 * kMiB);
+  auto p = Make(MakePolicy("tiered-nopromo", c));
+  EXPECT_EQ(p->name(), "tiered-nopromo");
+  EXPECT_FALSE(p->layerwise());
+  p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
+  InsertSpaced(*p, 100, 40, 100, 100);  // pushes blocks 1..8 to SSD
+  const uint64_t migrated = p->Stats().migrated_blocks;
+  LookupResult r = p->Lookup(Req(1, 5000, Range(1, 10)), 0, 5000);
+  EXPECT_EQ(r.ssd_blocks, 8u);
+  EXPECT_EQ(p->Stats().migrated_blocks, migrated) << "no promotions";
+  r = p->Lookup(Req(1, 5100, Range(1, 10)), 0, 5100);
+  EXPECT_EQ(r.ssd_blocks, 8u);
+  EXPECT_EQ(r.dram_blocks, 0u);
+  auto lw = Make(MakePolicy("tiered-lw-nopromo", c));
+  EXPECT_EQ(lw->name(), "tiered-lw-nopromo");
+  EXPECT_TRUE(lw->layerwise());
+  EXPECT_FALSE(lw->ssd_layerwise()) << "Mooncake objects hold every layer: read whole";
+  EXPECT_EQ(lw->dram_copy_threads(), 0u) << "DMA from registered host memory";
+}
+
 TEST(TieredPolicy, AbortsWhenStagingIsTaken) {
   // Staging is 10 MiB: restoring A's ten 1 MiB objects takes all of it
   // until A's reads finish, so B's SSD objects are aborted meanwhile.
@@ -472,6 +495,31 @@ TEST(FilesPolicy, RealIoWritesAndReadsChunkFiles) {
 
 // ---- bounds -----------------------------------------------------------------
 
+TEST(FilesPolicy, LayerwiseChunksArePerLayerObjectsReadInWholePages) {
+  // files-lw (LMCache use_layerwise): a 4-block chunk of 1 MiB blocks is, at
+  // 10 layers, 10 objects of 419,430 B (103 pages when read) and, at 3
+  // layers, 3 of 1,398,101 B (342 pages).
+  for (uint32_t layers : {10u, 3u}) {
+    PolicyConfig c = Config(kMiB, 0, 64 * kMiB);
+    c.layers = layers;
+    auto p = Make(MakePolicy("files-lw", c));
+    EXPECT_EQ(p->name(), "files-lw");
+    EXPECT_TRUE(p->layerwise());
+    EXPECT_TRUE(p->ssd_layerwise());
+    EXPECT_FALSE(p->serial_ssd_reads());
+    const InsertResult w = p->Insert(Req(1, 0, Range(1, 8)), 0, 0, 0);
+    EXPECT_EQ(w.ssd_requests, 2 * layers);
+    const LookupResult r = p->Lookup(Req(1, 1, Range(1, 8)), 0, 1);
+    EXPECT_EQ(r.ssd_blocks, 8u);
+    EXPECT_EQ(r.ssd_requests, 2 * layers) << "one request per chunk per layer";
+    const uint64_t span = (4 * kMiB / layers + 4095) / 4096 * 4096;
+    EXPECT_EQ(r.ssd_bytes_read, 2 * layers * span);
+    EXPECT_EQ(r.ssd_bytes_useful, 8 * kMiB);
+  }
+  PolicyConfig c = Config(kMiB, 0, 64 * kMiB);  // no layers: cannot split
+  EXPECT_FALSE(MakePolicy("files-lw", c).ok());
+}
+
 TEST(InfinitePolicy, EverythingEverStoredHits) {
   auto p = Make(MakeInfinitePolicy(Config(kMiB, 0, 0)));
   EXPECT_EQ(p->Lookup(Req(1, 0, Range(1, 5)), 0, 0).hit_blocks, 0u);
@@ -585,9 +633,10 @@ TEST(Baselines, CapacitiesAreNeverExceeded) {
     for (uint64_t j = 0; j < len; ++j) blocks[j] = conv * 1000 + j + (rng() % 8 == 0 ? 500 : 0);
     t.requests.push_back(Req(conv, 0.5 * i, blocks));
   }
-  for (const char* name : {"tiered", "files", "belady"}) {
+  for (const char* name : {"tiered", "tiered-lw", "tiered-nopromo", "tiered-lw-nopromo", "files", "files-lw", "belady"}) {
     PolicyConfig c = Config(kMiB, 48 * kMiB, 96 * kMiB);
     c.trace = &t;
+    c.layers = 8;
     auto p = Make(MakePolicy(name, c));
     ASSERT_NE(p, nullptr);
     for (const Request& r : t.requests) {

@@ -1,7 +1,9 @@
-// The two bounds a replay compares against: "infinite" (nothing is ever
-// evicted) and "belady" (offline optimal block eviction at the total
-// capacity dram_bytes + ssd_bytes). Both report every hit as served from
-// DRAM: they bound the hit rate, not the restore cost (docs/baselines.md).
+// The bounds a replay compares against: "infinite" (nothing is ever
+// evicted), "infinite-lw" (the same, streamed by layer at the node's links:
+// the lower bound on TTFT) and "belady" (offline optimal block eviction at
+// the total capacity dram_bytes + ssd_bytes). All report every hit as
+// served from DRAM; infinite and belady bound the hit rate, infinite-lw
+// also the restore cost (docs/baselines.md).
 //
 // Thread-safety: none; driven by one simulator thread.
 #include <algorithm>
@@ -30,8 +32,10 @@ void ReportDramHits(uint32_t hit, uint64_t block_bytes, LookupResult* r) {
 
 class InfinitePolicy final : public CachePolicy {
  public:
-  explicit InfinitePolicy(uint64_t block_bytes) : bb_(block_bytes) {}
-  std::string_view name() const override { return "infinite"; }
+  InfinitePolicy(uint64_t block_bytes, bool layerwise) : bb_(block_bytes), layerwise_(layerwise) {}
+  std::string_view name() const override { return layerwise_ ? "infinite-lw" : "infinite"; }
+  bool layerwise() const override { return layerwise_; }
+  bool ideal_join() const override { return layerwise_; }  // the better of streaming and waiting, per step
 
   LookupResult Lookup(const Request& req, uint32_t /*instance*/, double /*now*/) override {
     uint32_t hit = 0;
@@ -56,6 +60,7 @@ class InfinitePolicy final : public CachePolicy {
 
  private:
   const uint64_t bb_;
+  const bool layerwise_;
   std::unordered_set<uint64_t> set_;
 };
 
@@ -189,9 +194,9 @@ class BeladyPolicy final : public CachePolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<CachePolicy>> MakeInfinitePolicy(const PolicyConfig& config) {
+Result<std::unique_ptr<CachePolicy>> MakeInfinitePolicy(const PolicyConfig& config, bool layerwise) {
   if (config.block_bytes == 0) return Status::InvalidArgument("infinite: block_bytes must be > 0");
-  return std::unique_ptr<CachePolicy>(new InfinitePolicy(config.block_bytes));
+  return std::unique_ptr<CachePolicy>(new InfinitePolicy(config.block_bytes, layerwise));
 }
 
 Result<std::unique_ptr<CachePolicy>> MakeBeladyPolicy(const PolicyConfig& config) {

@@ -23,6 +23,15 @@
 //     (serial_ssd_reads). Puts go through the engine's one disk worker
 //     thread asynchronously, as the offloads of every policy do.
 //
+// Layer-wise (files-lw, LMCache's use_layerwise: store_layer and
+// retrieve_layer split each chunk key into num_layers per-layer keys,
+// key.split_layers): a chunk is config.layers objects of chunk / layers
+// bytes on both tiers, kept and evicted together (they are put and looked up
+// together). A disk hit reads every layer's file, each a request whose
+// buffered read brings whole 4 KiB pages; the layers stream to the GPU as
+// they are read (ssd_layerwise), a layer's files read as one batch
+// (layerwise_batched_get), so not serially. kModel only.
+//
 // IoMode::kReal performs those file reads and writes on real files under
 // config.dir (sizes divided by config.scale), written with write()+fsync and
 // read with buffered pread after posix_fadvise(DONTNEED), like LMCache's
@@ -96,8 +105,10 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 class FilesPolicy final : public CachePolicy {
  public:
-  explicit FilesPolicy(const PolicyConfig& c)
-      : blocks_per_chunk_(c.block_tokens <= kChunkTokens ? std::max<uint32_t>(1, kChunkTokens / c.block_tokens) : 1),
+  FilesPolicy(const PolicyConfig& c, bool layerwise)
+      : layerwise_(layerwise),
+        layers_(layerwise ? std::max<uint32_t>(1, c.layers) : 1),
+        blocks_per_chunk_(c.block_tokens <= kChunkTokens ? std::max<uint32_t>(1, kChunkTokens / c.block_tokens) : 1),
         files_per_chunk_(c.block_tokens <= kChunkTokens ? 1 : (c.block_tokens + kChunkTokens - 1) / kChunkTokens),
         chunk_bytes_(c.block_bytes * blocks_per_chunk_),
         real_(c.io == IoMode::kReal),
@@ -111,8 +122,11 @@ class FilesPolicy final : public CachePolicy {
     if (real_) buf_.assign(std::max<uint64_t>(real_file_bytes_, 1), 0x5a);
   }
 
-  std::string_view name() const override { return "files"; }
-  bool serial_ssd_reads() const override { return true; }  // LocalDiskBackend.get_blocking, one chunk at a time
+  std::string_view name() const override { return layerwise_ ? "files-lw" : "files"; }
+  // LocalDiskBackend.get_blocking, one chunk at a time; layer-wise, a layer's keys are one batch.
+  bool serial_ssd_reads() const override { return !layerwise_; }
+  bool layerwise() const override { return layerwise_; }
+  bool ssd_layerwise() const override { return layerwise_; }  // per-layer objects
 
   LookupResult Lookup(const Request& req, uint32_t instance, double /*now*/) override {
     LookupResult r;
@@ -127,7 +141,7 @@ class FilesPolicy final : public CachePolicy {
         hot.Touch(key);
         r.dram_blocks += blocks_per_chunk_;
         r.dram_bytes_read += chunk_bytes_;
-        ++r.dram_requests;
+        r.dram_requests += layers_;
       } else if (disk.Contains(key)) {
         disk.Touch(key);
         if (real_) {
@@ -140,9 +154,10 @@ class FilesPolicy final : public CachePolicy {
           r.real_restore_s += *t;
         }
         r.ssd_blocks += blocks_per_chunk_;
-        r.ssd_bytes_read += chunk_bytes_;  // the whole file, exactly the chunk
+        // The whole file, exactly the chunk; per-layer files in whole pages.
+        r.ssd_bytes_read += layerwise_ ? uint64_t{layers_} * files_per_chunk_ * layer_file_span_ : chunk_bytes_;
         r.ssd_bytes_useful += chunk_bytes_;
-        r.ssd_requests += files_per_chunk_;
+        r.ssd_requests += files_per_chunk_ * layers_;
         PutHot(key);  // StorageManager.get writes a disk hit back to the hot cache
         migrated_ += blocks_per_chunk_;
       } else {
@@ -180,7 +195,7 @@ class FilesPolicy final : public CachePolicy {
         w.real_write_s += *t;
       }
       w.ssd_bytes_written += chunk_bytes_;
-      w.ssd_requests += files_per_chunk_;
+      w.ssd_requests += files_per_chunk_ * layers_;
     }
     return w;
   }
@@ -270,9 +285,13 @@ class FilesPolicy final : public CachePolicy {
     for (uint32_t p = 0; p < files_per_chunk_; ++p) ::unlink(Path(key, p).c_str());
   }
 
+  const bool layerwise_;
+  const uint32_t layers_;  // objects per chunk file: the model's layers (files-lw), else 1
   const uint32_t blocks_per_chunk_;
   const uint32_t files_per_chunk_;
   const uint64_t chunk_bytes_;
+  // files-lw: one layer's file of one chunk part, rounded up to whole 4 KiB pages.
+  const uint64_t layer_file_span_ = (chunk_bytes_ / files_per_chunk_ / layers_ + 4095) / 4096 * 4096;
   const bool real_;
   const std::string dir_;
   const uint64_t real_file_bytes_;
@@ -290,9 +309,12 @@ class FilesPolicy final : public CachePolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<CachePolicy>> MakeFilesPolicy(const PolicyConfig& config) {
+Result<std::unique_ptr<CachePolicy>> MakeFilesPolicy(const PolicyConfig& config, bool layerwise) {
   if (config.block_bytes == 0) return Status::InvalidArgument("files: block_bytes must be > 0");
   if (config.block_tokens == 0) return Status::InvalidArgument("files: block_tokens must be > 0");
+  if (layerwise && config.layers == 0) return Status::InvalidArgument("files-lw: the model's layers are required");
+  if (layerwise && config.io == IoMode::kReal)
+    return Status::InvalidArgument("files-lw is modelled only (--io real runs files, whole chunks)");
   if (config.io == IoMode::kReal) {
     if (config.dir.empty()) return Status::InvalidArgument("files: kReal needs a scratch directory (config.dir)");
     if (!(config.scale >= 1.0))
@@ -300,7 +322,7 @@ Result<std::unique_ptr<CachePolicy>> MakeFilesPolicy(const PolicyConfig& config)
     if (::mkdir(config.dir.c_str(), 0755) != 0 && errno != EEXIST)
       return Status::FromErrno(errno, "files: mkdir " + config.dir);
   }
-  return std::unique_ptr<CachePolicy>(new FilesPolicy(config));
+  return std::unique_ptr<CachePolicy>(new FilesPolicy(config, layerwise));
 }
 
 }  // namespace flatkv::replay

@@ -50,7 +50,7 @@ KvShape ScaledShape(uint32_t layers, uint64_t slice, uint32_t block_tokens) {
 
 class FlatPolicy final : public CachePolicy {
  public:
-  FlatPolicy(const PolicyConfig& c, FlatHints hints) : config_(c), hints_(hints) {}
+  FlatPolicy(const PolicyConfig& c, FlatHints hints, FlatWindow window) : config_(c), hints_(hints), window_(window) {}
   ~FlatPolicy() override {
     if (store_) (void)store_->Close();
     store_.reset();
@@ -115,8 +115,15 @@ class FlatPolicy final : public CachePolicy {
     return Status::Ok();
   }
 
-  std::string_view name() const override { return hints_ == FlatHints::kAgent ? "flat-hints" : "flat"; }
-  bool layerwise() const override { return true; }  // Restore hands over layer by layer
+  std::string_view name() const override {
+    if (hints_ == FlatHints::kAgent) return "flat-hints";
+    return window_ == FlatWindow::kGpu ? "flat-gpu-window" : "flat";
+  }
+  bool layerwise() const override { return true; }      // Restore hands over layer by layer
+  bool ssd_layerwise() const override { return true; }  // extents are layer-major: one read per layer
+  uint32_t dram_copy_threads() const override {
+    return window_ == FlatWindow::kGpu ? 0 : StoreOptions{}.dram_threads;  // the DramQueue's workers
+  }
 
   LookupResult Lookup(const Request& req, uint32_t /*instance*/, double now_s) override {
     now_s_ = now_s;
@@ -268,6 +275,7 @@ class FlatPolicy final : public CachePolicy {
 
   PolicyConfig config_;
   FlatHints hints_;
+  FlatWindow window_;
   std::unordered_map<uint64_t, Conversation> conversations_;
   // Store bytes of DRAM copies prefetched for requests not yet looked up.
   std::unordered_map<const Request*, uint64_t> prefetched_;
@@ -283,8 +291,8 @@ class FlatPolicy final : public CachePolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<CachePolicy>> MakeFlatPolicy(const PolicyConfig& config, FlatHints hints) {
-  auto p = std::make_unique<FlatPolicy>(config, hints);
+Result<std::unique_ptr<CachePolicy>> MakeFlatPolicy(const PolicyConfig& config, FlatHints hints, FlatWindow window) {
+  auto p = std::make_unique<FlatPolicy>(config, hints, window);
   FLATKV_RETURN_IF_ERROR(p->Open());
   return std::unique_ptr<CachePolicy>(std::move(p));
 }

@@ -24,6 +24,15 @@
 //     simulator charges to the node's SSD and host memory.
 // docs/benchmarks.md ("Agent-aware hints in the replay") has the figures
 // and the variants tried.
+//
+// Where a restore lands (FlatWindow): the store as built copies its DRAM
+// hits with its DramQueue threads (StoreOptions::dram_threads) into a host
+// window, from which they cross to the GPU (kHost: dram_copy_threads() is
+// that thread count, so the simulator charges the copy at threads x the
+// node's memcpy_core_gbps, then the link). "flat-gpu-window" (kGpu) is the
+// GPU window the design calls for, which does not exist yet: DRAM hits DMA'd
+// from pinned host memory at the link's rate. Its DMA path is modelled, not
+// built.
 #pragma once
 
 #include <memory>
@@ -33,7 +42,9 @@
 namespace flatkv::replay {
 
 enum class FlatHints { kNone, kAgent };
+enum class FlatWindow { kHost, kGpu };
 
-Result<std::unique_ptr<CachePolicy>> MakeFlatPolicy(const PolicyConfig& config, FlatHints hints = FlatHints::kNone);
+Result<std::unique_ptr<CachePolicy>> MakeFlatPolicy(const PolicyConfig& config, FlatHints hints = FlatHints::kNone,
+                                                    FlatWindow window = FlatWindow::kHost);
 
 }  // namespace flatkv::replay

@@ -43,6 +43,8 @@ constexpr Figure kFigures[] = {
     {"net_rtt_us", "net_rtt_us", &HwProfile::net_rtt_us, 1, 1, 0.1, 1e7},
     {"remote_gbps", "remote_gbps", &HwProfile::remote_gbps, 1, 1, 0.01, 10000, true},
     {"remote_rtt_us", "remote_rtt_us", &HwProfile::remote_rtt_us, 1, 1, 0.1, 1e7, true},
+    {"memcpy_core_gbps", "memcpy_core_gbps", &HwProfile::memcpy_core_gbps, 1, 1, 0.1, 10000, true},
+    {"layer_sync_us", "layer_sync_us", &HwProfile::layer_sync_us, 1, 1, 0, 1e6, true},
 };
 constexpr std::string_view kCounts[] = {"gpus", "nvme_drives"};
 

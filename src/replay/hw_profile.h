@@ -47,6 +47,15 @@ struct HwProfile {
   // needs both.
   double remote_gbps = 0;
   double remote_rtt_us = 0;
+  // One CPU core's memcpy rate into a host window, GB/s: a policy that
+  // copies DRAM hits with threads (CachePolicy::dram_copy_threads, flat's
+  // DramQueue) restores them at threads x this, then across the link.
+  // Optional in a file (0: absent); such a policy needs it.
+  double memcpy_core_gbps = 0;
+  // What a layer-wise load costs per layer on the GPU side (waiting on the
+  // layer's event, launching its copy), microseconds: a step that waits on
+  // a layer-wise load pays layers x this. Optional (0: free).
+  double layer_sync_us = 0;
   std::map<std::string, uint32_t> tp;          // model name -> tensor-parallel degree
   std::map<std::string, std::string> sources;  // figure key -> citation
   bool measured_storage = false;  // the storage figures are to be measured (`vm`: --calibrate)

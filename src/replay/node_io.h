@@ -3,7 +3,9 @@
 //
 // Resources: the node's SSD array (reads and writes time-share it), the
 // node's host-memory bandwidth, its link to a shared remote tier in each
-// direction (a multi-node replay), and per instance its host-to-GPU and
+// direction (a multi-node replay), the store's DRAM copy threads (a restore
+// that memcpys DRAM hits into a host window before they cross to the GPU,
+// flat's DramQueue), and per instance its host-to-GPU and
 // GPU-to-host PCIe directions (the instance's tensor-parallel GPUs' links
 // together). A flow is one transfer (a restore, an offload) with a demand on
 // each resource it crosses, in seconds of that resource's exclusive use
@@ -32,13 +34,13 @@ class NodeIo {
  public:
   static constexpr double kNever = std::numeric_limits<double>::infinity();
   // Resource indices: kSsd, kDram, kRemoteIn (restores from the remote
-  // tier), kRemoteOut (publishes to it), then H2d(i), D2h(i) for each
-  // instance.
-  static constexpr uint32_t kSsd = 0, kDram = 1, kRemoteIn = 2, kRemoteOut = 3;
-  static uint32_t H2d(uint32_t instance) { return 4 + 2 * instance; }
-  static uint32_t D2h(uint32_t instance) { return 5 + 2 * instance; }
+  // tier), kRemoteOut (publishes to it), kCopy (the store's DRAM copy
+  // threads), then H2d(i), D2h(i) for each instance.
+  static constexpr uint32_t kSsd = 0, kDram = 1, kRemoteIn = 2, kRemoteOut = 3, kCopy = 4;
+  static uint32_t H2d(uint32_t instance) { return 5 + 2 * instance; }
+  static uint32_t D2h(uint32_t instance) { return 6 + 2 * instance; }
 
-  explicit NodeIo(uint32_t instances) : users_(4 + 2 * std::size_t{instances}, 0) {}
+  explicit NodeIo(uint32_t instances) : users_(5 + 2 * std::size_t{instances}, 0) {}
 
   // Starts a flow at `now` that begins moving data at now + latency_s, with
   // `demand` = {resource, seconds of exclusive use}. Returns its id.

@@ -8,7 +8,9 @@
 namespace flatkv::replay {
 
 const std::vector<std::string>& PolicyNames() {
-  static const std::vector<std::string> names = {"flat", "flat-hints", "tiered", "files", "infinite", "belady"};
+  static const std::vector<std::string> names = {
+      "flat",           "flat-gpu-window",   "flat-hints", "tiered",   "tiered-lw",   "tiered-nopromo",
+      "tiered-lw-nopromo", "files",          "files-lw",   "infinite", "infinite-lw", "belady"};
   return names;
 }
 
@@ -20,10 +22,16 @@ std::string PolicyNameList() {
 
 Result<std::unique_ptr<CachePolicy>> MakePolicy(std::string_view name, const PolicyConfig& config) {
   if (name == "flat") return MakeFlatPolicy(config, FlatHints::kNone);
+  if (name == "flat-gpu-window") return MakeFlatPolicy(config, FlatHints::kNone, FlatWindow::kGpu);
   if (name == "flat-hints") return MakeFlatPolicy(config, FlatHints::kAgent);
-  if (name == "tiered") return MakeTieredPolicy(config);
-  if (name == "files") return MakeFilesPolicy(config);
-  if (name == "infinite") return MakeInfinitePolicy(config);
+  if (name == "tiered") return MakeTieredPolicy(config, {.layerwise = false, .promote = true});
+  if (name == "tiered-lw") return MakeTieredPolicy(config, {.layerwise = true, .promote = true});
+  if (name == "tiered-nopromo") return MakeTieredPolicy(config, {.layerwise = false, .promote = false});
+  if (name == "tiered-lw-nopromo") return MakeTieredPolicy(config, {.layerwise = true, .promote = false});
+  if (name == "files") return MakeFilesPolicy(config, /*layerwise=*/false);
+  if (name == "files-lw") return MakeFilesPolicy(config, /*layerwise=*/true);
+  if (name == "infinite") return MakeInfinitePolicy(config, /*layerwise=*/false);
+  if (name == "infinite-lw") return MakeInfinitePolicy(config, /*layerwise=*/true);
   if (name == "belady") return MakeBeladyPolicy(config);
   return Status::InvalidArgument("unknown policy '" + std::string(name) + "'; known: " + PolicyNameList());
 }

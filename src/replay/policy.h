@@ -3,10 +3,19 @@
 // per request, which leading blocks of the prompt hit and what reading them
 // costs, and after prefill tells it to store the blocks that missed.
 //
-// Policies: "flat" (flatkv's own Store, placement at creation, never
-// migrated), "flat-hints" (the same store driven as an agent-aware engine
-// would drive it: Retain after each turn, Prefetch on arrival), "tiered" (after Mooncake Store's SSD offload), "files" (after
-// LMCache's local-disk backend), and the bounds "infinite" and "belady".
+// Policies: "flat" (flatkv's own Store: SSD homes, DRAM copies; its DRAM
+// hits copied by the store's threads into a host window, then across the
+// link, as built), "flat-gpu-window" (the same store with its DRAM hits
+// DMA'd straight to the GPU: the GPU window, modelled, not built),
+// "flat-hints" (the store driven as an agent-aware engine would drive it:
+// Retain after each turn, Prefetch on arrival), "tiered" (after Mooncake
+// Store's SSD offload, promotion on hit), "files" (after LMCache's
+// local-disk backend), the bounds "infinite" and "belady", and the
+// baselines' best configurations: "tiered-lw" (HiCache over Mooncake: DRAM
+// part by layer, SSD objects whole first), "tiered-nopromo" and
+// "tiered-lw-nopromo" (Mooncake's default, no promotion on hit), "files-lw"
+// (LMCache use_layerwise: per-layer objects) and "infinite-lw" (every hit
+// in DRAM, streamed by layer at the link: the lower bound on TTFT).
 // docs/baselines.md ties every baseline parameter to the design it follows.
 //
 // Thread-safety: a policy is driven by one simulator thread.
@@ -43,6 +52,7 @@ struct PolicyConfig {
                                   // state (a client, a staging buffer, a hot cache) keeps this many
   const IoModel* io_model = nullptr;  // the run's I/O figures (nullptr: IoModel's defaults); must
                                       // outlive the policy
+  uint32_t layers = 0;            // the model's layers (files-lw splits a chunk into this many objects)
 };
 
 struct LookupResult {
@@ -102,8 +112,25 @@ class CachePolicy {
   virtual PolicyStats Stats() const = 0;
   // True when a restore streams layer by layer, so the request's prefill
   // can start once the first layer has arrived (flat: Restore's per-layer
-  // readiness). False: the whole restore lands before prefill starts.
+  // readiness; the -lw baselines). False: the whole restore lands before
+  // prefill starts.
   virtual bool layerwise() const { return false; }
+  // With layerwise(): true when the SSD part streams by layer too (flat's
+  // layer-major extents, LMCache's per-layer objects); false when SSD
+  // objects hold every layer and are read whole into host memory before
+  // their first layer can cross to the GPU (HiCache's L3 pages).
+  virtual bool ssd_layerwise() const { return false; }
+  // Threads that copy DRAM hits into a host window before they cross to
+  // the GPU (flat: StoreOptions::dram_threads), each at the node's
+  // memcpy_core_gbps; 0: DMA from pinned host memory at the link's rate.
+  virtual uint32_t dram_copy_threads() const { return 0; }
+  // The bound's scheduling (infinite-lw): a request whose layer-wise load
+  // would stretch a step (its last layer landing after the step's compute)
+  // waits for a later step, as a whole load would, instead of holding the
+  // batch. false: it joins the first step after its first layer and the step
+  // waits for it, as engines that load by layer inside the forward pass do
+  // (vLLM's wait_for_layer_load, LMCache's retrieve_layer, HiCache).
+  virtual bool ideal_join() const { return false; }
   // True when a restore's SSD reads are issued one at a time by each of the
   // instance's tp workers (files: LMCache's get_blocking reads chunk after
   // chunk in the caller), so every read pays the drive's latency; false:
@@ -111,9 +138,8 @@ class CachePolicy {
   virtual bool serial_ssd_reads() const { return false; }
 };
 
-// The names MakePolicy knows ("flat", "flat-hints", "tiered", "files",
-// "infinite", "belady"), and the same as one comma-separated list for
-// messages. A replay's default runs all but flat-hints.
+// The names MakePolicy knows (the list above), and the same as one
+// comma-separated list for messages.
 const std::vector<std::string>& PolicyNames();
 std::string PolicyNameList();
 // Makes a policy by name (PolicyNames()); InvalidArgument names the unknown

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <map>
 
 namespace flatkv::replay {
@@ -35,28 +37,119 @@ constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "
 
 }  // namespace
 
+namespace {
+
+// Two-sided 95% quantile of Student's t with `df` degrees of freedom.
+double T975(size_t df) {
+  static constexpr double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                  2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  if (df == 0) return std::numeric_limits<double>::quiet_NaN();
+  return df <= std::size(kT) ? kT[df - 1] : 1.960;
+}
+
+std::string Ratio(const SimResult& r) {
+  if (std::isnan(r.ratio_vs_flat_mean)) return "-";
+  char buf[64];
+  if (std::isnan(r.ratio_vs_flat_ci_low)) {
+    std::snprintf(buf, sizeof buf, "%.3f", r.ratio_vs_flat_mean);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3f [%.3f..%.3f]", r.ratio_vs_flat_mean, r.ratio_vs_flat_ci_low,
+                  r.ratio_vs_flat_ci_high);
+  }
+  return buf;
+}
+
+}  // namespace
+
+void PairRatios(std::vector<SimResult>* results, std::string_view reference) {
+  for (SimResult& r : *results) {
+    if (r.policy == reference) continue;
+    const SimResult* ref = nullptr;
+    for (const SimResult& c : *results)
+      if (c.policy == reference && c.load == r.load && c.order_ttft_mean_ms.size() == r.order_ttft_mean_ms.size())
+        ref = &c;
+    if (ref == nullptr || r.order_ttft_mean_ms.empty()) continue;
+    std::vector<double> x;
+    for (size_t k = 0; k < r.order_ttft_mean_ms.size(); ++k)
+      if (ref->order_ttft_mean_ms[k] > 0) x.push_back(r.order_ttft_mean_ms[k] / ref->order_ttft_mean_ms[k]);
+    if (x.empty()) continue;
+    double mean = 0;
+    for (double v : x) mean += v;
+    mean /= double(x.size());
+    r.ratio_vs_flat_mean = mean;
+    if (x.size() < 2) continue;
+    double ss = 0;
+    for (double v : x) ss += (v - mean) * (v - mean);
+    const double half = T975(x.size() - 1) * std::sqrt(ss / double(x.size() - 1) / double(x.size()));
+    r.ratio_vs_flat_ci_low = mean - half;
+    r.ratio_vs_flat_ci_high = mean + half;
+  }
+}
+
+void AddTieredBest(std::vector<SimResult>* results) {
+  static constexpr std::string_view kVariants[] = {"tiered", "tiered-lw", "tiered-nopromo", "tiered-lw-nopromo"};
+  std::vector<double> loads;
+  for (const SimResult& r : *results)
+    if (std::find(loads.begin(), loads.end(), r.load) == loads.end()) loads.push_back(r.load);
+  std::vector<SimResult> best;
+  for (double load : loads) {
+    const SimResult* pick = nullptr;
+    int variants = 0;
+    for (const SimResult& r : *results) {
+      if (r.load != load || std::find(std::begin(kVariants), std::end(kVariants), r.policy) == std::end(kVariants))
+        continue;
+      ++variants;
+      if (pick == nullptr || r.ttft_mean_ms() < pick->ttft_mean_ms()) pick = &r;
+    }
+    if (variants < 2) continue;
+    SimResult b = *pick;
+    b.best_of = b.policy;
+    b.policy = "tiered-best";
+    best.push_back(std::move(b));
+  }
+  for (SimResult& b : best) results->push_back(std::move(b));
+}
+
 std::string FormatTable(const std::vector<SimResult>& results) {
   std::string out;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-10s %7s %7s %6s %6s %6s %9s %9s %9s %9s %10s %17s %10s %10s %10s %7s\n", "policy",
-                "load", "hit%", "dram%", "ssd%", "ssd_ra", "dramR_GB", "ssdR_GB", "dramW_GB", "ssdW_GB", "ttft_mean",
-                "(min..max)", "ttft_p50", "ttft_p99", "tok/s", "preempt");
+  char line[640];
+  std::snprintf(line, sizeof line, "%-17s %2s %7s %7s %6s %6s %8s %6s %9s %9s %9s %9s %10s %17s %10s %10s %10s %7s  %s\n",
+                "policy", "lw", "load", "hit%", "dram%", "ssd%", "aborted", "ssd_ra", "dramR_GB", "ssdR_GB", "dramW_GB",
+                "ssdW_GB", "ttft_mean", "(min..max)", "ttft_p50", "ttft_p99", "tok/s", "preempt", "x_flat [95% CI]");
   out += line;
   for (const SimResult& r : results) {
     const double hits = r.hit_blocks ? double(r.hit_blocks) : 1.0;
     std::snprintf(line, sizeof line,
-                  "%-10s %7.3g %7.2f %6.1f %6.1f %6.3f %9s %9s %9s %9s %8.0fms %7.0f..%-7.0f %8.0fms %8.0fms %10.0f %7llu\n",
-                  r.policy.c_str(), r.load, 100.0 * r.hit_rate(), 100.0 * double(r.dram_hit_blocks) / hits,
-                  100.0 * double(r.ssd_hit_blocks) / hits, r.ssd_read_amplification(), Gb(r.dram_bytes_read).c_str(),
-                  Gb(r.ssd_bytes_read).c_str(), Gb(r.dram_bytes_written).c_str(), Gb(r.ssd_bytes_written).c_str(),
-                  r.ttft_mean_ms(), r.ttft_mean_ms_min, r.ttft_mean_ms_max, r.ttft_percentile_ms(50),
-                  r.ttft_percentile_ms(99), r.total_tok_s(), static_cast<unsigned long long>(r.preemptions));
+                  "%-17s %2s %7.3g %7.2f %6.1f %6.1f %8llu %6.3f %9s %9s %9s %9s %8.0fms %7.0f..%-7.0f %8.0fms %8.0fms "
+                  "%10.0f %7llu  %s%s\n",
+                  r.policy.c_str(), r.layerwise ? "y" : "-", r.load, 100.0 * r.hit_rate(),
+                  100.0 * double(r.dram_hit_blocks) / hits, 100.0 * double(r.ssd_hit_blocks) / hits,
+                  static_cast<unsigned long long>(r.aborted_blocks), r.ssd_read_amplification(),
+                  Gb(r.dram_bytes_read).c_str(), Gb(r.ssd_bytes_read).c_str(), Gb(r.dram_bytes_written).c_str(),
+                  Gb(r.ssd_bytes_written).c_str(), r.ttft_mean_ms(), r.ttft_mean_ms_min, r.ttft_mean_ms_max,
+                  r.ttft_percentile_ms(50), r.ttft_percentile_ms(99), r.total_tok_s(),
+                  static_cast<unsigned long long>(r.preemptions), Ratio(r).c_str(),
+                  r.best_of.empty() ? "" : ("  = " + r.best_of).c_str());
     out += line;
   }
-  out += "hit%: token-weighted hit rate; dram%/ssd%: of the hit blocks, those served from each medium; ssd_ra: SSD\n"
-         "read amplification (bytes read / payload); R/W: bytes read and written per medium; ttft_mean over all\n"
-         "orders, (min..max) the spread of the orders' means; tok/s: input + output tokens per second;\n"
-         "preempt: recompute preemptions (HBM for KV ran out).\n";
+  out += "lw: streams by layer; hit%: token-weighted hit rate; dram%/ssd%: of the hit blocks, those served from each\n"
+         "medium; aborted: blocks found on SSD but not read (no staging), counted as misses; ssd_ra: SSD read\n"
+         "amplification (bytes read / payload); R/W: bytes read and written per medium; ttft_mean over all orders,\n"
+         "(min..max) the spread of the orders' means; tok/s: input + output tokens per second; preempt: recompute\n"
+         "preemptions (HBM for KV ran out); x_flat: mean TTFT over flat's, paired by order, mean [95% CI].\n";
+  for (const SimResult& r : results)
+    if (r.dram_copy_threads > 0 && r.load == results.front().load) {
+      std::snprintf(line, sizeof line,
+                    "%s: DRAM hits copied by its %u copy threads at %.1f GB/s together (threads x the profile's "
+                    "memcpy_core_gbps) into a host window, then across the host-to-GPU link: the store as built.\n",
+                    r.policy.c_str(), r.dram_copy_threads, r.dram_copy_gbps);
+      out += line;
+    }
+  for (const SimResult& r : results)
+    if (r.policy == "flat-gpu-window" && r.load == results.front().load)
+      out += "flat-gpu-window: the same store with a GPU window, its DRAM hits DMA'd from pinned host memory at the\n"
+             "link's rate: the DMA path is modelled, not built.\n";
   bool remote = false;
   for (const SimResult& r : results) remote = remote || r.nodes > 1 || r.remote_hit_blocks || r.remote_published_blocks;
   if (remote) {
@@ -117,6 +210,15 @@ nlohmann::json ToJson(const SimResult& r) {
   j["dram_hit_blocks"] = r.dram_hit_blocks;
   j["ssd_hit_blocks"] = r.ssd_hit_blocks;
   j["aborted_blocks"] = r.aborted_blocks;
+  j["layerwise"] = r.layerwise;
+  j["dram_copy_threads"] = r.dram_copy_threads;
+  j["dram_copy_gbps"] = r.dram_copy_gbps;
+  j["order_ttft_mean_ms"] = r.order_ttft_mean_ms;
+  auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  j["ratio_vs_flat_mean"] = num(r.ratio_vs_flat_mean);
+  j["ratio_vs_flat_ci_low"] = num(r.ratio_vs_flat_ci_low);
+  j["ratio_vs_flat_ci_high"] = num(r.ratio_vs_flat_ci_high);
+  if (!r.best_of.empty()) j["best_of"] = r.best_of;
   j["dram_bytes_read"] = r.dram_bytes_read;
   j["ssd_bytes_read"] = r.ssd_bytes_read;
   j["ssd_bytes_useful"] = r.ssd_bytes_useful;

@@ -52,11 +52,17 @@ struct Seq {
   uint32_t generated = 0;  // output tokens produced
   uint32_t hit = 0;        // blocks the lookup found (local and remote)
   uint32_t local_hit = 0;  // of those, in the node's own store
-  int64_t flow = -1;       // its load, while one runs
+  int64_t flow = -1;       // its load (layer-wise: the part that streams), while one runs
+  int64_t stage = -1;      // a layer-wise load's whole SSD objects, read into host memory first
+  int64_t flow2 = -1;      // then their layers across to the GPU
   int64_t prefetch = -1;   // its arrival's prefetch (CachePolicy::Arrive), while it runs
   bool after_prefetch = false;  // admitted during that prefetch: its load starts when it ends
   std::vector<std::pair<uint32_t, double>> load_demand;  // that load, and its latency
-  double load_latency_s = 0, admitted_s = 0;
+  std::vector<std::pair<uint32_t, double>> stage_demand, flow2_demand;
+  bool has_load = false;   // load_demand is a flow to start (it may move nothing: a remote ask)
+  double load_latency_s = 0, stage_latency_s = 0, admitted_s = 0;
+  uint32_t waits = 0;      // gates left before it is ready: flow's first layer (or all), flow2's
+  bool flow_gate = false, flow2_gate = false;
   bool ready = false;      // may be scheduled (load done, or its first layer arrived)
   bool resumed = false;    // preempted: recomputes, no second lookup
   bool first = false;      // first token produced
@@ -70,6 +76,11 @@ struct Instance {
   bool busy = false;
   double step_end = 0;
   std::vector<std::pair<size_t, uint64_t>> plan;  // the step in flight: request, tokens
+  // The step's layer-wise loads still landing (flow ids on its node): it
+  // ends no earlier than the last one's last layer plus a layer of the
+  // step, re-planned whenever the shares change.
+  std::vector<uint32_t> deps;
+  double step_start = 0, step_compute = 0;
 };
 
 }  // namespace
@@ -204,6 +215,9 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
   const size_t n = o.max_requests ? std::min<size_t>(o.max_requests, trace.requests.size()) : trace.requests.size();
   SimResult res;
   res.policy = std::string(policy.name());
+  res.layerwise = policy.layerwise();
+  res.dram_copy_threads = policy.dram_copy_threads();
+  res.dram_copy_gbps = double(res.dram_copy_threads) * hw.memcpy_core_gbps;
   res.load = o.load;
   res.requests = n;
   res.ttft_s.assign(n, 0.0);
@@ -214,7 +228,16 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
   res.kv_hbm_bytes = kv_bytes;
   const uint64_t bb = uint64_t(bpt) * trace.block_tokens;
   const bool layerwise = policy.layerwise();
+  const bool ssd_layerwise = layerwise && policy.ssd_layerwise();
   const bool serial = policy.serial_ssd_reads();
+  const uint32_t copy_threads = policy.dram_copy_threads();
+  const bool ideal_join = layerwise && policy.ideal_join();
+  if (copy_threads > 0 && !(hw.memcpy_core_gbps > 0))
+    return Status::InvalidArgument("simulate: policy " + std::string(policy.name()) + " copies DRAM hits with " +
+                                   std::to_string(copy_threads) + " threads; profile '" + hw.name +
+                                   "' has no memcpy_core_gbps");
+  const double copy_bps = double(copy_threads) * hw.memcpy_core_gbps * 1e9;
+  const double layer_sync_s = hw.layer_sync_us * 1e-6;
   const double layers = std::max<uint32_t>(1, o.model.layers);
   const double ssd_read_bps = double(hw.nvme_drives) * hw.nvme_read_gbps * 1e9;
   const double ssd_write_bps = double(hw.nvme_drives) * hw.nvme_write_gbps * 1e9;
@@ -248,21 +271,26 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
   for (Instance& in : inst) in.free_kv = kv_tokens;
   std::vector<NodeIo> ios(nodes, NodeIo(per_node));
   // Per node: flow id -> request whose load it is (-1: an offload or a
-  // publish; -2 - i: request i's prefetch), and when it counts from.
+  // publish; -2 - i: request i's prefetch), and when it counts from; which
+  // part of the load it is.
   std::vector<std::vector<int64_t>> flow_seq(nodes);
   std::vector<std::vector<double>> flow_start(nodes);
+  enum Part : uint8_t { kMain, kStage, kSecond };
+  std::vector<std::vector<uint8_t>> flow_part(nodes);
   struct Publishing {
     std::vector<uint64_t> keys;  // claimed: written, visible when it lands
     size_t queued = 0;           // blocks it holds of the publish buffer
   };
   std::vector<std::unordered_map<uint32_t, Publishing>> publishes(nodes);  // flow id -> its blocks
-  auto track = [&](uint32_t node, uint32_t id, int64_t req, double t) {
+  auto track = [&](uint32_t node, uint32_t id, int64_t req, double t, Part part = kMain) {
     if (flow_seq[node].size() <= id) {
       flow_seq[node].resize(id + 1, -1);
       flow_start[node].resize(id + 1, 0);
+      flow_part[node].resize(id + 1, kMain);
     }
     flow_seq[node][id] = req;
     flow_start[node][id] = t;
+    flow_part[node][id] = part;
   };
   const double first = n ? arrival(order[0]) : 0.0;
   double last = first;
@@ -297,28 +325,61 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
     return false;
   };
 
-  // Starts request i's load (Seq::load_demand) at `now`; restore_s counts
-  // from its admission.
+  // Starts request i's load (Seq::load_demand, and a layer-wise load's
+  // whole SSD objects, Seq::stage_demand) at `now`; restore_s counts from
+  // its admission.
   auto start_load = [&](size_t i, double now) {
     Seq& s = seqs[i];
     const uint32_t node = node_of(instance_of[i]);
-    const uint32_t f = ios[node].Start(now, std::move(s.load_demand), s.load_latency_s);
+    if (s.has_load) {
+      const uint32_t f = ios[node].Start(now, std::move(s.load_demand), s.load_latency_s);
+      track(node, f, int64_t(i), s.admitted_s);
+      s.flow = f;
+    }
     s.load_demand.clear();
-    track(node, f, int64_t(i), s.admitted_s);
-    s.flow = f;
+    if (!s.stage_demand.empty()) {
+      const uint32_t f = ios[node].Start(now, std::move(s.stage_demand), s.stage_latency_s);
+      track(node, f, int64_t(i), s.admitted_s, kStage);
+      s.stage = f;
+    }
+    s.stage_demand.clear();
   };
-  // After admission (or its prefetch's end): waits for the first layer, or
-  // the whole load, or is ready now.
-  auto settle = [&](size_t i, double now) {
-    Seq& s = seqs[i];
-    NodeIo& io = ios[node_of(instance_of[i])];
-    if (s.flow >= 0 && !io.done(uint32_t(s.flow))) {
-      if (layerwise) io.NotifyAt(uint32_t(s.flow), 1.0 / layers);
-    } else {
-      s.flow = -1;  // nothing to load, or done at once
+  auto open_gate = [&](Seq& s, bool* gate, double now) {
+    if (!*gate) return;
+    *gate = false;
+    if (--s.waits == 0 && !s.ready) {
       s.ready = true;
       s.ready_s = now;
     }
+  };
+  // After admission (or its prefetch's end): waits for the first layer, or
+  // the whole load (and a layer-wise load's whole SSD objects, then their
+  // first layer), or is ready now.
+  auto settle = [&](size_t i, double now) {
+    Seq& s = seqs[i];
+    NodeIo& io = ios[node_of(instance_of[i])];
+    s.waits = 0;
+    if (s.flow >= 0 && !io.done(uint32_t(s.flow))) {
+      if (layerwise) io.NotifyAt(uint32_t(s.flow), 1.0 / layers);
+      s.flow_gate = true;
+      ++s.waits;
+    } else {
+      s.flow = -1;  // nothing to load, or done at once
+    }
+    if (s.stage >= 0) {
+      s.flow2_gate = true;
+      ++s.waits;
+    }
+    if (s.waits == 0) {
+      s.ready = true;
+      s.ready_s = now;
+    }
+  };
+  // True when none of request i's load flows is still running.
+  auto load_done = [&](const Seq& s, const NodeIo& io) {
+    for (int64_t f : {s.flow, s.stage, s.flow2})
+      if (f >= 0 && !io.done(uint32_t(f))) return false;
+    return s.stage < 0 || s.flow2 >= 0;  // a stage's layers have started across
   };
 
   auto admit = [&](uint32_t id, Instance& in, size_t i, double now) {
@@ -369,14 +430,35 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
       track(node, f, int64_t(i), now);
       s.flow = f;
     } else if (moved > 0 || lk.ssd_bytes_read > 0 || ask) {
-      s.load_demand = {
-          {NodeIo::kSsd, double(lk.ssd_bytes_read) / ssd_read_bps + double(lk.ssd_requests) / ssd_iops},
-          {NodeIo::kDram, moved / dram_bps},
-          {NodeIo::H2d(local), moved / link_bps},
-          {NodeIo::kRemoteIn, remote_bytes / std::max(remote_bps, 1.0)}};
+      const double ssd_s = double(lk.ssd_bytes_read) / ssd_read_bps + double(lk.ssd_requests) / ssd_iops;
+      // DRAM hits copied by the store's threads into a host window, then
+      // across the link (copy_threads > 0), or DMA'd from pinned memory.
+      const double copy_s = copy_bps > 0 ? double(lk.dram_bytes_read) / copy_bps : 0.0;
       // Queued reads pay one latency; serial ones (one at a time per TP worker) pay each.
       const double rounds = serial ? std::ceil(double(lk.ssd_requests) / double(tp)) : (lk.ssd_requests > 0 ? 1.0 : 0.0);
-      s.load_latency_s = rounds * hw.nvme_latency_us * 1e-6;
+      const double ssd_latency_s = rounds * hw.nvme_latency_us * 1e-6;
+      s.has_load = true;
+      if (layerwise && !ssd_layerwise && lk.ssd_bytes_read > 0 && o.io != IoMode::kReal) {
+        // SSD objects hold every layer: read whole into host memory first,
+        // then their layers cross beside the DRAM part, which streams now.
+        const double streamed = double(lk.dram_bytes_read) + remote_bytes;
+        s.stage_demand = {{NodeIo::kSsd, ssd_s}, {NodeIo::kDram, double(lk.ssd_bytes_useful) / dram_bps}};
+        s.stage_latency_s = ssd_latency_s;
+        s.flow2_demand = {{NodeIo::H2d(local), double(lk.ssd_bytes_useful) / link_bps}};
+        s.load_demand = {{NodeIo::kDram, streamed / dram_bps},
+                         {NodeIo::H2d(local), streamed / link_bps},
+                         {NodeIo::kCopy, copy_s},
+                         {NodeIo::kRemoteIn, remote_bytes / std::max(remote_bps, 1.0)}};
+        s.has_load = streamed > 0 || ask;
+        s.load_latency_s = 0;
+      } else {
+        s.load_demand = {{NodeIo::kSsd, ssd_s},
+                         {NodeIo::kDram, moved / dram_bps},
+                         {NodeIo::H2d(local), moved / link_bps},
+                         {NodeIo::kCopy, copy_s},
+                         {NodeIo::kRemoteIn, remote_bytes / std::max(remote_bps, 1.0)}};
+        s.load_latency_s = ssd_latency_s;
+      }
       // The ask is a round trip before anything moves; the tier's first
       // bytes come one more after it, beside the local reads.
       if (remote > 0) s.load_latency_s = std::max(s.load_latency_s, remote_rtt_s);
@@ -444,11 +526,53 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
       in.busy = false;
       return;
     }
+    // The slowest unfinished load flow of plan entry k (0: none).
+    auto remaining = [&](size_t k) {
+      const Seq& s = seqs[in.plan[k].first];
+      double rem = 0;
+      for (int64_t f : {s.flow, s.flow2})
+        if (f >= 0 && !io.done(uint32_t(f))) rem = std::max(rem, io.RemainingSeconds(uint32_t(f)));
+      return rem;
+    };
     double t = StepSeconds(o.model, hw, tp, tokens, attn_ctx, kv_read);
+    if (ideal_join) {
+      // The bound's scheduling: a request whose load would stretch the step
+      // (its last layer landing after the step's compute) waits for a later
+      // step instead, as a whole load would; the rest of the step stands.
+      for (bool dropped = true; dropped && !in.plan.empty();) {
+        dropped = false;
+        bool inflight = false;
+        for (size_t k = 0; k < in.plan.size(); ++k) inflight = inflight || remaining(k) > 0;
+        const double tc = t + (inflight ? layers * layer_sync_s : 0.0);
+        for (size_t k = in.plan.size(); k-- > 0;) {
+          const double rem = remaining(k);
+          if (rem <= 0 || rem + tc / layers <= tc) continue;
+          const Seq& s = seqs[in.plan[k].first];
+          const double chunk = double(in.plan[k].second), c0 = double(s.computed);
+          tokens -= in.plan[k].second;
+          attn_ctx -= chunk * (c0 + (chunk - 1) / 2);
+          kv_read -= c0 * bpt;
+          in.plan.erase(in.plan.begin() + static_cast<std::ptrdiff_t>(k));
+          dropped = true;
+        }
+        if (dropped) t = StepSeconds(o.model, hw, tp, tokens, attn_ctx, kv_read);
+      }
+      if (in.plan.empty()) {
+        in.busy = false;
+        return;
+      }
+    }
+    in.deps.clear();
     for (const auto& [i, chunk] : in.plan) {
       const Seq& s = seqs[i];
-      if (s.flow >= 0 && !io.done(uint32_t(s.flow))) stall = std::max(stall, io.RemainingSeconds(uint32_t(s.flow)) + t / layers);
+      for (int64_t f : {s.flow, s.flow2})
+        if (f >= 0 && !io.done(uint32_t(f))) in.deps.push_back(uint32_t(f));
     }
+    // Waiting on a layer-wise load costs every layer its synchronisation.
+    if (!in.deps.empty() && layerwise) t += layers * layer_sync_s;
+    for (uint32_t f : in.deps) stall = std::max(stall, io.RemainingSeconds(f) + t / layers);
+    in.step_start = now;
+    in.step_compute = t;
     t = std::max(t, stall);
     in.busy = true;
     in.step_end = now + t;
@@ -532,10 +656,8 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
       for (uint32_t f : io.TakeNotified()) {
         if (f >= seq_of.size() || seq_of[f] < 0) continue;
         Seq& s = seqs[size_t(seq_of[f])];
-        if (!s.ready) {
-          s.ready = true;
-          s.ready_s = t;
-        }
+        if (flow_part[node][f] == kMain) open_gate(s, &s.flow_gate, t);
+        if (flow_part[node][f] == kSecond) open_gate(s, &s.flow2_gate, t);
       }
       for (uint32_t f : io.TakeCompleted()) {
         if (auto p = publishes[node].find(f); p != publishes[node].end()) {  // a publish landed
@@ -557,13 +679,32 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
           continue;
         }
         if (f >= seq_of.size() || seq_of[f] < 0) continue;
-        Seq& s = seqs[size_t(seq_of[f])];
-        res.restore_s += t - flow_start[node][f];
-        if (!s.ready) {
-          s.ready = true;
-          s.ready_s = t;
+        const size_t v = size_t(seq_of[f]);
+        Seq& s = seqs[v];
+        if (flow_part[node][f] == kStage) {  // its SSD objects are in host memory: their layers cross
+          const uint32_t f2 = io.Start(t, std::move(s.flow2_demand), 0.0);
+          s.flow2_demand.clear();
+          track(node, f2, int64_t(v), flow_start[node][f], kSecond);
+          s.flow2 = f2;
+          io.NotifyAt(f2, 1.0 / layers);
+          continue;
         }
+        open_gate(s, flow_part[node][f] == kMain ? &s.flow_gate : &s.flow2_gate, t);
+        if (load_done(s, io)) res.restore_s += t - flow_start[node][f];
       }
+    }
+    // Steps that wait on a layer-wise load: at the shares of now, they end
+    // no earlier than its last layer lands plus a layer of the step.
+    for (uint32_t id = 0; id < instances; ++id) {
+      Instance& in = inst[id];
+      if (!in.busy || in.deps.empty()) continue;
+      const NodeIo& io = ios[node_of(id)];
+      double rem = 0;
+      for (uint32_t f : in.deps) rem = std::max(rem, io.RemainingSeconds(f));
+      const double end = std::max(in.step_start + in.step_compute, t + rem + in.step_compute / layers);
+      res.busy_s += end - in.step_end;
+      in.step_end = end;
+      std::erase_if(in.deps, [&](uint32_t f) { return io.done(f); });
     }
     while (next < n && arrival(order[next]) <= t) {
       const size_t i = order[next++];
@@ -607,6 +748,7 @@ SimResult MergeRuns(const std::vector<SimResult>& runs) {
   SimResult m = runs[0];
   m.orders = static_cast<uint32_t>(runs.size());
   m.ttft_mean_ms_min = m.ttft_mean_ms_max = runs[0].ttft_mean_ms();
+  m.order_ttft_mean_ms = {runs[0].ttft_mean_ms()};
   for (size_t k = 1; k < runs.size(); ++k) {
     const SimResult& r = runs[k];
     m.requests += r.requests;
@@ -645,6 +787,7 @@ SimResult MergeRuns(const std::vector<SimResult>& runs) {
     m.ttft_s.insert(m.ttft_s.end(), r.ttft_s.begin(), r.ttft_s.end());
     m.ttft_mean_ms_min = std::min(m.ttft_mean_ms_min, r.ttft_mean_ms());
     m.ttft_mean_ms_max = std::max(m.ttft_mean_ms_max, r.ttft_mean_ms());
+    m.order_ttft_mean_ms.push_back(r.ttft_mean_ms());
   }
   return m;
 }

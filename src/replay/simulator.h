@@ -22,11 +22,20 @@
 // policy (Lookup) for the cached prefix. If anything hit, its KV is loaded
 // asynchronously: the request waits for its own load (holding its HBM, as
 // vLLM's WAITING_FOR_REMOTE_KVS) while the instance serves the others. A
-// policy that streams by layer (CachePolicy::layerwise, flat) starts its
-// prefill once the first of L layers has arrived; a step that includes a
-// request whose load is still running lasts at least as long as the rest of
-// that load plus one layer of the step (layer l's compute waits for layer
-// l's KV). Others start prefill when the whole load is done.
+// policy that streams by layer (CachePolicy::layerwise: flat, the -lw
+// baselines) starts its prefill once the first of L layers has arrived; a
+// step that includes a request whose load is still running ends no earlier
+// than that load's last layer lands plus one layer of the step (layer l's
+// compute waits for layer l's KV), re-planned at the shares of every moment
+// the shares change, and pays the profile's layer_sync_us for each of its L
+// layers. Whole SSD objects of a layer-wise policy whose SSD part does not
+// stream (CachePolicy::ssd_layerwise false: HiCache's pages) are read into
+// host memory first, beside the DRAM part's stream; their layers then cross
+// to the GPU, and the request is ready once both first layers are there.
+// Others start prefill when the whole load is done. DRAM hits of a policy
+// that copies them with threads (CachePolicy::dram_copy_threads: flat, as
+// built) cross the node's copy threads (threads x memcpy_core_gbps, shared by
+// every restore of the node) on their way to the link.
 //
 // Step time on an instance of tp GPUs, a roofline:
 //   compute = (2 * params * tokens + attention FLOPs) / (tp * tflops * mfu)
@@ -97,6 +106,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -182,6 +192,17 @@ struct SimResult {
   uint64_t step_tokens = 0;         // tokens over all steps (tokens_per_step: their mean)
   uint32_t orders = 1;              // runs merged into this one (MergeRuns)
   double ttft_mean_ms_min = 0, ttft_mean_ms_max = 0;  // over those runs
+  std::vector<double> order_ttft_mean_ms;  // each run's mean TTFT, in run (order) order
+  bool layerwise = false;           // the policy streamed by layer (CachePolicy::layerwise)
+  uint32_t dram_copy_threads = 0;   // the policy's DRAM copy threads (0: DMA)
+  double dram_copy_gbps = 0;        // their rate together, GB/s (threads x the profile's memcpy_core_gbps)
+  // Paired over the orders: this policy's mean TTFT over the reference's
+  // (flat's) at the same load and order; their mean and 95% interval
+  // (Student's t). NaN where there is no pairing (PairRatios).
+  double ratio_vs_flat_mean = std::numeric_limits<double>::quiet_NaN();
+  double ratio_vs_flat_ci_low = std::numeric_limits<double>::quiet_NaN();
+  double ratio_vs_flat_ci_high = std::numeric_limits<double>::quiet_NaN();
+  std::string best_of;              // a derived row (tiered-best): the result it is
   std::vector<double> ttft_s;       // per request, in arrival order
 
   double hit_rate() const { return input_tokens ? double(hit_tokens) / double(input_tokens) : 0.0; }

@@ -4,12 +4,16 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <string>
 #include <unordered_set>
 
 #include "replay/flat_policy.h"
 #include "replay/hw_profile.h"
 #include "replay/node_io.h"
+#include "replay/report.h"
+#include "replay/workload_multiturn.h"
 #include "testing/test_util.h"
 
 namespace flatkv::replay {
@@ -19,10 +23,12 @@ namespace {
 // records when it was called.
 class FakePolicy final : public CachePolicy {
  public:
-  explicit FakePolicy(uint64_t block_bytes, bool from_ssd = false, bool layerwise = false)
-      : block_bytes_(block_bytes), from_ssd_(from_ssd), layerwise_(layerwise) {}
+  explicit FakePolicy(uint64_t block_bytes, bool from_ssd = false, bool layerwise = false, bool ssd_layerwise = true)
+      : block_bytes_(block_bytes), from_ssd_(from_ssd), layerwise_(layerwise), ssd_layerwise_(ssd_layerwise) {}
   std::string_view name() const override { return "fake"; }
   bool layerwise() const override { return layerwise_; }
+  bool ssd_layerwise() const override { return ssd_layerwise_; }
+  uint32_t dram_copy_threads() const override { return copy_threads; }
   LookupResult Lookup(const Request& req, uint32_t /*instance*/, double now_s) override {
     lookups.push_back(now_s);
     LookupResult r;
@@ -47,9 +53,10 @@ class FakePolicy final : public CachePolicy {
     return {};
   }
   // With prefetch_bytes set: each arrival's prefetch reads that much SSD.
-  ArriveResult Arrive(const Request& /*req*/, uint32_t /*instance*/, double now_s, uint32_t /*ahead*/) override {
+  ArriveResult Arrive(const Request& req, uint32_t /*instance*/, double now_s, uint32_t /*ahead*/) override {
     arrivals.push_back(now_s);
     ArriveResult a;
+    if (prefetch_conversation != 0 && req.conversation != prefetch_conversation) return a;
     a.ssd_bytes_read = a.dram_bytes_written = prefetch_bytes;
     a.ssd_requests = prefetch_bytes ? 1 : 0;
     return a;
@@ -60,10 +67,12 @@ class FakePolicy final : public CachePolicy {
   }
   std::vector<double> lookups, inserts, arrivals;
   uint64_t prefetch_bytes = 0;
+  uint64_t prefetch_conversation = 0;  // 0: every arrival prefetches; else only this conversation's
+  uint32_t copy_threads = 0;
 
  private:
   uint64_t block_bytes_;
-  bool from_ssd_, layerwise_;
+  bool from_ssd_, layerwise_, ssd_layerwise_;
   std::unordered_set<uint64_t> seen_;
 };
 
@@ -211,7 +220,7 @@ TEST(Simulator, LayerwiseLoadOverlapsThePrefill) {
   o.model.layers = 10;
   double ttft[2];
   for (int lw = 0; lw < 2; ++lw) {
-    FakePolicy p(bb, /*from_ssd=*/true, /*layerwise=*/lw == 1);
+    FakePolicy p(bb, /*from_ssd=*/true, /*layerwise=*/lw == 1);  // its SSD part streams by layer
     p.Seed(Req(0, 1, 10, 1));
     auto r = Simulate(Of({Req(0, 1, 20, 1)}), p, o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -220,6 +229,82 @@ TEST(Simulator, LayerwiseLoadOverlapsThePrefill) {
   EXPECT_NEAR(ttft[0], 1.0 + 0.64, 1e-6);
   EXPECT_LT(ttft[1], 1.0 + 0.64 / 10 * 2);
   EXPECT_GE(ttft[1], 1.0);
+}
+
+TEST(Simulator, LayerwiseWholeSsdObjectsAreReadBeforeTheirFirstLayer) {
+  // The same 1 s SSD load of objects that hold every layer (HiCache's
+  // pages): the read ends before any layer crosses, so the prefill starts
+  // after it, as a whole load's would.
+  const uint64_t bb = 100'000'000;
+  SimOptions o = ToyOptions();
+  o.model.layers = 10;
+  FakePolicy p(bb, /*from_ssd=*/true, /*layerwise=*/true, /*ssd_layerwise=*/false);
+  p.Seed(Req(0, 1, 10, 1));
+  auto r = Simulate(Of({Req(0, 1, 20, 1)}), p, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r.value().ttft_s[0], 1.0 + 0.64, 0.01);
+  EXPECT_TRUE(r.value().layerwise);
+}
+
+TEST(Simulator, ALayerwiseStepEndsNoEarlierThanItsLoadLandsAsSharesChange) {
+  // A 1 s layer-wise SSD load; at 0.2 s another arrival's 1 s prefetch
+  // takes half the SSD. The step planned at 0.1 s (first layer in) at the
+  // shares of then would end at about 1.06 s; the load lands at
+  // 0.2 + 0.8 / (1/2) = 1.8 s, and the step a layer of it later.
+  const uint64_t bb = 100'000'000;
+  SimOptions o = ToyOptions();
+  o.model.layers = 10;
+  FakePolicy p(bb, /*from_ssd=*/true, /*layerwise=*/true);
+  p.Seed(Req(0, 1, 10, 1));
+  p.prefetch_bytes = 1'000'000'000;
+  p.prefetch_conversation = 2;
+  auto r = Simulate(Of({Req(0, 1, 11, 1), Req(0.2, 2, 1, 1, 500)}), p, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GE(r.value().ttft_s[0], 1.8 + 0.064 * 1 / 10 - 1e-6);
+  EXPECT_LT(r.value().ttft_s[0], 1.8 + 0.1);
+}
+
+TEST(Simulator, EveryLayerOfAStepWaitingOnALayerwiseLoadPaysItsSync) {
+  // A 0.1 s layer-wise load under 1.28 s of prefill over 10 layers: the
+  // step is compute bound, so 10 layers x 1 ms of sync add 10 ms to it.
+  const uint64_t bb = 100'000'000;
+  double ttft[2];
+  for (int sync = 0; sync < 2; ++sync) {
+    SimOptions o = ToyOptions();
+    o.model.layers = 10;
+    o.hw.layer_sync_us = sync ? 1000 : 0;
+    FakePolicy p(bb, /*from_ssd=*/true, /*layerwise=*/true);
+    p.Seed(Req(0, 1, 1, 1));
+    auto r = Simulate(Of({Req(0, 1, 21, 1)}), p, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ttft[sync] = r.value().ttft_s[0];
+  }
+  EXPECT_NEAR(ttft[1] - ttft[0], 0.010, 1e-6);
+}
+
+TEST(Simulator, DramHitsCopiedByThreadsCrossTheCopyRateThenTheLink) {
+  // 2 GB of DRAM hits: DMA at the toy's 1000 GB/s link is 2 ms; two copy
+  // threads of 1 GB/s each take 1 s, shared with no one.
+  const uint64_t bb = 100'000'000;
+  double ttft[2];
+  for (int copy = 0; copy < 2; ++copy) {
+    SimOptions o = ToyOptions();
+    o.hw.memcpy_core_gbps = 1;
+    FakePolicy p(bb);
+    p.copy_threads = copy ? 2 : 0;
+    p.Seed(Req(0, 1, 20, 1));
+    auto r = Simulate(Of({Req(0, 1, 21, 1)}), p, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ttft[copy] = r.value().ttft_s[0];
+    EXPECT_DOUBLE_EQ(r.value().dram_copy_gbps, copy ? 2.0 : 0.0);
+  }
+  EXPECT_NEAR(ttft[1] - ttft[0], 1.0 - 0.002, 1e-3);
+  SimOptions o = ToyOptions();  // no memcpy_core_gbps: the copy cannot be priced
+  FakePolicy p(bb);
+  p.copy_threads = 2;
+  auto r = Simulate(Of({Req(0, 1, 1, 1)}), p, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("memcpy_core_gbps"), std::string::npos) << r.status().ToString();
 }
 
 TEST(Simulator, ConcurrentLoadsShareTheSsd) {
@@ -333,13 +418,47 @@ TEST(SimMergeRuns, SumsCountersPoolsTtftsAndKeepsTheSpread) {
   EXPECT_EQ(MergeRuns({}).requests, 0u);
 }
 
+TEST(SimMergeRuns, PairsEachOrdersMeanWithFlatsAndGivesAStudentTInterval) {
+  auto run = [](const char* policy, double load, std::vector<double> means) {
+    SimResult r;
+    r.policy = policy;
+    r.load = load;
+    r.order_ttft_mean_ms = std::move(means);
+    r.ttft_s = {1.0};
+    return r;
+  };
+  std::vector<SimResult> rs = {run("flat", 1, {100, 200, 400}), run("tiered", 1, {110, 240, 400}),
+                               run("tiered-lw", 1, {90, 200, 360}), run("files", 2, {1, 2, 3})};
+  PairRatios(&rs);
+  EXPECT_TRUE(std::isnan(rs[0].ratio_vs_flat_mean)) << "flat is the reference";
+  // tiered: 1.1, 1.2, 1.0: mean 1.1, s = 0.1, half width 4.303 x 0.1 / sqrt(3).
+  EXPECT_NEAR(rs[1].ratio_vs_flat_mean, 1.1, 1e-12);
+  EXPECT_NEAR(rs[1].ratio_vs_flat_ci_low, 1.1 - 4.303 * 0.1 / std::sqrt(3.0), 1e-9);
+  EXPECT_NEAR(rs[1].ratio_vs_flat_ci_high, 1.1 + 4.303 * 0.1 / std::sqrt(3.0), 1e-9);
+  EXPECT_TRUE(std::isnan(rs[3].ratio_vs_flat_mean)) << "no flat at its load";
+  // tiered-best at load 1: the variant with the lower pooled mean TTFT (tiered-lw: 1 s against 2 s).
+  rs[1].ttft_s = {2.0};
+  AddTieredBest(&rs);
+  ASSERT_EQ(rs.size(), 5u);
+  EXPECT_EQ(rs[4].policy, "tiered-best");
+  EXPECT_EQ(rs[4].best_of, "tiered-lw");
+  EXPECT_DOUBLE_EQ(rs[4].ratio_vs_flat_mean, rs[2].ratio_vs_flat_mean);
+  const std::string table = FormatTable(rs);
+  EXPECT_NE(table.find("= tiered-lw"), std::string::npos) << table;
+  const nlohmann::json j = ToJson(rs[1]);
+  EXPECT_NEAR(j["ratio_vs_flat_mean"].get<double>(), 1.1, 1e-12);
+  EXPECT_TRUE(ToJson(rs[0])["ratio_vs_flat_mean"].is_null());
+  EXPECT_FALSE(j["layerwise"].get<bool>());
+  EXPECT_TRUE(j.contains("aborted_blocks"));
+}
+
 TEST(HwProfile, ReportFiguresAreInTheReportsUnits) {
   auto h100 = FindHwProfile(ProfilesFile(), "h100-node");
   ASSERT_TRUE(h100.ok());
   const HwProfile& p = h100.value();
   std::map<std::string, double> fig;
   for (const auto& [k, v] : HwFigures(p)) fig[std::string(k)] = v;
-  EXPECT_EQ(fig.size(), 17u);  // every real-valued figure, counts apart
+  EXPECT_EQ(fig.size(), 19u);  // every real-valued figure, counts apart
   EXPECT_DOUBLE_EQ(fig.at("remote_gbps"), p.remote_gbps);
   EXPECT_DOUBLE_EQ(fig.at("hbm_bytes"), 80e9);
   EXPECT_DOUBLE_EQ(fig.at("dram_bytes"), p.dram_bytes);
@@ -418,6 +537,55 @@ TEST(ServingCalibration, VllmLatencyBenchmarkWithin25Percent) {
     auto s = LatencyBenchmarkSeconds(m.value(), hw.value(), 4, 8, 32, 128);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_NEAR(s.value() / seconds, 1.0, 0.25) << name << ": simulated " << s.value() << " s, published " << seconds;
+  }
+}
+
+TEST(Simulator, NothingBeatsInfiniteLwOnTtft) {
+  // Every policy on one workload whose capacities bind (16 conversations of
+  // up to ~16 K tokens, 320 KiB a token: ~80 GB against 16 GiB of DRAM and
+  // 24 GiB of SSD) on h100-node: infinite-lw (every hit in DRAM, streamed
+  // by layer at the node's links, a load never holding a step) has the
+  // lowest mean, median and p99 TTFT. (An open-loop workload whose turns
+  // overlap their predecessors' prefills can let a slower policy find a
+  // block the faster one had not written yet; rate 2 keeps turns apart.)
+  auto trace = MakeWorkload("multiturn:clients=16,rounds=4,turn_tokens=4000,output_tokens=32,request_rate=2,seed=3");
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  auto hw = FindHwProfile(ProfilesFile(), "h100-node");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  auto model = FindServingModel("llama-3.1-70b");
+  ASSERT_TRUE(model.ok());
+  SimOptions o;
+  o.model = model.value();
+  o.hw = hw.value();
+  const uint32_t tp = 4;
+  o.tp = tp;
+  const IoModel io = NodeIoModel(o.hw, tp);
+  flatkv::testing::TempDir dir;
+  std::map<std::string, SimResult> got;
+  for (const std::string& name : PolicyNames()) {
+    PolicyConfig c;
+    c.block_tokens = trace.value().block_tokens;
+    c.block_bytes = o.model.BytesPerToken() * c.block_tokens;
+    c.dram_bytes = 16ull << 30;
+    c.ssd_bytes = 24ull << 30;
+    c.trace = &trace.value();
+    c.dir = dir.path() + "/" + name;
+    c.instances = o.hw.gpus / tp;
+    c.io_model = &io;
+    c.layers = o.model.layers;
+    std::filesystem::create_directories(c.dir);
+    auto p = MakePolicy(name, c);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
+    auto r = Simulate(trace.value(), *p.value(), o);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    got[name] = std::move(r).value();
+  }
+  const SimResult& bound = got.at("infinite-lw");
+  EXPECT_LT(got.at("tiered").hit_rate(), bound.hit_rate()) << "the capacities bind";
+  for (const auto& [name, r] : got) {
+    EXPECT_LE(bound.ttft_mean_ms(), r.ttft_mean_ms() * (1 + 1e-9)) << name;
+    EXPECT_LE(bound.ttft_percentile_ms(50), r.ttft_percentile_ms(50) * (1 + 1e-9)) << name;
+    EXPECT_LE(bound.ttft_percentile_ms(99), r.ttft_percentile_ms(99) * (1 + 1e-9)) << name;
   }
 }
 

@@ -25,8 +25,16 @@
 //     A restore streams through min(its need, free staging) and holds it
 //     until its reads finish. When less than one object of staging is free,
 //     the restore's SSD reads are aborted and the usable prefix ends at its
-//     first SSD object. A read object is promoted back into DRAM (its SSD
-//     copy stays in its bucket until the bucket is evicted).
+//     first SSD object. With promotion on hit (TieredOptions::promote:
+//     tiered, tiered-lw) a read object is promoted back into DRAM (its SSD
+//     copy stays in its bucket until the bucket is evicted); without it
+//     (tiered-nopromo, tiered-lw-nopromo: Mooncake's default,
+//     --promotion_on_hit false) it is served from staging and stays on SSD
+//     only.
+//   - Layer-wise (TieredOptions::layerwise, tiered-lw*: SGLang HiCache over
+//     Mooncake): the DRAM part streams to the GPU layer by layer; the SSD
+//     part, objects holding every layer, is read whole into host memory
+//     before its first layer can cross (CachePolicy::ssd_layerwise false).
 //
 // IoMode::kReal performs the bucket I/O on real files under config.dir, every
 // size divided by config.scale (the model's accounting, and so its hits, stay
@@ -83,8 +91,10 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 class TieredPolicy final : public CachePolicy {
  public:
-  explicit TieredPolicy(const PolicyConfig& c)
-      : bb_(c.block_bytes),
+  TieredPolicy(const PolicyConfig& c, TieredOptions o)
+      : options_(o),
+        name_(std::string("tiered") + (o.layerwise ? "-lw" : "") + (o.promote ? "" : "-nopromo")),
+        bb_(c.block_bytes),
         instances_(std::max<uint32_t>(1, c.instances)),
         staging_cap_(std::min<uint64_t>(kStagingBytes, c.dram_bytes / 4 / instances_)),
         pool_cap_(c.dram_bytes - staging_cap_ * instances_),
@@ -98,7 +108,8 @@ class TieredPolicy final : public CachePolicy {
         io_(c.io_model ? *c.io_model : IoModel{}),
         clients_(instances_) {}
 
-  std::string_view name() const override { return "tiered"; }
+  std::string_view name() const override { return name_; }
+  bool layerwise() const override { return options_.layerwise; }
 
   LookupResult Lookup(const Request& req, uint32_t instance, double now) override {
     LookupResult r;
@@ -157,7 +168,7 @@ class TieredPolicy final : public CachePolicy {
       ++r.ssd_requests;
       --ssd_found;
       read_s += double(span) / (io_.ssd_read_gbps * 1e9) + io_.ssd_request_us * 1e-6;  // serial per key
-      Promote(req.blocks[i], now);
+      if (options_.promote) Promote(req.blocks[i], now);
     }
     if (r.ssd_blocks > 0) {
       const uint64_t hold = std::min<uint64_t>(uint64_t{r.ssd_blocks} * staging_per_obj_, free_staging);
@@ -344,6 +355,8 @@ class TieredPolicy final : public CachePolicy {
     if (buckets_.empty()) open_ = false;
   }
 
+  const TieredOptions options_;
+  const std::string name_;
   const uint64_t bb_;
   const uint32_t instances_;
   const uint64_t staging_cap_;  // per client
@@ -464,7 +477,7 @@ class TieredPolicy final : public CachePolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<CachePolicy>> MakeTieredPolicy(const PolicyConfig& config) {
+Result<std::unique_ptr<CachePolicy>> MakeTieredPolicy(const PolicyConfig& config, TieredOptions options) {
   if (config.block_bytes == 0) return Status::InvalidArgument("tiered: block_bytes must be > 0");
   if (config.io == IoMode::kReal) {
     if (config.dir.empty()) return Status::InvalidArgument("tiered: kReal needs a scratch directory (config.dir)");
@@ -473,7 +486,7 @@ Result<std::unique_ptr<CachePolicy>> MakeTieredPolicy(const PolicyConfig& config
     if (::mkdir(config.dir.c_str(), 0755) != 0 && errno != EEXIST)
       return Status::FromErrno(errno, "tiered: mkdir " + config.dir);
   }
-  return std::unique_ptr<CachePolicy>(new TieredPolicy(config));
+  return std::unique_ptr<CachePolicy>(new TieredPolicy(config, options));
 }
 
 }  // namespace flatkv::replay

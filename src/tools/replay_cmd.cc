@@ -8,13 +8,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
+#include "flatkv/options.h"
 #include "replay/flat_policy.h"
 #include "replay/hw_profile.h"
 #include "replay/io_model.h"
@@ -157,6 +161,14 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
                 "auto: find the capacity load and replay at 0.5x, 1x and 2x of it; or load factors, comma separated "
                 "(arrivals sped up by each). Default auto");
   c->add_option("--orders", a.orders, "Conversation orders per point, for the spread (default 3)")->check(CLI::Range(1u, 64u));
+  c->add_option("--capacity-orders", a.capacity_orders,
+                "Conversation orders at 1x the capacity load (--load auto or --capacity-load; default --orders)")
+      ->check(CLI::Range(1u, 64u));
+  c->add_option("--capacity-load", a.capacity_load,
+                "The capacity load, as found before: replay at 0.5x, 1x and 2x of it without the search")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--jobs", a.jobs, "Replays run at once, one thread each (default 1)")->check(CLI::Range(1u, 64u));
+  c->add_option("--json-out", a.json_out, "Also write the JSON to this file (the table still prints)");
   c->add_option("--io", a.io, "model: costs from the node's figures; real: every write and restore on real stores (default model)")
       ->check(CLI::IsMember({"model", "real"}));
   c->add_flag("--json", a.json, "Print JSON instead of the table (stdout is the JSON alone)");
@@ -202,8 +214,11 @@ struct Setup {
   double scale = 64;
 };
 
-// One replay of `trace` (one order) through policy `name` at `load`.
-Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string& name, double load, bool quiet) {
+// One replay of `trace` (one order) through policy `name` at `load`; its
+// scratch directory is named after the policy and `tag` (runs at once have
+// their own).
+Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string& name, double load, bool quiet,
+                         const std::string& tag = "") {
   PolicyConfig pc;
   pc.block_bytes = st.block_bytes;
   pc.block_tokens = trace.block_tokens;
@@ -211,10 +226,11 @@ Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string&
   pc.ssd_bytes = st.ssd;
   pc.trace = &trace;
   pc.io = st.mode;
-  pc.dir = st.scratch + "/" + name;
+  pc.dir = st.scratch + "/" + name + tag;
   pc.scale = st.scale;
   pc.instances = st.hw.gpus / st.tp;
   pc.io_model = &st.io;
+  pc.layers = st.model.layers;
   std::error_code ec;
   std::vector<std::unique_ptr<CachePolicy>> nodes;  // one policy, with its own DRAM and SSD, a node
   std::vector<CachePolicy*> raw;
@@ -464,6 +480,9 @@ int RunReplay(const ReplayArgs& a) {
     if (!cal.ok()) return Fail(kExitFailure, "--calibrate: " + cal.status().ToString());
     const IoModel& c = cal.value();
     const std::string src = "measured by flatkv replay --calibrate on this machine";
+    // The store's DRAM restores ran on its copy threads: one core's share.
+    st.hw.memcpy_core_gbps = c.dram_copy_gbps / double(std::max<uint32_t>(1, StoreOptions{}.dram_threads));
+    st.hw.sources["memcpy_core_gbps"] = src + " (the store's DRAM restore rate / its dram_threads)";
     st.hw.nvme_drives = 1;
     st.hw.nvme_read_gbps = st.hw.nvme_write_gbps = c.ssd_read_gbps;
     st.hw.nvme_latency_us = c.ssd_request_us;
@@ -485,12 +504,18 @@ int RunReplay(const ReplayArgs& a) {
   std::vector<std::string> search_log;
   std::map<double, SimResult> searched;  // infinite on order 0, by load: the search's replays
   double capacity = 0;
-  if (auto_load) {
+  if (a.capacity_load > 0) {
+    if (!auto_load) return Fail(kExitUsage, "--capacity-load replaces the search of --load auto; give no --load");
+    capacity = a.capacity_load;
+    search_log.push_back("given: --capacity-load " + std::to_string(capacity));
+    loads = {0.5 * capacity, capacity, 2 * capacity};
+  } else if (auto_load) {
     auto c = CapacityLoad(st, &search_log, &searched);
     if (!c.ok()) return Fail(kExitFailure, "--load auto: " + c.status().ToString());
     capacity = c.value();
     loads = {0.5 * capacity, capacity, 2 * capacity};
   }
+  const uint32_t capacity_orders = a.capacity_orders ? a.capacity_orders : a.orders;
 
   nlohmann::json sources = nlohmann::json::object();
   for (const auto& [k, v] : st.hw.sources) sources[k] = v;
@@ -515,6 +540,7 @@ int RunReplay(const ReplayArgs& a) {
       {"tp", st.tp},                        {"io", a.io},
       {"scale", a.scale},                   {"stagger_s", a.stagger_s},
       {"orders", a.orders},                 {"load_auto", auto_load},
+      {"capacity_orders", capacity_orders},
       {"nodes", st.nodes},                  {"routing", a.routing},
       {"remote_bytes_per_node", st.remote}, {"remote_buffer_bytes_per_node", st.remote_buffer},
       {"capacity_load", capacity},          {"capacity_search", search_log},
@@ -542,36 +568,93 @@ int RunReplay(const ReplayArgs& a) {
                   "per node\n",
                   st.nodes, a.routing.c_str(), st.remote ? Human(double(st.remote)).c_str() : "none",
                   Human(double(st.remote_buffer)).c_str(), st.hw.remote_gbps, st.hw.remote_rtt_us);
-    std::printf("%u conversation orders per point\n\n", a.orders);
+    if (capacity > 0 && capacity_orders != a.orders)
+      std::printf("%u conversation orders at 1x, %u at the other loads\n\n", capacity_orders, a.orders);
+    else
+      std::printf("%u conversation orders per point\n\n", a.orders);
     std::fflush(stdout);
   }
 
   std::vector<Trace> orders;
-  for (uint32_t k = 0; k < a.orders; ++k) orders.push_back(PermuteConversations(trace, k));
-  std::vector<SimResult> results;
-  for (const std::string& name : policies) {
+  const uint32_t max_orders = std::max(a.orders, capacity_orders);
+  for (uint32_t k = 0; k < max_orders; ++k) orders.push_back(PermuteConversations(trace, k));
+  // Every (policy, load, order) replay, run a.jobs at a time; merged per
+  // (policy, load) in order.
+  struct Task {
+    size_t point;  // (policy, load) index
+    uint32_t order;
+  };
+  std::vector<Task> tasks;
+  std::vector<std::pair<std::string, double>> points;
+  for (const std::string& name : policies)
     for (double load : loads) {
-      std::vector<SimResult> runs;
-      for (const Trace& t : orders) {
-        // Order 0 is st.trace itself: the search already replayed infinite on it at the loads it probed.
-        if (auto it = searched.find(load); name == "infinite" && &t == &orders[0] && it != searched.end()) {
-          runs.push_back(it->second);
-          continue;
-        }
-        auto r = RunOne(st, t, name, load, a.json);
-        if (!r.ok()) {
-          const int code = r.status().code() == Code::kInvalidArgument ? kExitUsage : kExitFailure;
-          return Fail(code, name + " at load " + std::to_string(load) + ": " + r.status().ToString());
-        }
-        runs.push_back(std::move(r).value());
-      }
-      results.push_back(MergeRuns(runs));
+      points.emplace_back(name, load);
+      const uint32_t n = capacity > 0 && load == capacity ? capacity_orders : a.orders;
+      for (uint32_t k = 0; k < n; ++k) tasks.push_back({points.size() - 1, k});
     }
+  std::vector<std::vector<Result<SimResult>>> runs(points.size());
+  for (const Task& t : tasks) runs[t.point].emplace_back(Status::Aborted("not run"));
+  std::vector<size_t> slot(tasks.size());
+  {
+    std::vector<uint32_t> filled(points.size(), 0);
+    for (size_t k = 0; k < tasks.size(); ++k) slot[k] = filled[tasks[k].point]++;
+  }
+  std::mutex mu;
+  size_t next_task = 0;
+  const bool quiet = a.json || a.jobs > 1;
+  auto worker = [&] {
+    while (true) {
+      size_t k;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (next_task == tasks.size()) return;
+        k = next_task++;
+      }
+      const auto& [name, load] = points[tasks[k].point];
+      const Trace& t = orders[tasks[k].order];
+      Result<SimResult> r = Status::Aborted("not run");
+      // Order 0 is st.trace itself: the search already replayed infinite on it at the loads it probed.
+      if (auto it = searched.find(load); name == "infinite" && tasks[k].order == 0 && it != searched.end()) {
+        r = it->second;
+      } else {
+        r = RunOne(st, t, name, load, quiet, "-" + std::to_string(k));
+      }
+      std::lock_guard<std::mutex> l(mu);
+      runs[tasks[k].point][slot[k]] = std::move(r);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (uint32_t j = 1; j < std::min<uint32_t>(a.jobs, uint32_t(tasks.size())); ++j) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+  std::vector<SimResult> results;
+  for (size_t p = 0; p < points.size(); ++p) {
+    std::vector<SimResult> merged;
+    for (Result<SimResult>& r : runs[p]) {
+      if (!r.ok()) {
+        const int code = r.status().code() == Code::kInvalidArgument ? kExitUsage : kExitFailure;
+        return Fail(code, points[p].first + " at load " + std::to_string(points[p].second) + ": " + r.status().ToString());
+      }
+      merged.push_back(std::move(r).value());
+    }
+    results.push_back(MergeRuns(merged));
+  }
+  PairRatios(&results);
+  AddTieredBest(&results);
+  if (!a.json_out.empty()) {
+    nlohmann::json j = ToJson(results, config);
+    j["hw"] = hwj;
+    j["model"] = modelj;
+    j["capacity_load"] = capacity;
+    std::ofstream f(a.json_out, std::ios::trunc);
+    f << j.dump(2) << "\n";
+    if (!f) return Fail(kExitFailure, "--json-out: cannot write " + a.json_out);
   }
   if (a.json) {
     nlohmann::json j = ToJson(results, config);
     j["hw"] = hwj;
     j["model"] = modelj;
+    j["capacity_load"] = capacity;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s", FormatTable(results).c_str());

@@ -22,6 +22,10 @@ struct ReplayArgs {
   std::string hw = "h100-node";           // node profile name
   std::string hw_file;                    // profiles file (default data/hw/profiles.toml of the source tree)
   uint32_t orders = 3;                    // conversation orders per point (the spread)
+  uint32_t capacity_orders = 0;           // orders at 1x the capacity load (0: --orders)
+  double capacity_load = 0;               // > 0: the capacity load, not searched (0.5x, 1x, 2x of it)
+  uint32_t jobs = 1;                      // replays run at once (threads)
+  std::string json_out;                   // also write the JSON here (the table still prints)
   uint32_t tp = 0;                        // tensor-parallel degree (0: the profile's or derived)
   bool calibrate_serving = false;         // recompute the published serving figure and exit
   std::string io = "model";               // model | real

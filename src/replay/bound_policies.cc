@@ -35,7 +35,7 @@ class InfinitePolicy final : public CachePolicy {
   InfinitePolicy(uint64_t block_bytes, bool layerwise) : bb_(block_bytes), layerwise_(layerwise) {}
   std::string_view name() const override { return layerwise_ ? "infinite-lw" : "infinite"; }
   bool layerwise() const override { return layerwise_; }
-  bool ideal_join() const override { return layerwise_; }  // the better of streaming and waiting, per step
+  bool hidden_loads() const override { return layerwise_; }  // the bound: no step waits for a load
 
   LookupResult Lookup(const Request& req, uint32_t /*instance*/, double /*now*/) override {
     uint32_t hit = 0;

@@ -122,7 +122,8 @@ class FlatPolicy final : public CachePolicy {
   bool layerwise() const override { return true; }      // Restore hands over layer by layer
   bool ssd_layerwise() const override { return true; }  // extents are layer-major: one read per layer
   uint32_t dram_copy_threads() const override {
-    return window_ == FlatWindow::kGpu ? 0 : StoreOptions{}.dram_threads;  // the DramQueue's workers
+    if (window_ == FlatWindow::kGpu) return 0;
+    return config_.dram_copy_threads ? config_.dram_copy_threads : StoreOptions{}.dram_threads;  // the DramQueue's workers
   }
 
   LookupResult Lookup(const Request& req, uint32_t /*instance*/, double now_s) override {

@@ -53,6 +53,7 @@ struct PolicyConfig {
   const IoModel* io_model = nullptr;  // the run's I/O figures (nullptr: IoModel's defaults); must
                                       // outlive the policy
   uint32_t layers = 0;            // the model's layers (files-lw splits a chunk into this many objects)
+  uint32_t dram_copy_threads = 0; // flat: its DRAM copy threads as charged (0: StoreOptions::dram_threads); a what-if
 };
 
 struct LookupResult {
@@ -124,13 +125,13 @@ class CachePolicy {
   // the GPU (flat: StoreOptions::dram_threads), each at the node's
   // memcpy_core_gbps; 0: DMA from pinned host memory at the link's rate.
   virtual uint32_t dram_copy_threads() const { return 0; }
-  // The bound's scheduling (infinite-lw): a request whose layer-wise load
-  // would stretch a step (its last layer landing after the step's compute)
-  // waits for a later step, as a whole load would, instead of holding the
-  // batch. false: it joins the first step after its first layer and the step
-  // waits for it, as engines that load by layer inside the forward pass do
-  // (vLLM's wait_for_layer_load, LMCache's retrieve_layer, HiCache).
-  virtual bool ideal_join() const { return false; }
+  // The bound (infinite-lw): a step never waits for its layer-wise loads.
+  // Their bytes still cross the node's links, so they slow every flow that
+  // shares them, but their time hides under the step's compute entirely:
+  // no engine does better. false: the step ends no earlier than a load's
+  // last layer lands, as engines that load by layer inside the forward pass
+  // do (vLLM's wait_for_layer_load, LMCache's retrieve_layer, HiCache).
+  virtual bool hidden_loads() const { return false; }
   // True when a restore's SSD reads are issued one at a time by each of the
   // instance's tp workers (files: LMCache's get_blocking reads chunk after
   // chunk in the caller), so every read pays the drive's latency; false:

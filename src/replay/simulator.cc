@@ -231,7 +231,7 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
   const bool ssd_layerwise = layerwise && policy.ssd_layerwise();
   const bool serial = policy.serial_ssd_reads();
   const uint32_t copy_threads = policy.dram_copy_threads();
-  const bool ideal_join = layerwise && policy.ideal_join();
+  const bool hidden_loads = layerwise && policy.hidden_loads();
   if (copy_threads > 0 && !(hw.memcpy_core_gbps > 0))
     return Status::InvalidArgument("simulate: policy " + std::string(policy.name()) + " copies DRAM hits with " +
                                    std::to_string(copy_threads) + " threads; profile '" + hw.name +
@@ -526,42 +526,7 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
       in.busy = false;
       return;
     }
-    // The slowest unfinished load flow of plan entry k (0: none).
-    auto remaining = [&](size_t k) {
-      const Seq& s = seqs[in.plan[k].first];
-      double rem = 0;
-      for (int64_t f : {s.flow, s.flow2})
-        if (f >= 0 && !io.done(uint32_t(f))) rem = std::max(rem, io.RemainingSeconds(uint32_t(f)));
-      return rem;
-    };
     double t = StepSeconds(o.model, hw, tp, tokens, attn_ctx, kv_read);
-    if (ideal_join) {
-      // The bound's scheduling: a request whose load would stretch the step
-      // (its last layer landing after the step's compute) waits for a later
-      // step instead, as a whole load would; the rest of the step stands.
-      for (bool dropped = true; dropped && !in.plan.empty();) {
-        dropped = false;
-        bool inflight = false;
-        for (size_t k = 0; k < in.plan.size(); ++k) inflight = inflight || remaining(k) > 0;
-        const double tc = t + (inflight ? layers * layer_sync_s : 0.0);
-        for (size_t k = in.plan.size(); k-- > 0;) {
-          const double rem = remaining(k);
-          if (rem <= 0 || rem + tc / layers <= tc) continue;
-          const Seq& s = seqs[in.plan[k].first];
-          const double chunk = double(in.plan[k].second), c0 = double(s.computed);
-          tokens -= in.plan[k].second;
-          attn_ctx -= chunk * (c0 + (chunk - 1) / 2);
-          kv_read -= c0 * bpt;
-          in.plan.erase(in.plan.begin() + static_cast<std::ptrdiff_t>(k));
-          dropped = true;
-        }
-        if (dropped) t = StepSeconds(o.model, hw, tp, tokens, attn_ctx, kv_read);
-      }
-      if (in.plan.empty()) {
-        in.busy = false;
-        return;
-      }
-    }
     in.deps.clear();
     for (const auto& [i, chunk] : in.plan) {
       const Seq& s = seqs[i];
@@ -570,6 +535,9 @@ Result<SimResult> Simulate(const Trace& trace, std::span<CachePolicy* const> pol
     }
     // Waiting on a layer-wise load costs every layer its synchronisation.
     if (!in.deps.empty() && layerwise) t += layers * layer_sync_s;
+    // The bound's loads never hold a step: their bytes cross the links
+    // (and slow whoever shares them), their time hides under the compute.
+    if (hidden_loads) in.deps.clear();
     for (uint32_t f : in.deps) stall = std::max(stall, io.RemainingSeconds(f) + t / layers);
     in.step_start = now;
     in.step_compute = t;

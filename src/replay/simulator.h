@@ -35,7 +35,8 @@
 // Others start prefill when the whole load is done. DRAM hits of a policy
 // that copies them with threads (CachePolicy::dram_copy_threads: flat, as
 // built) cross the node's copy threads (threads x memcpy_core_gbps, shared by
-// every restore of the node) on their way to the link.
+// every restore of the node) on their way to the link. The bound's steps
+// (CachePolicy::hidden_loads, infinite-lw) never wait for its loads.
 //
 // Step time on an instance of tp GPUs, a roofline:
 //   compute = (2 * params * tokens + attention FLOPs) / (tp * tflops * mfu)

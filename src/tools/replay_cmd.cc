@@ -169,6 +169,11 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
       ->check(CLI::PositiveNumber);
   c->add_option("--jobs", a.jobs, "Replays run at once, one thread each (default 1)")->check(CLI::Range(1u, 64u));
   c->add_option("--json-out", a.json_out, "Also write the JSON to this file (the table still prints)");
+  c->add_option("--capacity-only", a.capacity_only,
+                "Policies (of --policy) replayed only at 1x the capacity load, comma separated");
+  c->add_option("--copy-threads", a.copy_threads,
+                "What if: flat's DRAM copy threads as charged (default the store's dram_threads, 2)")
+      ->check(CLI::Range(1u, 256u));
   c->add_option("--io", a.io, "model: costs from the node's figures; real: every write and restore on real stores (default model)")
       ->check(CLI::IsMember({"model", "real"}));
   c->add_flag("--json", a.json, "Print JSON instead of the table (stdout is the JSON alone)");
@@ -212,6 +217,7 @@ struct Setup {
   uint64_t remote = 0, remote_buffer = 0;
   std::string scratch;
   double scale = 64;
+  uint32_t copy_threads = 0;
 };
 
 // One replay of `trace` (one order) through policy `name` at `load`; its
@@ -231,6 +237,7 @@ Result<SimResult> RunOne(const Setup& st, const Trace& trace, const std::string&
   pc.instances = st.hw.gpus / st.tp;
   pc.io_model = &st.io;
   pc.layers = st.model.layers;
+  pc.dram_copy_threads = st.copy_threads;
   std::error_code ec;
   std::vector<std::unique_ptr<CachePolicy>> nodes;  // one policy, with its own DRAM and SSD, a node
   std::vector<CachePolicy*> raw;
@@ -424,6 +431,7 @@ int RunReplay(const ReplayArgs& a) {
   st.dram = dram;
   st.ssd = ssd;
   st.scale = a.scale;
+  st.copy_threads = a.copy_threads;
   st.mode = a.io == "real" ? IoMode::kReal : IoMode::kModel;
   st.nodes = a.nodes;
   st.routing = a.routing == "round-robin" ? SimOptions::Routing::kRoundRobin : SimOptions::Routing::kAffinity;
@@ -541,6 +549,7 @@ int RunReplay(const ReplayArgs& a) {
       {"scale", a.scale},                   {"stagger_s", a.stagger_s},
       {"orders", a.orders},                 {"load_auto", auto_load},
       {"capacity_orders", capacity_orders},
+      {"copy_threads", a.copy_threads},
       {"nodes", st.nodes},                  {"routing", a.routing},
       {"remote_bytes_per_node", st.remote}, {"remote_buffer_bytes_per_node", st.remote_buffer},
       {"capacity_load", capacity},          {"capacity_search", search_log},
@@ -586,8 +595,11 @@ int RunReplay(const ReplayArgs& a) {
   };
   std::vector<Task> tasks;
   std::vector<std::pair<std::string, double>> points;
+  const std::vector<std::string> only_at_capacity = SplitList(a.capacity_only);
   for (const std::string& name : policies)
     for (double load : loads) {
+      const bool only = std::find(only_at_capacity.begin(), only_at_capacity.end(), name) != only_at_capacity.end();
+      if (only && capacity > 0 && load != capacity) continue;
       points.emplace_back(name, load);
       const uint32_t n = capacity > 0 && load == capacity ? capacity_orders : a.orders;
       for (uint32_t k = 0; k < n; ++k) tasks.push_back({points.size() - 1, k});

@@ -26,6 +26,8 @@ struct ReplayArgs {
   double capacity_load = 0;               // > 0: the capacity load, not searched (0.5x, 1x, 2x of it)
   uint32_t jobs = 1;                      // replays run at once (threads)
   std::string json_out;                   // also write the JSON here (the table still prints)
+  std::string capacity_only;              // policies replayed only at 1x the capacity load (comma separated)
+  uint32_t copy_threads = 0;              // flat's DRAM copy threads as charged (0: the store's dram_threads)
   uint32_t tp = 0;                        // tensor-parallel degree (0: the profile's or derived)
   bool calibrate_serving = false;         // recompute the published serving figure and exit
   std::string io = "model";               // model | real

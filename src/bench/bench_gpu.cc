@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "codec/dtype.h"
 #include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/store.h"
@@ -214,7 +215,7 @@ int RunBenchGpu(const BenchGpuArgs& a) {
       std::vector<std::byte> raw(layout.Bytes()), enc((*codec)->MaxEncodedSize(layout));
       std::vector<float> f(layout.Elements());
       for (size_t i = 0; i < f.size(); ++i) f[i] = float((i * 2654435761u) % 2000) / 1000.0f - 1.0f;
-      std::memcpy(raw.data(), f.data(), std::min(raw.size(), f.size() * 4));  // any bits are a valid input
+      codec::FromFloat(layout.shape.dtype, f.data(), raw.data(), f.size());
       auto n = (*codec)->Encode(ctx, layout, raw, enc);
       if (n.ok()) {
         enc.resize(*n);

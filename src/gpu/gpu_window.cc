@@ -45,24 +45,17 @@ GpuWindow::~GpuWindow() {
 }
 
 void GpuWindow::Pump() {
-  // Copies queued whose host layer is not yet released, oldest first.
-  std::deque<uint32_t> in_flight;
+  // Copies queued whose host layer is not yet released (layer, its event), oldest first.
+  std::deque<std::pair<uint32_t, uint64_t>> in_flight;
   auto release_host = [&](bool block) {
     while (!in_flight.empty()) {
-      const uint32_t l = in_flight.front();
-      uint64_t ev;
-      {
-        MutexLock lock(&mu_);
-        ev = state_[l].event;
-      }
+      const auto [l, ev] = in_flight.front();
       if (!block && !backend_->Done(ev)) return;
       Status s = backend_->Wait(ev);
       restore_->ReleaseLayer(l);
       in_flight.pop_front();
       MutexLock lock(&mu_);
-      state_[l].ready = true;
       if (!s.ok() && state_[l].status.ok()) state_[l].status = s;
-      cv_.SignalAll();
       block = false;  // one blocking wait frees one host slot
     }
   };
@@ -98,23 +91,21 @@ void GpuWindow::Pump() {
       }
     }
     if (s.ok()) s = backend_->EnqueueCopy(Slot(l), view->data.data(), view->data.size());
-    if (s.ok()) ev = backend_->Record();
+    if (s.ok()) {
+      ev = backend_->Record();
+      in_flight.push_back({l, ev});
+    } else if (view.ok()) {
+      restore_->ReleaseLayer(l);  // nothing will read its host layer
+    }
     MutexLock lock(&mu_);
     LayerState& st = state_[l];
     st.copied = true;
     st.event = ev;
     st.blocks = s.ok() ? view->blocks : 0;
     st.status = s;
-    if (s.ok()) {
-      in_flight.push_back(l);
-      stats_.layers_copied++;
-    } else {
-      st.ready = true;
-      if (view.ok()) restore_->ReleaseLayer(l);
-    }
+    if (s.ok()) stats_.layers_copied++;
     cv_.SignalAll();
   }
-  release_host(true);
   while (!in_flight.empty()) release_host(true);
   const uint32_t valid = restore_->Finish();
   MutexLock lock(&mu_);
@@ -160,7 +151,7 @@ Result<uint64_t> GpuWindow::ScatterLayer(uint32_t layer, std::span<const PageCop
   {
     MutexLock lock(&mu_);
     const LayerState& st = state_[layer];
-    if (!st.ready && !st.copied) return Status::FailedPrecondition("gpu window: scatter of layer " + std::to_string(layer) + " before WaitLayer");
+    if (!st.copied) return Status::FailedPrecondition("gpu window: scatter of layer " + std::to_string(layer) + " before WaitLayer");
     if (st.released) return Status::FailedPrecondition("gpu window: scatter of released layer " + std::to_string(layer));
     if (!st.status.ok()) return st.status;
   }

@@ -65,7 +65,6 @@ class GpuWindow {
  private:
   struct LayerState {
     bool copied = false;     // the copy is queued (event set) or the layer failed
-    bool ready = false;      // the copy passed
     bool released = false;
     uint64_t event = 0;
     uint32_t blocks = 0;

@@ -15,11 +15,7 @@
 namespace flatkv::gpu {
 namespace {
 
-using flatkv::testing::ChainKeys;
-using flatkv::testing::OpenStore;
-using flatkv::testing::Payload;
-using flatkv::testing::SmallOptions;
-using flatkv::testing::TempDir;
+using namespace flatkv::testing;
 
 struct Stored {
   TempDir dir;

@@ -46,7 +46,6 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
     } else {
       Run r;
       r.source = source;
-      r.medium = from;
       r.extent = e->id;
       r.first_slot = slot;
       r.first_block = hit_;
@@ -273,12 +272,11 @@ void RestoreImpl::AttachStream(Source* source, std::unique_ptr<Fetch> fetch) {
   const uint32_t n = fetch->blocks() - hit_;
   Run r;
   r.source = source;
-  r.medium = source->medium();
   r.first_block = hit_;
   r.count = n;
   r.slot_stride = lb_;
   r.fetch = std::move(fetch);
-  for (uint32_t j = 0; j < n; ++j) locations_.push_back({Address::Make(r.medium, 0, 0), 0});
+  for (uint32_t j = 0; j < n; ++j) locations_.push_back({Address::Make(source->medium(), 0, 0), 0});
   checksums_.resize(checksums_.size() + uint64_t{n} * layers_, 0);  // a fetch verifies what it streams
   enc_off_.resize(checksums_.size(), 0);
   enc_len_.resize(checksums_.size(), 0);
@@ -500,7 +498,7 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
       if (BlockChecksum(where[j], lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
       c.checksum_failures++;
       LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
-                 std::string(MediumName(r.medium)) + " extent " + std::to_string(r.extent) + " slot " +
+                 std::string(MediumName(r.source->medium())) + " extent " + std::to_string(r.extent) + " slot " +
                  std::to_string(r.first_slot + j0 + j) + "): checksum mismatch; it and every later block are misses");
       corrupt.push_back({r.extent, r.first_slot + j0 + j});
       bad = std::min(bad, block);

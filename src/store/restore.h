@@ -73,7 +73,6 @@ class RestoreImpl final : public Restore {
 
   struct Run {
     Source* source = nullptr;
-    Medium medium = Medium::kNone;  // source->medium(), for locations and logs
     uint32_t device = 0;
     int fd = -1;               // a file-backed medium's
     uint64_t src = 0;          // the medium's address of (layer 0, first slot)

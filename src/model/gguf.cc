@@ -534,9 +534,27 @@ Result<std::vector<float>> DequantizeTensor(const GgufTensorInfo& t) {
         for (int j = 0; j < 32; ++j) out[32 * b + j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
       }
       return out;
+    case kGgmlQ4_1:
+      // Blocks of 32: fp16 scale d, fp16 minimum m, then 16 bytes whose low nibbles are elements
+      // 0..15 and high nibbles 16..31; value = d * q + m, each operation rounded (ggml's
+      // dequantize_row_q4_1; the gguf package's numpy dequantize gives the same bits).
+      out.resize(t.n_elements);
+      for (uint64_t b = 0; b < t.n_elements / 32; ++b) {
+        const char* blk = p + 20 * b;
+        uint16_t hd, hm;
+        std::memcpy(&hd, blk, 2);
+        std::memcpy(&hm, blk + 2, 2);
+        const float d = HalfToFloat(hd), m = HalfToFloat(hm);
+        for (int j = 0; j < 16; ++j) {
+          const auto q = static_cast<uint8_t>(blk[4 + j]);
+          out[32 * b + j] = d * static_cast<float>(q & 0x0f) + m;
+          out[32 * b + j + 16] = d * static_cast<float>(q >> 4) + m;
+        }
+      }
+      return out;
     default:
       return Status::NotSupported("tensor '" + std::string(t.name) + "': ggml type " + GgmlTypeName(t.type) +
-                                  " is not supported (only f32, f16 and q8_0)");
+                                  " is not supported (only f32, f16, q4_1 and q8_0)");
   }
 }
 

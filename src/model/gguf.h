@@ -51,6 +51,7 @@ std::string GgufTypeName(GgufType type);
 // The ggml tensor element types this loader dequantizes.
 inline constexpr uint32_t kGgmlF32 = 0;
 inline constexpr uint32_t kGgmlF16 = 1;
+inline constexpr uint32_t kGgmlQ4_1 = 3;
 inline constexpr uint32_t kGgmlQ8_0 = 8;
 // "f32", "q4_K", ...; "type 31" for a number ggml does not define.
 std::string GgmlTypeName(uint32_t type);
@@ -150,9 +151,10 @@ std::vector<GgufValue> DecodeArray(const GgufValue& array);
 // and NaN payloads included).
 float HalfToFloat(uint16_t h);
 
-// The tensor's elements as fp32, in file order: F32, F16 and Q8_0 (blocks of
-// 32: an fp16 scale d, then 32 int8 q; value = d * q). Other types are
-// NotSupported naming the tensor and its type.
+// The tensor's elements as fp32, in file order: F32, F16, Q4_1 (blocks of 32:
+// fp16 scale d and minimum m, then 32 4-bit q; value = d * q + m) and Q8_0
+// (blocks of 32: an fp16 scale d, then 32 int8 q; value = d * q). Other types
+// are NotSupported naming the tensor and its type.
 Result<std::vector<float>> DequantizeTensor(const GgufTensorInfo& tensor);
 
 }  // namespace flatkv::model

@@ -211,6 +211,33 @@ TEST(Gguf, DequantizesF16AndQ8_0) {
   EXPECT_EQ((*v)[5], 0.25f * 127);
 }
 
+// Q4_1: per block an fp16 scale d and minimum m, then 16 bytes: element j (j < 16) in the low
+// nibble of byte j, element j + 16 in its high nibble; value = d * q + m.
+TEST(Gguf, DequantizesQ4_1) {
+  const std::vector<float> d = {0.25f, -1.5f}, m = {-2.0f, 0.125f};
+  std::vector<uint8_t> q(64);
+  for (int i = 0; i < 64; ++i) q[i] = static_cast<uint8_t>(i * 7 % 16);
+  q[3] = 15;
+  q[40] = 0;
+  std::string data;
+  for (int b = 0; b < 2; ++b) {
+    Put(&data, ToHalf(d[b]));
+    Put(&data, ToHalf(m[b]));
+    for (int j = 0; j < 16; ++j) data.push_back(static_cast<char>(q[32 * b + j] | (q[32 * b + j + 16] << 4)));
+  }
+  std::string file = GgufBuilder().Tensor("q", {32, 2}, kGgmlQ4_1, data).Build();
+  Result<GgufFile> f = GgufFile::Parse(file);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const GgufTensorInfo* t = f->FindTensor("q");
+  EXPECT_EQ(t->n_bytes, 40u);
+  Result<std::vector<float>> v = DequantizeTensor(*t);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->size(), 64u);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ((*v)[i], d[i / 32] * static_cast<float>(q[i]) + m[i / 32]) << i;
+  EXPECT_EQ((*v)[3], 0.25f * 15 - 2.0f);
+  EXPECT_EQ((*v)[40], 0.125f);
+}
+
 // ---- Metadata ----------------------------------------------------------------
 
 TEST(Gguf, ReadsEveryMetadataTypeAndNestedArrays) {

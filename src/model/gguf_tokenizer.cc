@@ -339,11 +339,30 @@ int ParseByteToken(std::string_view s) {
   return hex(s[3]) * 16 + hex(s[4]);
 }
 
+// The "smollm" pre-tokenizer (llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM, shared with starcoder and
+// refact): the pattern \p{N} first, so every digit is a word of its own, then the GPT-2 pattern
+// over each piece between digits. llama.cpp applies its patterns in turn to the pieces the
+// previous one left, keeping unmatched text as pieces too (unicode_regex_split).
+std::vector<std::string_view> SplitSmollm(std::string_view text) {
+  std::vector<std::string_view> words;
+  size_t start = 0;  // of the current piece without digits
+  for (size_t i = 0, len = 0; i < text.size(); i += len) {
+    const uint32_t cp = DecodeUtf8(text, i, &len);
+    if (Classify(cp) != CpClass::kNumber) continue;
+    for (std::string_view w : SplitGpt2(text.substr(start, i - start))) words.push_back(w);
+    words.push_back(text.substr(i, len));
+    start = i + len;
+  }
+  for (std::string_view w : SplitGpt2(text.substr(start))) words.push_back(w);
+  return words;
+}
+
 // ---- The tokenizer ------------------------------------------------------
 
 class GgufTokenizer final : public Tokenizer {
  public:
   enum class Kind { kSpm, kGpt2 };
+  enum class Pre { kGpt2, kSmollm };  // tokenizer.ggml.pre of a gpt2 vocabulary
 
   GgufTokenizer() = default;
   GgufTokenizer(const GgufTokenizer&) = delete;  // ids_ holds views into tokens_
@@ -377,6 +396,7 @@ class GgufTokenizer final : public Tokenizer {
   int byte_tokens_[256];                           // spm byte fallback; -1 when absent
   int bos_ = 0, eos_ = 0;
   bool add_space_prefix_ = true;
+  Pre pre_ = Pre::kGpt2;
 };
 
 Status GgufTokenizer::Load(const GgufFile& f) {
@@ -387,8 +407,13 @@ Status GgufTokenizer::Load(const GgufFile& f) {
     kind_ = Kind::kGpt2;
     if (f.FindKey("tokenizer.ggml.pre") != nullptr) {
       FLATKV_ASSIGN_OR_RETURN(std::string_view pre, f.GetString("tokenizer.ggml.pre"));
-      if (pre != "gpt-2") {
-        return Status::NotSupported("tokenizer.ggml.pre '" + std::string(pre) + "' is not supported (only 'gpt-2')");
+      if (pre == "gpt-2") {
+        pre_ = Pre::kGpt2;
+      } else if (pre == "smollm") {
+        pre_ = Pre::kSmollm;
+      } else {
+        return Status::NotSupported("tokenizer.ggml.pre '" + std::string(pre) +
+                                    "' is not supported (only 'gpt-2' and 'smollm')");
       }
     }
   } else {
@@ -622,7 +647,7 @@ void GgufTokenizer::EncodeGpt2(std::string_view text, std::vector<int>* out) con
   auto later = [](const Bigram& a, const Bigram& b) {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
   };
-  for (std::string_view word : SplitGpt2(text)) {
+  for (std::string_view word : pre_ == Pre::kSmollm ? SplitSmollm(text) : SplitGpt2(text)) {
     std::string s;
     for (unsigned char c : word) s += alphabet.encode[c];
     std::vector<Symbol> syms = SplitChars(s);

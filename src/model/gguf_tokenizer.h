@@ -10,7 +10,8 @@
 //            the GPT-2 pre-tokenizer splits the text, each piece's bytes
 //            are mapped through GPT-2's bytes-to-unicode table, and the
 //            lowest-ranked adjacent pair is merged until none remains.
-//            Only tokenizer.ggml.pre "gpt-2" (or absent) is supported.
+//            tokenizer.ggml.pre "gpt-2" (or absent) and "smollm" (every digit a
+//            word of its own first, then the GPT-2 split) are supported.
 // Special-token text in the input ("<s>", "<|endoftext|>") is encoded as
 // plain text, never as the special token. Decode maps byte tokens to their
 // byte, "▁" to a space (llama) or the GPT-2 byte alphabet back to bytes

@@ -3,7 +3,7 @@
 // Model holds the architecture (Config), the weights as fp32 row-major
 // [out][in] matrices (quantized GGUF tensors are dequantized at load), and
 // the tokenizer. Loaders: LoadLlama2c (llama2.c checkpoints, legacy
-// version 0) and LoadGguf (GGUF v2/v3, llama architecture, F32/F16/Q8_0).
+// version 0) and LoadGguf (GGUF v2/v3, llama architecture, F32/F16/Q4_1/Q8_0).
 // Every malformed or truncated file gives an error naming the field or
 // tensor at fault; nothing crashes.
 //

@@ -20,7 +20,7 @@ mode=${1:-}
 bundle=build/gpu-bundle
 case "$mode" in
   build)
-    scripts/install-deps.sh
+    scripts/install-deps.sh debian
     cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON -DFLATKV_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DFLATKV_BUILD_PYTHON=OFF -DFLATKV_BUILD_BENCH=OFF >/dev/null
     cmake --build build/cuda --target flatkv flatkv_gpu_device_tests

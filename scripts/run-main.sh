@@ -44,7 +44,7 @@ SWEEP_SSD=(944GiB 1888GiB)
 POLICIES=flat,flat-gpu-window,tiered,tiered-lw,tiered-nopromo,tiered-lw-nopromo,files,files-lw,infinite,infinite-lw
 JOBS=${FLATKV_JOBS:-2}
 {
-  scripts/install-deps.sh
+  scripts/install-deps.sh debian  # the replay needs no model or Python environment
   cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_BUILD_TESTS=OFF -DFLATKV_BUILD_BENCH=OFF >/dev/null
   cmake --build build/release --target flatkv
 } 1>&2

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs dependencies, then builds and runs every test:
-#   1. the whole suite in Release (gcc; warnings are errors); the Python tests run against the
+# Installs dependencies (Debian packages, the SmolLM2 model into build/models, the pinned Python
+# environments build/pyenv/NAME), then builds and runs every test:
+#   1. the whole suite in Release (gcc; warnings are errors), then the SmolLM2 checks (label
+#      smollm2: Release only); the Python tests run against the
 #      module pip-installed into a virtual environment (build/venv) from that build,
 #   2. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang),
 #   3. each libFuzzer target, from that same build, for FLATKV_FUZZ_SECONDS (default 30) seconds,
@@ -51,8 +53,17 @@ fi
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON "${CUDA_FLAGS[@]}" >/dev/null
 cmake --build build/release -j "$JOBS"
 # python_tests (the module from PYTHONPATH=build/release/python) runs below against the installed package instead.
-ctest --test-dir build/release --output-on-failure -E '^python_tests$' 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
+ctest --test-dir build/release --output-on-failure -E '^python_tests$' -LE smollm2 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
 note_skipped build/release build/release/ctest.log
+
+# The real model's checks (label smollm2, Release only): SmolLM2-135M (build/models, from
+# `scripts/install-deps.sh models`) against gguf, llama.cpp and transformers (build/pyenv/refs),
+# and its reuse through the store. Under CI=true a missing model or environment fails them.
+step "SmolLM2-135M: reference checks and reuse (ctest -L smollm2)"
+smollm2_start=$SECONDS
+ctest --test-dir build/release --output-on-failure -L smollm2 --no-tests=error 2>&1 | tee build/release/ctest-smollm2.log
+note_skipped build/release build/release/ctest-smollm2.log
+echo "SmolLM2 checks took $((SECONDS - smollm2_start)) s"
 
 # The Python package as users install it: pip builds it through CMake (python/setup.py; here
 # from the Release tree just built, so nothing is compiled again) into a venv that sees
@@ -87,7 +98,7 @@ CC=clang CXX=clang++ cmake -S . -B build/asan -G Ninja "${SANITIZER_FLAGS[@]}" \
 FUZZ_TARGETS=$(cd fuzz && ls *_fuzz.cc | sed 's/\.cc$//')
 cmake --build build/asan -j "$JOBS" --target flatkv_tests flatkv_remote_tests flatkv_capi_test flatkv_example_connector $FUZZ_TARGETS
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build/asan --output-on-failure 2>&1 | tee build/asan/ctest.log
+  ctest --test-dir build/asan --output-on-failure -LE smollm2 2>&1 | tee build/asan/ctest.log
 note_skipped build/asan build/asan/ctest.log
 
 step "libFuzzer targets, ${FUZZ_SECONDS}s each"

@@ -1,0 +1,165 @@
+"""Forward pass, greedy text and llama.cpp agreement on real text.
+
+Prompts: 8 of PROMPT_TOKENS tokens, the opening of 8 standard-library files of
+stdlib_texts.sha256 as llama.cpp tokenizes them.
+
+  forward   teacher-forced logits of every prompt position, `flatkv model
+            score`, against transformers loading the same GGUF in fp32 with
+            eager attention on the CPU: max |diff| <= TOL per prompt.
+  greedy    GREEDY_STEPS tokens of `flatkv model greedy` against transformers'
+            greedy argmax loop: identical up to the first divergence, which
+            passes only where transformers' two top logits are within TOL.
+            Then logits continue teacher-forced on transformers' tokens: the
+            prompt plus its first GREEDY_STEPS - 1 tokens are scored once by
+            each side (causal: the prompt positions of that one pass are the
+            forward check's), and every step's max |diff| is reported and
+            asserted <= TOL.
+  llama.cpp greedy tokens of llama.cpp (which quantizes activations) on the
+            same prompts: agreement with transformers' tokens, reported only.
+"""
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+import refcommon
+
+PROMPTS = 8
+PROMPT_TOKENS = 512
+GREEDY_STEPS = 128
+TOL = 1e-3
+THREADS = int(os.environ.get("FLATKV_REF_THREADS", "2"))
+# Preferred files (varied: prose with Unicode, tables of digits and names,
+# code); others from the list fill in when one is skipped.
+PREFERRED = ["pydoc_data/topics.py", "re/_casefix.py", "html/entities.py", "locale.py", "textwrap.py",
+             "email/_header_value_parser.py", "stringprep.py", "datetime.py"]
+
+
+def main():
+    a = refcommon.args()
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(THREADS)
+
+    texts = dict(refcommon.stdlib_texts())
+    vocab = refcommon.llama_vocab(a.model)
+    order = [r for r in PREFERRED if r in texts] + [r for r in texts if r not in PREFERRED]
+    prompts = []
+    for rel in order:
+        ids = vocab.tokenize(texts[rel], add_bos=False, special=False)
+        if len(ids) >= PROMPT_TOKENS:
+            prompts.append((rel, ids[:PROMPT_TOKENS]))
+        if len(prompts) == PROMPTS:
+            break
+    if len(prompts) < PROMPTS:
+        sys.exit("only %d listed files have %d tokens" % (len(prompts), PROMPT_TOKENS))
+    del vocab
+    assert PROMPT_TOKENS + GREEDY_STEPS <= 8192
+
+    with refcommon.Timer("transformers load (fp32, eager)"):
+        hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(a.model)),
+                                                  gguf_file=os.path.basename(a.model), dtype=torch.float32,
+                                                  attn_implementation="eager")
+        hf.eval()
+    vocab_size = hf.config.vocab_size
+
+    failures = []
+    summary = []
+    with tempfile.TemporaryDirectory(prefix="flatkv-forward-") as tmp, torch.no_grad():
+        ids_path, logits_path = os.path.join(tmp, "ids.json"), os.path.join(tmp, "logits.f32")
+        hf_greedy = []
+        for k, (rel, prompt) in enumerate(prompts):
+            print("prompt %d: %s, first %d tokens" % (k, rel, PROMPT_TOKENS))
+            # transformers' greedy loop, with its logits at every step.
+            with refcommon.Timer("transformers greedy %d steps" % GREEDY_STEPS):
+                out = hf(input_ids=torch.tensor([prompt]), use_cache=True)
+                past, step_logits = out.past_key_values, out.logits[0, -1]
+                tokens, gaps = [], []
+                for s in range(GREEDY_STEPS):
+                    top = torch.topk(step_logits, 2)
+                    tokens.append(int(top.indices[0]))
+                    gaps.append(float(top.values[0] - top.values[1]))
+                    if s + 1 < GREEDY_STEPS:
+                        out = hf(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
+                        past, step_logits = out.past_key_values, out.logits[0, -1]
+            hf_greedy.append(tokens)
+
+            # flatkv's greedy continuation.
+            refcommon.write_ids(ids_path, prompt)
+            with refcommon.Timer("flatkv model greedy %d steps" % GREEDY_STEPS):
+                g = json.loads(refcommon.flatkv(a.flatkv, "model", "greedy", "--model", a.model, "--tokens-file",
+                                                ids_path, "--steps", str(GREEDY_STEPS), "--ignore-eos", "--json"))
+            ours = g["tokens"]
+            print("  flatkv greedy: prefill %.0f ms, decode %.0f ms" % (g["prefill_ms"], g["decode_ms"]))
+            d = next((s for s in range(GREEDY_STEPS) if s >= len(ours) or ours[s] != tokens[s]), None)
+            if d is None:
+                greedy = "identical %d/%d" % (GREEDY_STEPS, GREEDY_STEPS)
+            else:
+                greedy = "identical up to step %d, where transformers' top two logits are %.2e apart" % (d, gaps[d])
+                if gaps[d] > TOL:
+                    failures.append("prompt %d: greedy tokens diverge at step %d (flatkv %s, transformers %d) where "
+                                    "transformers' top two logits are %.2e apart (> %g)" %
+                                    (k, d, ours[d] if d < len(ours) else None, tokens[d], gaps[d], TOL))
+            print("  greedy: " + greedy)
+
+            # One teacher-forced pass over the prompt and transformers' tokens.
+            seq = prompt + tokens[:GREEDY_STEPS - 1]
+            refcommon.write_ids(ids_path, seq)
+            with refcommon.Timer("flatkv model score %d tokens" % len(seq)):
+                refcommon.flatkv(a.flatkv, "model", "score", "--model", a.model, "--tokens-file", ids_path,
+                                 "--out", logits_path)
+            got = np.fromfile(logits_path, dtype=np.float32).reshape(len(seq), vocab_size)
+            with refcommon.Timer("transformers forward %d tokens" % len(seq)):
+                want = hf(input_ids=torch.tensor([seq])).logits[0].float().numpy()
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64)).max(axis=1)
+            fwd = float(diff[:PROMPT_TOKENS].max())
+            steps = diff[PROMPT_TOKENS - 1:]
+            print("  forward: max |logit diff| %.3e over %d prompt positions (at position %d)" %
+                  (fwd, PROMPT_TOKENS, int(diff[:PROMPT_TOKENS].argmax())))
+            print("  teacher-forced steps 0..%d max |diff|:" % (GREEDY_STEPS - 1))
+            for r in range(0, len(steps), 16):
+                print("    " + " ".join("%.1e" % v for v in steps[r:r + 16]))
+            if fwd > TOL:
+                failures.append("prompt %d: forward max |logit diff| %.3e > %g" % (k, fwd, TOL))
+            if steps.max() > TOL:
+                failures.append("prompt %d: teacher-forced step %d max |logit diff| %.3e > %g" %
+                                (k, int(steps.argmax()), float(steps.max()), TOL))
+            summary.append((rel, fwd, float(steps.max()), greedy))
+            sys.stdout.flush()
+
+        # llama.cpp's greedy tokens: reported, not asserted.
+        import llama_cpp
+        llm = llama_cpp.Llama(a.model, n_ctx=PROMPT_TOKENS + GREEDY_STEPS, n_batch=PROMPT_TOKENS,
+                              n_threads=THREADS, verbose=False)
+        agreement = []
+        with refcommon.Timer("llama.cpp greedy, %d prompts" % PROMPTS):
+            for k, (rel, prompt) in enumerate(prompts):
+                llm.reset()
+                llm.eval(prompt)
+                toks = []
+                for s in range(GREEDY_STEPS):
+                    toks.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+                    if s + 1 < GREEDY_STEPS:
+                        llm.eval([toks[-1]])
+                ref = hf_greedy[k]
+                same = sum(1 for x, y in zip(toks, ref) if x == y)
+                prefix = next((s for s in range(GREEDY_STEPS) if toks[s] != ref[s]), GREEDY_STEPS)
+                agreement.append(same / GREEDY_STEPS)
+                print("llama.cpp prompt %d: %d/%d greedy tokens agree with transformers' (%.3f); identical for the "
+                      "first %d" % (k, same, GREEDY_STEPS, same / GREEDY_STEPS, prefix))
+
+    print("\nsummary (tolerance %g):" % TOL)
+    for k, (rel, fwd, st, greedy) in enumerate(summary):
+        print("  %d %-30s forward %.2e  steps %.2e  greedy %s  llama.cpp agreement %.3f" %
+              (k, rel, fwd, st, greedy, agreement[k]))
+    if failures:
+        print("\n".join(failures))
+        sys.exit("%d checks failed" % len(failures))
+    print("PASS: forward and teacher-forced logits within %g of transformers on %d prompts; greedy tokens agree" %
+          (TOL, PROMPTS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 """Dequantization: every tensor of the GGUF file, as `flatkv model tensors`
 writes it, equals the gguf package's gguf.quants.dequantize bit for bit
 (compared as uint32 views); the first mismatch is named by tensor and index."""
+import importlib.metadata
 import json
 import os
 import sys
@@ -49,7 +50,7 @@ def main():
                 by_type[type_name] = (n + 1, v + want.size)
                 os.remove(os.path.join(out, e["file"]))  # keep the temporary directory small
     for k, (n, v) in sorted(by_type.items()):
-        print("%-5s %4d tensors, %11d values: bit-identical to gguf %s" % (k, n, v, gguf.__name__))
+        print("%-5s %4d tensors, %11d values: bit-identical to gguf %s" % (k, n, v, importlib.metadata.version("gguf")))
     if bad:
         print("\n".join(bad))
         sys.exit("%d tensors differ from gguf.quants.dequantize" % len(bad))

@@ -20,4 +20,7 @@ missing() {
 [ -x "$PY" ] || missing "$PY is missing: install it with scripts/install-deps.sh pyenv:refs"
 MODEL=${FLATKV_SMOLLM2:-$SRC/build/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$MODEL" ] || missing "$MODEL is missing: install it with scripts/install-deps.sh models"
+# OpenMP threads that sleep rather than spin when they wait: torch's and
+# llama.cpp's pools share two cores with flatkv and each other.
+export OMP_WAIT_POLICY=PASSIVE
 exec "$PY" "$SRC/tests/refs/ref_$CHECK.py" --flatkv "$FLATKV" --model "$MODEL"

@@ -167,7 +167,10 @@ def main():
                 llm.eval(prompt)
                 toks = []
                 for s in range(GREEDY_STEPS):
-                    toks.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+                    # The last evaluated token's logits (llama_get_logits_ith(ctx, -1)):
+                    # without logits_all, llama-cpp-python keeps no scores of its own.
+                    last = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(vocab_size,))
+                    toks.append(int(np.argmax(last)))
                     if s + 1 < GREEDY_STEPS:
                         llm.eval([toks[-1]])
                 ref = hf_greedy[k]

@@ -79,8 +79,8 @@ flatkv_options* flatkv_options_create(void);
 void flatkv_options_destroy(flatkv_options* options);
 
 /* A named shape ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b",
- * "deepseek-v3", "stories260k"; case-insensitive). Unknown names fail with
- * INVALID_ARGUMENT listing the known ones. */
+ * "deepseek-v3", "stories260k", "smollm2-135m"; case-insensitive). Unknown
+ * names fail with INVALID_ARGUMENT listing the known ones. */
 flatkv_status* flatkv_options_set_shape_preset(flatkv_options* options, const char* name);
 /* Multi-head / grouped-query attention: 2 * kv_heads * head_dim elements per token and layer. */
 flatkv_status* flatkv_options_set_shape_mha(flatkv_options* options, uint32_t layers, uint32_t kv_heads,

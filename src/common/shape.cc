@@ -95,7 +95,11 @@ const std::vector<ShapePreset>& ShapePresets() {
       {"llama-3.1-70b", KvShape::Mha(80, 8, 128, DType::kBF16)},
       {"qwen3-32b", KvShape::Mha(64, 8, 128, DType::kBF16)},
       {"deepseek-v3", KvShape::Mla(61, 512, 64, DType::kBF16)},
+      // The reference engine's models (src/model/): fp32 KV, as the engine
+      // stores it (Engine::ShapeFor). SmolLM2-135M-Instruct: 30 layers, 3 KV
+      // heads of 64 (its GGUF metadata, docs/models.md).
       {"stories260k", KvShape::Mha(5, 4, 8, DType::kF32)},
+      {"smollm2-135m", KvShape::Mha(30, 3, 64, DType::kF32)},
   };
   return presets;
 }

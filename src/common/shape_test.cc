@@ -13,6 +13,9 @@ TEST(ShapeTest, PresetsHaveTheirModelsBytesPerToken) {
   // MLA: one 512-wide latent plus a 64-wide RoPE key per token and layer.
   EXPECT_EQ(FindShapePreset("deepseek-v3")->BytesPerToken(), 61ull * (512 + 64) * 2);
   EXPECT_EQ(FindShapePreset("stories260k")->BytesPerTokenLayer(), 2ull * 4 * 8 * 4);
+  // SmolLM2-135M in the engine's fp32: 30 layers x 2 x 3 heads x 64 x 4 bytes = 45 KiB.
+  EXPECT_EQ(FindShapePreset("SmolLM2-135M")->BytesPerToken(), 30ull * 2 * 3 * 64 * 4);
+  EXPECT_EQ(FindShapePreset("smollm2-135m")->dtype, DType::kF32);
   for (const auto& p : ShapePresets()) EXPECT_TRUE(p.shape.Validate().ok()) << p.name;
 }
 

@@ -172,7 +172,7 @@ Result<GenerateResult> Engine::Generate(SessionId session, std::span<const int> 
       result.tokens.push_back(token);
       if (options.keep_logits) result.logits.push_back(logits);
       if (result.tokens.size() == options.max_new_tokens) break;
-      if (options.stop_at_eos && model_->tokenizer && token == model_->tokenizer->eos_id()) break;
+      if (options.stop_at_eos && model_->tokenizer && model_->tokenizer->IsEndOfGeneration(token)) break;
       const int fed[1] = {token};
       transformer_.Forward(fed, pos++, cache_, logits.data());
       context.push_back(token);

@@ -50,7 +50,7 @@ struct GenerateOptions {
   float temperature = 0.0f;  // 0 = greedy
   float top_p = 0.9f;
   uint64_t seed = 0;
-  bool stop_at_eos = true;
+  bool stop_at_eos = true;   // stop at the tokenizer's end of generation (EOS; llama2.c: BOS too)
   bool keep_logits = false;  // return the logits of every sampled step
 };
 
@@ -65,7 +65,7 @@ struct Timing {
 };
 
 struct GenerateResult {
-  std::vector<int> tokens;                // sampled tokens (EOS included when hit)
+  std::vector<int> tokens;                // sampled tokens (the end-of-generation token included when hit)
   std::vector<std::vector<float>> logits; // per sampled token, when keep_logits
   uint32_t prompt_tokens = 0;
   uint32_t restored_tokens_dram = 0;

@@ -217,6 +217,10 @@ Result<Model> ParseGguf(std::string_view bytes, std::string source) {
                                 " tokens but the model's vocabulary is " + Num(c.vocab_size));
     }
   }
+  if (f.FindKey("tokenizer.chat_template") != nullptr) {
+    FLATKV_ASSIGN_OR_RETURN(std::string_view tmpl, f.GetString("tokenizer.chat_template"));
+    m.chat_template = std::string(tmpl);
+  }
   m.fingerprint = Fingerprint(m.config, m.weights);
   m.source = std::move(source);
   return m;

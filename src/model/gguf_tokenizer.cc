@@ -370,11 +370,24 @@ class GgufTokenizer final : public Tokenizer {
 
   Status Load(const GgufFile& f);
 
-  Result<std::vector<int>> Encode(std::string_view text, bool bos) const override;
+  Result<std::vector<int>> Encode(std::string_view text, bool bos) const override {
+    return EncodeImpl(text, bos, /*parse_special=*/false);
+  }
+  Result<std::vector<int>> EncodeSpecial(std::string_view text, bool bos) const override {
+    return EncodeImpl(text, bos, /*parse_special=*/true);
+  }
   std::string Decode(int prev, int token) const override;
   int bos_id() const override { return bos_; }
   int eos_id() const override { return eos_; }
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }
+  bool add_bos() const override { return add_bos_; }
+  bool IsEndOfGeneration(int token) const override {
+    return token == eos_ || std::find(eog_.begin(), eog_.end(), token) != eog_.end();
+  }
+  int SpecialTokenId(std::string_view text) const override {
+    const int id = Find(text);
+    return id >= 0 && (types_[id] == kControl || types_[id] == kUserDefined) ? id : -1;
+  }
 
  private:
   int Find(std::string_view piece) const {
@@ -384,13 +397,27 @@ class GgufTokenizer final : public Tokenizer {
   // Rank of merging `left` and `right`; -1 when they do not merge.
   int Rank(std::string_view left, std::string_view right) const;
   static std::string RankKey(std::string_view left, std::string_view right);
-  Status EncodeSpm(std::string_view text, std::vector<int>* out) const;
+  Result<std::vector<int>> EncodeImpl(std::string_view text, bool bos, bool parse_special) const;
+  // A piece of the text to encode: raw text (token < 0) or a special token.
+  struct Fragment {
+    size_t offset, length;
+    int token;
+  };
+  // llama.cpp's tokenizer_st_partition: splits `text` at every occurrence of
+  // a special token's text, longest tokens first; user-defined tokens always,
+  // control and unknown ones only when `parse_special`.
+  std::vector<Fragment> Partition(std::string_view text, bool parse_special) const;
+  Status EncodeSpm(std::string_view text, bool space_prefix, std::vector<int>* out) const;
   void EncodeGpt2(std::string_view text, std::vector<int>* out) const;
 
   Kind kind_ = Kind::kSpm;
   std::vector<std::string> tokens_;
   std::vector<std::string> pieces_;  // Decode's text of each token
   std::vector<float> scores_;
+  std::vector<int32_t> types_;    // tokenizer.ggml.token_type
+  std::vector<int> specials_;     // control, user-defined and unknown ids, longest text first
+  std::vector<int> eog_;          // end-of-generation ids besides EOS (eot/eom keys)
+  bool add_bos_ = false;
   std::unordered_map<std::string_view, int> ids_;  // views into tokens_; the last duplicate wins, as llama.cpp
   std::unordered_map<std::string, int> ranks_;     // RankKey -> merge rank (gpt2)
   int byte_tokens_[256];                           // spm byte fallback; -1 when absent
@@ -450,6 +477,22 @@ Status GgufTokenizer::Load(const GgufFile& f) {
   bos_ = static_cast<int>(bos);
   eos_ = static_cast<int>(eos);
   FLATKV_ASSIGN_OR_RETURN(add_space_prefix_, f.GetBool("tokenizer.ggml.add_space_prefix", true));
+  // llama.cpp's defaults: BOS in front for SentencePiece vocabularies, none for BPE.
+  FLATKV_ASSIGN_OR_RETURN(add_bos_, f.GetBool("tokenizer.ggml.add_bos_token", spm));
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    if (f.FindKey(key) == nullptr) continue;
+    FLATKV_ASSIGN_OR_RETURN(uint32_t id, f.GetU32(key));
+    if (id >= n) return Status::Corruption(std::string(key) + " " + Num(id) + " is not below " + Num(n) + " tokens");
+    eog_.push_back(static_cast<int>(id));
+  }
+  types_ = types;
+  for (size_t i = 0; i < n; ++i) {
+    if (types[i] == kControl || types[i] == kUserDefined || types[i] == kUnknown) {
+      if (!tokens[i].empty()) specials_.push_back(static_cast<int>(i));
+    }
+  }
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [&](int a, int b) { return tokens[a].size() > tokens[b].size(); });
 
   tokens_.assign(tokens.begin(), tokens.end());
   pieces_.resize(n);
@@ -537,14 +580,55 @@ int GgufTokenizer::Rank(std::string_view left, std::string_view right) const {
   return it == ranks_.end() ? -1 : it->second;
 }
 
-Result<std::vector<int>> GgufTokenizer::Encode(std::string_view text, bool bos) const {
+std::vector<GgufTokenizer::Fragment> GgufTokenizer::Partition(std::string_view text, bool parse_special) const {
+  std::vector<Fragment> frags = {{0, text.size(), -1}};
+  for (int id : specials_) {
+    if (!parse_special && types_[id] != kUserDefined) continue;
+    const std::string& sp = tokens_[id];
+    std::vector<Fragment> next;
+    next.reserve(frags.size());
+    for (const Fragment& fr : frags) {
+      if (fr.token >= 0) {
+        next.push_back(fr);
+        continue;
+      }
+      size_t at = fr.offset;
+      const size_t end = fr.offset + fr.length;
+      for (;;) {
+        const size_t hit = text.substr(0, end).find(sp, at);
+        if (hit == std::string_view::npos) break;
+        if (hit > at) next.push_back({at, hit - at, -1});
+        next.push_back({hit, sp.size(), id});
+        at = hit + sp.size();
+      }
+      if (at < end) next.push_back({at, end - at, -1});
+    }
+    frags = std::move(next);
+  }
+  return frags;
+}
+
+Result<std::vector<int>> GgufTokenizer::EncodeImpl(std::string_view text, bool bos, bool parse_special) const {
   std::vector<int> out;
   if (bos) out.push_back(bos_);
   if (text.empty()) return out;
-  if (kind_ == Kind::kSpm) {
-    FLATKV_RETURN_IF_ERROR(EncodeSpm(text, &out));
-  } else {
-    EncodeGpt2(text, &out);
+  // As llama.cpp's tokenize: each raw fragment on its own; a SentencePiece
+  // fragment gets the space prefix when it opens the text or follows a
+  // special token.
+  bool prev_special = true;
+  for (const Fragment& fr : Partition(text, parse_special)) {
+    if (fr.token >= 0) {
+      out.push_back(fr.token);
+      prev_special = true;
+      continue;
+    }
+    const std::string_view piece = text.substr(fr.offset, fr.length);
+    if (kind_ == Kind::kSpm) {
+      FLATKV_RETURN_IF_ERROR(EncodeSpm(piece, add_space_prefix_ && prev_special, &out));
+    } else {
+      EncodeGpt2(piece, &out);
+    }
+    prev_special = false;
   }
   return out;
 }
@@ -575,10 +659,10 @@ void MergeSymbols(std::vector<Symbol>& syms, int left, int right) {
   if (syms[right].next >= 0) syms[syms[right].next].prev = left;
 }
 
-Status GgufTokenizer::EncodeSpm(std::string_view text, std::vector<int>* out) const {
+Status GgufTokenizer::EncodeSpm(std::string_view text, bool space_prefix, std::vector<int>* out) const {
   std::string s;
   s.reserve(text.size() + kSpmSpace.size());
-  if (add_space_prefix_) s += kSpmSpace;
+  if (space_prefix) s += kSpmSpace;
   for (char c : text) {
     if (c == ' ') {
       s += kSpmSpace;

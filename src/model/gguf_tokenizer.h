@@ -12,8 +12,13 @@
 //            lowest-ranked adjacent pair is merged until none remains.
 //            tokenizer.ggml.pre "gpt-2" (or absent) and "smollm" (every digit a
 //            word of its own first, then the GPT-2 split) are supported.
-// Special-token text in the input ("<s>", "<|endoftext|>") is encoded as
-// plain text, never as the special token. Decode maps byte tokens to their
+// Special tokens follow llama.cpp's tokenize: the text is first split at
+// every occurrence of a special token's text (longest first); user-defined
+// tokens always match, control tokens ("<s>", "<|im_start|>") only through
+// EncodeSpecial (parse_special), so Encode keeps their text as plain text.
+// Each raw fragment is then encoded on its own. BOS goes in front only when
+// the caller asks; callers follow add_bos() (tokenizer.ggml.add_bos_token,
+// by default true for "llama" and false for "gpt2", as llama.cpp). Decode maps byte tokens to their
 // byte, "▁" to a space (llama) or the GPT-2 byte alphabet back to bytes
 // (gpt2); control tokens decode to "", and a piece after BOS drops its
 // leading space (llama).

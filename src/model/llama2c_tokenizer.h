@@ -37,6 +37,14 @@ class Llama2cTokenizer final : public Tokenizer {
   int bos_id() const override { return 1; }
   int eos_id() const override { return 2; }
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  bool add_bos() const override { return true; }
+  // run.c stops at BOS; EOS ends a sequence too.
+  bool IsEndOfGeneration(int token) const override { return token == bos_id() || token == eos_id(); }
+  // llama2.c vocabularies mark no token special: <s> and </s> are plain pieces.
+  int SpecialTokenId(std::string_view) const override { return -1; }
+  Result<std::vector<int>> EncodeSpecial(std::string_view, bool) const override {
+    return Status::NotSupported("llama2.c tokenizer: it has no special tokens to parse");
+  }
 
   const std::string& piece(int id) const { return pieces_[id]; }
   float score(int id) const { return scores_[id]; }

@@ -72,12 +72,26 @@ class Tokenizer {
   virtual int bos_id() const = 0;
   virtual int eos_id() const = 0;
   virtual int vocab_size() const = 0;
+  // Whether a prompt gets BOS in front: llama2.c always (run.c does);
+  // GGUF as tokenizer.ggml.add_bos_token says (SmolLM2: false).
+  virtual bool add_bos() const = 0;
+  // Whether sampling `token` ends generation: EOS; for llama2.c BOS too,
+  // as run.c stops at BOS (it delimits sequences).
+  virtual bool IsEndOfGeneration(int token) const = 0;
+  // The id of the special (control or user-defined) token spelled exactly
+  // `text` ("<|im_start|>"), or -1 when the vocabulary has no such token.
+  virtual int SpecialTokenId(std::string_view text) const = 0;
+  // Encode with special-token text in `text` mapped to those tokens
+  // (llama.cpp's parse_special); Encode leaves control tokens' text as text.
+  // NotSupported for a tokenizer without special tokens.
+  virtual Result<std::vector<int>> EncodeSpecial(std::string_view text, bool bos) const = 0;
 };
 
 struct Model {
   Config config;
   Weights weights;
   std::shared_ptr<const Tokenizer> tokenizer;  // may be null when none was loaded
+  std::string chat_template;  // GGUF tokenizer.chat_template (Jinja text); empty when absent
   // XXH3-128 over the config and every weight, as 32 hex digits: goes into
   // the store's namespace so different models or weights never share KV.
   std::string fingerprint;

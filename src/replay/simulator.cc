@@ -34,6 +34,9 @@ constexpr ModelFigures kModels[] = {
     {"llama-3.1-70b", 70.6e9, 2 * 70.6e9, 0, 0, 0, 64 * 128, 131072},
     {"qwen3-32b", 32.8e9, 2 * 32.8e9, 0, 0, 0, 64 * 128, 40960},
     {"deepseek-v3", 37e9, 671e9, 58.0 * 256 * 3 * 7168 * 2048, 256, 8, 128 * 160, 163840},
+    // SmolLM2-135M (134.5M parameters, 9 query heads x 64, context 8192): the
+    // engine's real model; its KV preset is the engine's fp32.
+    {"smollm2-135m", 134.5e6, 2 * 134.5e6, 0, 0, 0, 9 * 64, 8192},
 };
 
 uint64_t Mix(uint64_t x) {

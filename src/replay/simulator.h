@@ -138,7 +138,7 @@ struct ServingModel {
   uint64_t BytesPerToken() const { return shape.BytesPerToken(); }
 };
 
-// llama-3.1-8b, llama-3.1-70b, qwen3-32b, deepseek-v3 (the KvShape presets
+// llama-3.1-8b, llama-3.1-70b, qwen3-32b, deepseek-v3, smollm2-135m (the KvShape presets
 // with parameter counts); the error lists the known names.
 Result<ServingModel> FindServingModel(std::string_view name);
 std::vector<std::string> ServingModelNames();

@@ -224,5 +224,27 @@ case "$msg" in *"needs at least one [[tenants]] entry"*) ;; *) fail "serve --tcp
 head -c 1000 /dev/urandom > "$WORK/junk.bin"
 "$FLATKV" bench codecs --quick --kv "$WORK/junk.bin" >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench codecs on a junk dump"
 "$FLATKV" generate --model "$WORK/junk.bin" --tokenizer "$M/tok512.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "junk model"
+# `flatkv model`: tokenize, then greedy is what generate runs, and score's last row picks its first token.
+MB=(--model "$M/stories260K.bin" --tokenizer "$M/tok512.bin")
+"$FLATKV" model tokenize "${MB[@]}" --text "$prompt" > "$WORK/ids.json" || fail "model tokenize"
+greedy=$("$FLATKV" model greedy "${MB[@]}" --tokens-file "$WORK/ids.json" --steps 24 --json) || fail "model greedy"
+plain=$("$FLATKV" generate "${MB[@]}" --prompt "$prompt" --max-tokens 24 --json) || fail "generate"
+[ "$(field "$greedy" tokens)" = "$(field "$plain" tokens)" ] || fail "model greedy differs from generate: $greedy"
+"$FLATKV" model score "${MB[@]}" --tokens-file "$WORK/ids.json" --out "$WORK/logits.f32" --prefill-chunk 7 >/dev/null ||
+  fail "model score"
+python3 - "$WORK/ids.json" "$WORK/logits.f32" "$greedy" <<'PY' || fail "model score"
+import array, json, sys
+ids = json.load(open(sys.argv[1]))
+assert ids[0] == 1, "llama2.c prompts start with BOS"
+logits = array.array("f", open(sys.argv[2], "rb").read())
+assert len(logits) == len(ids) * 512, (len(logits), len(ids))
+last = logits[-512:]
+assert max(range(512), key=last.__getitem__) == json.loads(sys.argv[3])["tokens"][0]
+PY
+echo '[1, 600]' > "$WORK/bad_ids.json"
+msg=$("$FLATKV" model score "${MB[@]}" --tokens-file "$WORK/bad_ids.json" --out "$WORK/x.f32" 2>&1); [ $? -eq 2 ] ||
+  fail "model score with an id outside the vocabulary"
+case "$msg" in *"token 1 is 600"*) ;; *) fail "model score with an id outside the vocabulary: $msg" ;; esac
+"$FLATKV" model tensors "${MB[@]}" --out "$WORK/t" >/dev/null 2>&1; [ $? -eq 2 ] || fail "model tensors of a .bin"
 set -e
 echo "cli checks passed"

@@ -1,6 +1,6 @@
 // The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench codecs`,
 // `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `bench gpu`, `serve`, `stats`,
-// `generate`, `perplexity`, `dump-kv`, `replay` and `crashtest`.
+// `generate`, `perplexity`, `dump-kv`, `model tensors|tokenize|score|greedy`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
 
@@ -15,6 +15,7 @@
 #include "bench/bench_serve.h"
 #include "crashtest/crashtest_cmd.h"
 #include "tools/model_cmds.h"
+#include "tools/model_ref_cmds.h"
 #include "tools/replay_cmd.h"
 #include "tools/serve_cmd.h"
 #include "tools/stats_cmd.h"
@@ -52,6 +53,8 @@ int main(int argc, char** argv) {
   CLI::App* perplexity = AddPerplexityCommand(app, perplexity_args);
   DumpKvArgs dump_args;
   CLI::App* dump = AddDumpKvCommand(app, dump_args);
+  ModelRefArgs model_ref_args;
+  CLI::App* model_ref = AddModelRefCommands(app, model_ref_args);
   ReplayArgs replay_args;
   CLI::App* replay = AddReplayCommand(app, replay_args);
   ServeArgs serve_args;
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   if (generate->parsed()) return RunGenerate(generate_args);
   if (perplexity->parsed()) return RunPerplexity(perplexity_args);
   if (dump->parsed()) return RunDumpKv(dump_args);
+  if (model_ref->parsed()) return RunModelRef(*model_ref, model_ref_args);
   if (replay->parsed()) return RunReplay(replay_args);
   if (serve->parsed()) return RunServe(serve_args);
   if (bench_serve->parsed()) return RunBenchServe(serve_bench_args);

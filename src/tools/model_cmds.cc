@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/engine.h"
+#include "model/chat.h"
 #include "model/model.h"
 #include "tools/tool_common.h"
 
@@ -43,6 +44,9 @@ CLI::App* AddGenerateCommand(CLI::App& app, GenerateArgs& a) {
   CLI::App* c = app.add_subcommand("generate", "Generate text with the reference engine, reusing KV through a store");
   AddModelOptions(c, a.m);
   c->add_option("--prompt", a.prompt, "prompt text")->required();
+  c->add_flag("--chat", a.chat,
+              "render the prompt as one user message of the model's chat template (GGUF tokenizer.chat_template, "
+              "ChatML) and stop at its end-of-turn token");
   c->add_option("--store", a.store_dir, "SSD directory of a flatkv store to reuse KV through (default: no store)");
   c->add_option("--session", a.session, "session id for the store");
   c->add_flag("--json", a.json, "print one JSON object");
@@ -80,8 +84,9 @@ int RunGenerate(const GenerateArgs& a) {
   eo.max_context = a.m.max_context;
   auto e = engine::Engine::Create(m, store.get(), eo);
   if (!e.ok()) return Fail("generate", kExitUsage, e.status().ToString());
-  auto prompt = m.tokenizer->Encode(a.prompt, /*bos=*/true);
-  if (!prompt.ok()) return Fail("generate", kExitUsage, "--prompt: " + prompt.status().ToString());
+  auto prompt = a.chat ? model::RenderChat(m, a.prompt) : m.tokenizer->Encode(a.prompt, m.tokenizer->add_bos());
+  if (!prompt.ok()) return Fail("generate", kExitUsage, (a.chat ? "--chat: " : "--prompt: ") + prompt.status().ToString());
+  if (prompt->empty()) return Fail("generate", kExitUsage, "--prompt: the prompt encodes to no tokens");
   engine::GenerateOptions go;
   go.max_new_tokens = a.max_tokens;
   go.temperature = a.temperature;
@@ -93,7 +98,7 @@ int RunGenerate(const GenerateArgs& a) {
   std::string text;
   int prev = prompt.value().back();
   for (int t : g.tokens) {
-    if (t == m.tokenizer->eos_id()) break;
+    if (m.tokenizer->IsEndOfGeneration(t)) break;
     text += m.tokenizer->Decode(prev, t);
     prev = t;
   }
@@ -144,7 +149,7 @@ int RunPerplexity(const PerplexityArgs& a) {
   if (!model.ok()) return Fail("perplexity", kExitUsage, model.status().ToString());
   auto text = ReadText(a.text_file);
   if (!text.ok()) return Fail("perplexity", kExitUsage, text.status().ToString());
-  auto tokens = model->tokenizer->Encode(text.value(), true);
+  auto tokens = model->tokenizer->Encode(text.value(), model->tokenizer->add_bos());
   if (!tokens.ok()) return Fail("perplexity", kExitUsage, "--text: " + tokens.status().ToString());
   engine::EngineOptions eo;
   eo.max_context = a.m.max_context;
@@ -175,7 +180,7 @@ int RunDumpKv(const DumpKvArgs& a) {
   const model::Config& c = model->config;
   auto text = ReadText(a.text_file);
   if (!text.ok()) return Fail("dump-kv", kExitUsage, text.status().ToString());
-  auto tokens = model->tokenizer->Encode(text.value(), true);
+  auto tokens = model->tokenizer->Encode(text.value(), model->tokenizer->add_bos());
   if (!tokens.ok()) return Fail("dump-kv", kExitUsage, "--text: " + tokens.status().ToString());
   const uint32_t context = a.m.max_context ? a.m.max_context : static_cast<uint32_t>(c.seq_len);
   uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(tokens->size()), a.max_tokens ? a.max_tokens : context);

@@ -18,6 +18,7 @@ struct ModelArgs {
 struct GenerateArgs {
   ModelArgs m;
   std::string prompt;
+  bool chat = false;      // render the prompt through the model's chat template
   std::string store_dir;  // empty: no store, no reuse
   uint64_t session = 1;
   bool json = false;

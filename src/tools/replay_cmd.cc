@@ -152,7 +152,7 @@ CLI::App* AddReplayCommand(CLI::App& app, ReplayArgs& a) {
   c->add_option("--policy", a.policies, "Policies, comma separated (default flat,tiered,files,infinite,belady; also flat-hints: flat with Retain and Prefetch as an agent-aware engine would call them)");
   c->add_option("--dram", a.dram, "Host DRAM for KV on the node, e.g. 64GiB (default 64GiB)");
   c->add_option("--ssd", a.ssd, "SSD capacity for KV on the node, e.g. 2TiB (default 2TiB)");
-  c->add_option("--model", a.model, "Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, deepseek-v3 (default llama-3.1-70b)");
+  c->add_option("--model", a.model, "Model preset: llama-3.1-8b, llama-3.1-70b, qwen3-32b, deepseek-v3, smollm2-135m (default llama-3.1-70b)");
   c->add_option("--hw", a.hw, "Node profile (data/hw/profiles.toml): h100-node, h200-node, vm, ... (default h100-node)");
   c->add_option("--hw-file", a.hw_file, "A profiles file of your own (TOML, every figure cited)")->check(CLI::ExistingFile);
   c->add_option("--tp", a.tp, "Tensor-parallel degree (default: the profile's for the model, or the smallest that fits)")

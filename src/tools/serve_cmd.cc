@@ -109,7 +109,7 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs& a) {
   cmd->add_option("--ssd-dir", a.ssd_dirs, "SSD directory (repeat for several)");
   cmd->add_option("--ssd-bytes", a.ssd_bytes, "SSD capacity per directory, e.g. 64GiB");
   cmd->add_option("--dram-bytes", a.dram_bytes, "DRAM tier capacity, e.g. 8GiB (0 disables)");
-  cmd->add_option("--shape", a.shape, "KV shape preset (e.g. Llama-3.1-8B, stories260K)");
+  cmd->add_option("--shape", a.shape, "KV shape preset (e.g. Llama-3.1-8B, stories260K, smollm2-135m)");
   for (const auto& k : service::StoreKnobs())
     cmd->add_option(k.flag, a.store_knobs[std::string(k.key)], "store." + std::string(k.key) + ": " + std::string(k.help));
   cmd->add_flag("--print-config", a.print_config, "Print the effective configuration and exit");

@@ -33,37 +33,43 @@ void MatMulRowsScalar(const float* x, const float* w, int n, int in, int out, in
   }
 }
 
-void AttendScalar(const float* q, int group, int hs, const KvCache& cache, int layer, int kv_off, uint32_t p,
-                  float sqrt_hs, float* att, float* o) {
+// One query's attention over keys 0..p: the transformer's original loop.
+void AttendOne(const float* qh, int hs, const KvCache& cache, int layer, int kv_off, uint32_t p, float sqrt_hs,
+               float* att, float* oh) {
   const int kv_dim = cache.kv_dim();
   const uint32_t bt = cache.block_tokens();
-  for (int g = 0; g < group; ++g) {
-    const float* qh = q + g * hs;
-    // Scores, one block of contiguous key rows at a time.
-    float max = -INFINITY;
-    for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
-      const float* kb = cache.k(layer, s0) + kv_off;
-      const uint32_t s1 = std::min(p + 1, s0 + bt);
-      for (uint32_t s = s0; s < s1; ++s) {
-        att[s] = Dot(qh, kb + static_cast<size_t>(s - s0) * kv_dim, hs) / sqrt_hs;
-        max = std::max(max, att[s]);
-      }
-    }
-    const int len = static_cast<int>(p) + 1;
-    for (int s = 0; s < len; ++s) att[s] = Exp(att[s] - max);
-    const float sum = Sum(att, len);
-    for (int s = 0; s < len; ++s) att[s] /= sum;
-    float* oh = o + g * hs;
-    for (int i0 = 0; i0 < hs; i0 += kLanes) {
-      const int m = std::min(kLanes, hs - i0);
-      float acc[kLanes] = {};
-      for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
-        const uint32_t s1 = std::min(p + 1, s0 + bt);
-        WeightedSum(att + s0, cache.v(layer, s0) + kv_off + i0, kv_dim, static_cast<int>(s1 - s0), m, acc);
-      }
-      std::copy(acc, acc + m, oh + i0);
+  // Scores, one block of contiguous key rows at a time.
+  float max = -INFINITY;
+  for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
+    const float* kb = cache.k(layer, s0) + kv_off;
+    const uint32_t s1 = std::min(p + 1, s0 + bt);
+    for (uint32_t s = s0; s < s1; ++s) {
+      att[s] = Dot(qh, kb + static_cast<size_t>(s - s0) * kv_dim, hs) / sqrt_hs;
+      max = std::max(max, att[s]);
     }
   }
+  const int len = static_cast<int>(p) + 1;
+  for (int s = 0; s < len; ++s) att[s] = Exp(att[s] - max);
+  const float sum = Sum(att, len);
+  for (int s = 0; s < len; ++s) att[s] /= sum;
+  for (int i0 = 0; i0 < hs; i0 += kLanes) {
+    const int m = std::min(kLanes, hs - i0);
+    float acc[kLanes] = {};
+    for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
+      const uint32_t s1 = std::min(p + 1, s0 + bt);
+      WeightedSum(att + s0, cache.v(layer, s0) + kv_off + i0, kv_dim, static_cast<int>(s1 - s0), m, acc);
+    }
+    std::copy(acc, acc + m, oh + i0);
+  }
+}
+
+void AttendScalar(const float* q, int q_stride, const uint32_t* pos, int nt, int group, int hs, const KvCache& cache,
+                  int layer, int kv_off, float sqrt_hs, float* att, float* o) {
+  for (int t = 0; t < nt; ++t)
+    for (int g = 0; g < group; ++g) {
+      const size_t off = static_cast<size_t>(t) * q_stride + static_cast<size_t>(g) * hs;
+      AttendOne(q + off, hs, cache, layer, kv_off, pos[t], sqrt_hs, att, o + off);
+    }
 }
 
 }  // namespace

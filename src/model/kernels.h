@@ -20,14 +20,18 @@ namespace flatkv::model {
 // rows only: y[t * out + i] = fp::Dot(x + t * in, w + i * in, in).
 using MatMulRowsFn = void (*)(const float* x, const float* w, int n, int in, int out, int r0, int r1, float* y);
 
-// One query-head group's attention at one position p: heads g = 0..group-1
-// read q + g * hs (after RoPE) and the cache's K/V rows 0..p at `layer`,
-// columns kv_off..kv_off + hs - 1, and write o + g * hs (hs floats each):
-// scores Dot(q_g, k_s, hs) / sqrt_hs for s = 0..p, softmax (max, Exp,
-// fp::Sum, divide), then o = sum over s = 0..p in order of att[s] * v_s.
-// scratch: att (p + 1).
-using AttendFn = void (*)(const float* q, int group, int hs, const KvCache& cache, int layer, int kv_off, uint32_t p,
-                          float sqrt_hs, float* att, float* o);
+// Attention of a block of queries sharing one kv head: tokens t = 0..nt-1
+// at ascending positions pos[t], query heads g = 0..group-1 of each, query
+// (t, g) at q + t * q_stride + g * hs (after RoPE), output at
+// o + t * q_stride + g * hs (hs floats). Query (t, g) reads the cache's K/V
+// rows 0..pos[t] at `layer`, columns kv_off..kv_off + hs - 1: scores
+// Dot(q, k_s, hs) / sqrt_hs for s = 0..pos[t], softmax (max, Exp, fp::Sum,
+// divide), then o = sum over s = 0..pos[t] in order of att[s] * v_s. Each
+// output depends on its own query and keys only, never on nt or on the
+// other queries (the fast paths share each K/V block's loads across them).
+// scratch: att (nt * group * (pos[nt - 1] + 1)).
+using AttendFn = void (*)(const float* q, int q_stride, const uint32_t* pos, int nt, int group, int hs,
+                          const KvCache& cache, int layer, int kv_off, float sqrt_hs, float* att, float* o);
 
 struct Kernels {
   SimdLevel level;

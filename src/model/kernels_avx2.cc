@@ -157,30 +157,54 @@ void WeightedBlock(const float* w, const float* vb, int kv_dim, uint32_t len, in
   if (i < hs) fp::WeightedSum(w, vb + i, kv_dim, static_cast<int>(len), hs - i, acc + i);
 }
 
-void AttendAvx2(const float* q, int group, int hs, const KvCache& cache, int layer, int kv_off, uint32_t p,
-                float sqrt_hs, float* att, float* o) {
+// Key block by key block (the cache's pages), every query of the block
+// over it while its K (then V) rows are in L1; each query's scores, softmax
+// and weighted sum are its own, in the reference order.
+void AttendAvx2(const float* q, int q_stride, const uint32_t* pos, int nt, int group, int hs, const KvCache& cache,
+                int layer, int kv_off, float sqrt_hs, float* att, float* o) {
   const int kv_dim = cache.kv_dim();
   const uint32_t bt = cache.block_tokens();
-  const int len = static_cast<int>(p) + 1;
-  for (int g = 0; g < group; ++g) {
-    const float* qh = q + g * hs;
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
-    for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
-      const uint32_t s1 = std::min(p + 1, s0 + bt);
-      vmax = Scores(qh, cache.k(layer, s0) + kv_off, kv_dim, hs, s1 - s0, sqrt_hs, att + s0, vmax);
+  const uint32_t pmax = pos[nt - 1];
+  const size_t arow = size_t{pmax} + 1;
+  const int nq = nt * group;
+  constexpr int kMaxQueries = 64;
+  __m256 vmax[kMaxQueries];
+  for (int qi0 = 0; qi0 < nq; qi0 += kMaxQueries) {  // bounds vmax; one pass in the transformer's use
+    const int qi1 = std::min(nq, qi0 + kMaxQueries);
+    for (int qi = qi0; qi < qi1; ++qi) vmax[qi - qi0] = _mm256_set1_ps(-INFINITY);
+    for (uint32_t s0 = 0; s0 <= pmax; s0 += bt) {
+      const float* kb = cache.k(layer, s0) + kv_off;
+      for (int qi = qi0; qi < qi1; ++qi) {
+        const int t = qi / group, g = qi % group;
+        if (pos[t] < s0) continue;
+        const uint32_t len = std::min(pos[t] + 1, s0 + bt) - s0;
+        const float* qh = q + static_cast<size_t>(t) * q_stride + static_cast<size_t>(g) * hs;
+        vmax[qi - qi0] = Scores(qh, kb, kv_dim, hs, len, sqrt_hs, att + qi * arow + s0, vmax[qi - qi0]);
+      }
     }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    float max = lanes[0];
-    for (int l = 1; l < 8; ++l) max = std::max(max, lanes[l]);
-    for (int s = 0; s < len; ++s) att[s] = fp::Exp(att[s] - max);  // vectorised by the compiler
-    const float sum = fp::Sum(att, len);
-    for (int s = 0; s < len; ++s) att[s] /= sum;
-    float* oh = o + g * hs;
-    std::fill(oh, oh + hs, 0.0f);
-    for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
-      const uint32_t s1 = std::min(p + 1, s0 + bt);
-      WeightedBlock(att + s0, cache.v(layer, s0) + kv_off, kv_dim, s1 - s0, hs, oh);
+    for (int qi = qi0; qi < qi1; ++qi) {
+      const int t = qi / group, g = qi % group;
+      float* a = att + qi * arow;
+      const int len = static_cast<int>(pos[t]) + 1;
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, vmax[qi - qi0]);
+      float max = lanes[0];
+      for (int l = 1; l < 8; ++l) max = std::max(max, lanes[l]);
+      for (int s = 0; s < len; ++s) a[s] = fp::Exp(a[s] - max);  // vectorised by the compiler
+      const float sum = fp::Sum(a, len);
+      for (int s = 0; s < len; ++s) a[s] /= sum;
+      float* oh = o + static_cast<size_t>(t) * q_stride + static_cast<size_t>(g) * hs;
+      std::fill(oh, oh + hs, 0.0f);
+    }
+    for (uint32_t s0 = 0; s0 <= pmax; s0 += bt) {
+      const float* vb = cache.v(layer, s0) + kv_off;
+      for (int qi = qi0; qi < qi1; ++qi) {
+        const int t = qi / group, g = qi % group;
+        if (pos[t] < s0) continue;
+        const uint32_t len = std::min(pos[t] + 1, s0 + bt) - s0;
+        float* oh = o + static_cast<size_t>(t) * q_stride + static_cast<size_t>(g) * hs;
+        WeightedBlock(att + qi * arow + s0, vb, kv_dim, len, hs, oh);
+      }
     }
   }
 }

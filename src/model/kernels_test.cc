@@ -120,18 +120,29 @@ TEST(KernelsTest, AttendMatchesScalarBitForBit) {
           }
         }
         const float sqrt_hs = std::sqrt(static_cast<float>(hs));
-        for (uint32_t p : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 40u, 63u, 64u, 65u, 159u}) {
+        // Query blocks: one position (decode), contiguous runs around the
+        // 8-key batches and page boundaries, and gapped positions (LayerAt).
+        const std::vector<std::vector<uint32_t>> blocks = {
+            {0}, {1}, {7}, {8}, {9}, {15}, {16}, {17}, {63}, {64}, {65}, {159},
+            {0, 1, 2}, {14, 15, 16, 17, 18, 19, 20, 21}, {56, 57, 58, 59, 60, 61, 62, 63, 64, 65}, {5, 9, 40, 130}};
+        for (const auto& pos : blocks) {
+          const int nt = static_cast<int>(pos.size());
           for (int kvh = 0; kvh < 2; ++kvh) {
-            std::vector<float> q = Values(size_t(group) * hs, seed++, false);
+            // Queries of nt tokens, rows c.dim apart as in the transformer.
+            std::vector<float> q = Values(size_t(nt) * c.dim, seed++, false);
             for (auto& f : q) f = std::clamp(f, -2.0f, 2.0f);
-            std::vector<float> att(p + 1), want(size_t(group) * hs);
-            ref(q.data(), group, hs, cache, 1, kvh * hs, p, sqrt_hs, att.data(), want.data());
+            const size_t scratch = size_t(nt) * group * (pos.back() + 1);
+            std::vector<float> att(scratch), want(size_t(nt) * c.dim, 42.0f);
+            const int off = kvh * group * hs;
+            ref(q.data() + off, c.dim, pos.data(), nt, group, hs, cache, 1, kvh * hs, sqrt_hs, att.data(),
+                want.data() + off);
             for (const Kernels* k : fast) {
-              std::vector<float> got(size_t(group) * hs, 42.0f);
-              std::vector<float> att2(p + 1, 42.0f);
-              k->attend(q.data(), group, hs, cache, 1, kvh * hs, p, sqrt_hs, att2.data(), got.data());
+              std::vector<float> got(size_t(nt) * c.dim, 42.0f), att2(scratch, 42.0f);
+              k->attend(q.data() + off, c.dim, pos.data(), nt, group, hs, cache, 1, kvh * hs, sqrt_hs, att2.data(),
+                        got.data() + off);
               EXPECT_TRUE(SameBits(got, want)) << SimdName(k->level) << " hs=" << hs << " group=" << group
-                                               << " block_tokens=" << bt << " p=" << p << " kv head " << kvh;
+                                               << " block_tokens=" << bt << " positions " << pos.front() << ".."
+                                               << pos.back() << " (" << nt << ") kv head " << kvh;
             }
           }
         }

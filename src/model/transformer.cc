@@ -110,13 +110,19 @@ void Transformer::Attention(const float* q, const KvCache& cache, int layer, con
   const Config& c = model_.config;
   const int dim = c.dim, hs = c.head_size(), group = c.n_heads / c.n_kv_heads;
   const float sqrt_hs = std::sqrt(static_cast<float>(hs));
-  for (auto& a : att_) Grow(a, size_t{pos[n - 1]} + 1);
+  // Tasks: blocks of kQueryTokens tokens x one kv head; a block's queries
+  // share each K/V page's loads (kernels.h).
+  constexpr int kQueryTokens = 8;
+  const int blocks = (n + kQueryTokens - 1) / kQueryTokens;
+  for (auto& a : att_) Grow(a, size_t{kQueryTokens} * group * (size_t{pos[n - 1]} + 1));
   const auto attend = [&](int task, int thread) {
-    const int t = task / c.n_kv_heads, kvh = task % c.n_kv_heads;
-    const size_t off = static_cast<size_t>(t) * dim + static_cast<size_t>(kvh) * group * hs;
-    kernels_->attend(q + off, group, hs, cache, layer, kvh * hs, pos[t], sqrt_hs, att_[thread].data(), o + off);
+    const int b = task / c.n_kv_heads, kvh = task % c.n_kv_heads;
+    const int t0 = b * kQueryTokens, nt = std::min(kQueryTokens, n - t0);
+    const size_t off = static_cast<size_t>(t0) * dim + static_cast<size_t>(kvh) * group * hs;
+    kernels_->attend(q + off, dim, pos + t0, nt, group, hs, cache, layer, kvh * hs, sqrt_hs, att_[thread].data(),
+                     o + off);
   };
-  const int tasks = n * c.n_kv_heads;
+  const int tasks = blocks * c.n_kv_heads;
   if (pool_) {
     pool_->ParallelFor(tasks, attend);
   } else {

@@ -28,6 +28,7 @@ Result<Engine> Engine::Create(const model::Model& model, Store* store, const Eng
   if (o.block_tokens < 16 || o.block_tokens > 512)
     return Status::InvalidArgument("engine: block_tokens=" + std::to_string(o.block_tokens) + " (expected 16..512)");
   if (o.prefill_chunk == 0) return Status::InvalidArgument("engine: prefill_chunk=0 (expected >= 1)");
+  if (o.threads < 0) return Status::InvalidArgument("engine: threads=" + std::to_string(o.threads) + " (expected >= 0)");
   if (o.max_context == 0) o.max_context = static_cast<uint32_t>(model.config.seq_len);
   if (o.max_context > (1u << 24)) return Status::InvalidArgument("engine: max_context=" + std::to_string(o.max_context) + " is too large");
   if (store != nullptr) {
@@ -55,7 +56,7 @@ Engine::Engine(const model::Model& model, Store* store, const EngineOptions& opt
       options_(options),
       hasher_(options.hash),
       ns_(hasher_.NamespaceDigest({model.fingerprint, options.adapter_id, options.tenant_salt})),
-      transformer_(model),
+      transformer_(model, model::TransformerOptions{.threads = options.threads, .simd = std::nullopt}),
       cache_(model.config, options.block_tokens, options.max_context) {}
 
 void Engine::PrefillChunk(std::span<const int> tokens, uint32_t pos0, std::vector<float>& x) {

@@ -43,6 +43,7 @@ struct EngineOptions {
   std::string tenant_salt;       // namespace: the tenant
   HashKind hash = HashKind::kXxh3;
   std::string codec;             // this namespace's codec spec for new blocks ("pred:eps=0.02"); empty = the store's
+  int threads = 0;               // the transformer's threads (model/transformer.h); 0 = the machine's; results do not depend on it
 };
 
 struct GenerateOptions {

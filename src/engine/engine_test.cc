@@ -228,6 +228,44 @@ TEST(EngineTest, BadRequestsGetClearErrors) {
   EXPECT_FALSE(Engine::Create(*model, store.get(), eo).ok());  // block size differs from the store's
   eo.prefill_chunk = 0;
   EXPECT_FALSE(Engine::Create(*model, nullptr, eo).ok());
+  eo.prefill_chunk = 64;
+  eo.threads = -1;
+  auto neg = Engine::Create(*model, nullptr, eo);
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(neg.status().message().find("threads=-1"), std::string::npos) << neg.status().ToString();
+}
+
+// The transformer's thread count (EngineOptions::threads) never changes a
+// token or a logit bit, warm or cold.
+TEST(EngineTest, ThreadCountDoesNotChangeResults) {
+  REQUIRE_MODEL();
+  TempDir dir;
+  auto store = StoreFor(*model, 16, Medium::kDram, dir.Sub("ssd"));
+  const auto prompt = Prompt(150, 5);
+  std::vector<GenerateResult> runs;
+  // threads 2 twice with the store: the second request restores the prompt's blocks.
+  for (auto [threads, st] : {std::pair{1, (Store*)nullptr}, std::pair{2, store.get()}, std::pair{2, store.get()},
+                             std::pair{5, (Store*)nullptr}}) {
+    EngineOptions eo;
+    eo.block_tokens = 16;
+    eo.prefill_chunk = 37;
+    eo.threads = threads;
+    auto e = Engine::Create(*model, st, eo);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ(e.value().transformer().threads(), threads);
+    GenerateOptions go;
+    go.max_new_tokens = 12;
+    go.temperature = 0.8f;
+    go.seed = 7;
+    go.stop_at_eos = false;
+    go.keep_logits = true;
+    auto r = e.value().Generate(1, prompt, go);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    runs.push_back(std::move(r).value());
+  }
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_GT(runs[2].restored_tokens_dram, 0u);
+  for (size_t i = 1; i < runs.size(); ++i) ExpectBitIdentical(runs[0], runs[i], "run " + std::to_string(i));
 }
 
 TEST(EngineTest, PerplexityOfTheModelsOwnGreedyTextIsLow) {

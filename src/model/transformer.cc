@@ -14,7 +14,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/thread_pool.h"
 #include "model/fp_math.h"
+#include "model/kernels.h"
 #include "model/rope.h"
 
 // Fused multiply-add rounds differently from a multiply then an add, and a
@@ -33,22 +35,6 @@ namespace {
 
 using fp::Dot;
 using fp::Exp;
-using fp::kLanes;
-using fp::Sum;
-using fp::WeightedSum;
-
-constexpr int kTokenTile = 4;  // tokens sharing one pass over a weight row
-
-// in: x (n, in), w (out, in); out: y (n, out)
-void MatMul(const float* x, const float* w, int n, int in, int out, float* y) {
-  for (int t0 = 0; t0 < n; t0 += kTokenTile) {
-    const int t1 = std::min(n, t0 + kTokenTile);
-    for (int i = 0; i < out; ++i) {
-      const float* row = w + static_cast<size_t>(i) * in;
-      for (int t = t0; t < t1; ++t) y[static_cast<size_t>(t) * out + i] = Dot(x + static_cast<size_t>(t) * in, row, in);
-    }
-  }
-}
 
 // in: x (n, dim), weight (dim); out: o (n, dim) = weight * x / rms(x)
 void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* o) {
@@ -71,49 +57,6 @@ void Rope(float* q, float* k, int n, int dim, int kv_dim, int head_size, const u
   ApplyRope(k, static_cast<uint32_t>(n), kv_dim, 0, static_cast<uint32_t>(kv_dim) / hs, hs, pos, spec);
 }
 
-// in: q (n, dim) of positions pos[0..n-1], cache K/V (after RoPE) of
-// positions 0..pos[t] at `layer`; out: o (n, dim); scratch: att (pos[n-1]+1).
-// Query head h reads kv head h / (n_heads / n_kv_heads); position p takes
-// a softmax over keys 0..p (scaled by 1/sqrt(head_size)) and sums their V
-// rows in order 0..p.
-void Attention(const float* q, const KvCache& cache, int layer, const uint32_t* pos, int n, const Config& c, float* att,
-               float* o) {
-  const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size(), group = c.n_heads / c.n_kv_heads;
-  const uint32_t bt = cache.block_tokens();
-  const float sqrt_hs = std::sqrt(static_cast<float>(hs));
-  for (int t = 0; t < n; ++t) {
-    const uint32_t p = pos[t];
-    for (int h = 0; h < c.n_heads; ++h) {
-      const float* qh = q + static_cast<size_t>(t) * dim + h * hs;
-      const int kv_off = (h / group) * hs;
-      // Scores, one block of contiguous key rows at a time.
-      float max = -INFINITY;
-      for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
-        const float* kb = cache.k(layer, s0) + kv_off;
-        const uint32_t s1 = std::min(p + 1, s0 + bt);
-        for (uint32_t s = s0; s < s1; ++s) {
-          att[s] = Dot(qh, kb + static_cast<size_t>(s - s0) * kv_dim, hs) / sqrt_hs;
-          max = std::max(max, att[s]);
-        }
-      }
-      const int len = static_cast<int>(p) + 1;
-      for (int s = 0; s < len; ++s) att[s] = Exp(att[s] - max);
-      const float sum = Sum(att, len);
-      for (int s = 0; s < len; ++s) att[s] /= sum;
-      float* oh = o + static_cast<size_t>(t) * dim + h * hs;
-      for (int i0 = 0; i0 < hs; i0 += kLanes) {
-        const int m = std::min(kLanes, hs - i0);
-        float acc[kLanes] = {};
-        for (uint32_t s0 = 0; s0 <= p; s0 += bt) {
-          const uint32_t s1 = std::min(p + 1, s0 + bt);
-          WeightedSum(att + s0, cache.v(layer, s0) + kv_off + i0, kv_dim, static_cast<int>(s1 - s0), m, acc);
-        }
-        std::copy(acc, acc + m, oh + i0);
-      }
-    }
-  }
-}
-
 // in: hb (n, hidden) = w1 x, hb2 (n, hidden) = w3 x; out: hb = silu(hb) * hb2
 void SwiGlu(float* hb, const float* hb2, int n, int hidden) {
   const size_t count = static_cast<size_t>(n) * hidden;
@@ -134,7 +77,58 @@ void Grow(std::vector<float>& v, size_t n) {
 
 }  // namespace
 
-Transformer::Transformer(const Model& model) : model_(model) {}
+Transformer::Transformer(const Model& model, const TransformerOptions& options)
+    : model_(model), kernels_(options.simd ? &KernelsFor(*options.simd) : &DefaultKernels()) {
+  const int threads = options.threads == 0 ? ThreadPool::HardwareThreads() : std::max(1, options.threads);
+  if (threads > 1) pool_ = std::make_unique<ThreadPool>(threads);
+  att_.resize(threads);
+}
+
+Transformer::~Transformer() = default;
+Transformer::Transformer(Transformer&&) noexcept = default;
+
+int Transformer::threads() const { return pool_ ? pool_->threads() : 1; }
+SimdLevel Transformer::simd() const { return kernels_->level; }
+
+void Transformer::MatMul(const float* x, const float* w, int n, int in, int out, float* y) {
+  if (!pool_ || out < 2) {
+    kernels_->matmul_rows(x, w, n, in, out, 0, out, y);
+    return;
+  }
+  // Two row ranges per thread (so a slow thread does not hold up the
+  // rest for long), multiples of 24 rows (the kernels' row blocks are 3 and 6).
+  const int tasks = 2 * pool_->threads();
+  const int chunk = std::max(24, (out + tasks - 1) / tasks + 23) / 24 * 24;
+  const int chunks = (out + chunk - 1) / chunk;
+  pool_->ParallelFor(chunks, [&](int task, int) {
+    const int r0 = task * chunk, r1 = std::min(out, r0 + chunk);
+    kernels_->matmul_rows(x, w, n, in, out, r0, r1, y);
+  });
+}
+
+void Transformer::Attention(const float* q, const KvCache& cache, int layer, const uint32_t* pos, int n, float* o) {
+  const Config& c = model_.config;
+  const int dim = c.dim, hs = c.head_size(), group = c.n_heads / c.n_kv_heads;
+  const float sqrt_hs = std::sqrt(static_cast<float>(hs));
+  // Tasks: blocks of kQueryTokens tokens x one kv head; a block's queries
+  // share each K/V page's loads (kernels.h).
+  constexpr int kQueryTokens = 8;
+  const int blocks = (n + kQueryTokens - 1) / kQueryTokens;
+  for (auto& a : att_) Grow(a, size_t{kQueryTokens} * group * (size_t{pos[n - 1]} + 1));
+  const auto attend = [&](int task, int thread) {
+    const int b = task / c.n_kv_heads, kvh = task % c.n_kv_heads;
+    const int t0 = b * kQueryTokens, nt = std::min(kQueryTokens, n - t0);
+    const size_t off = static_cast<size_t>(t0) * dim + static_cast<size_t>(kvh) * group * hs;
+    kernels_->attend(q + off, dim, pos + t0, nt, group, hs, cache, layer, kvh * hs, sqrt_hs, att_[thread].data(),
+                     o + off);
+  };
+  const int tasks = blocks * c.n_kv_heads;
+  if (pool_) {
+    pool_->ParallelFor(tasks, attend);
+  } else {
+    for (int task = 0; task < tasks; ++task) attend(task, 0);
+  }
+}
 
 void Transformer::Embed(std::span<const int> tokens, float* x) {
   const int dim = model_.config.dim, vocab = model_.config.vocab_size;
@@ -199,7 +193,6 @@ void Transformer::LayerImpl(int layer, const uint32_t* pos, uint32_t n, float* x
   Grow(q_, size_t{n} * dim);
   Grow(k_, size_t{n} * kv_dim);
   Grow(v_, size_t{n} * kv_dim);
-  Grow(att_, size_t{pos[n - 1]} + 1);
   Grow(hb_, size_t{n} * hidden);
   Grow(hb2_, size_t{n} * hidden);
 
@@ -220,7 +213,7 @@ void Transformer::LayerImpl(int layer, const uint32_t* pos, uint32_t n, float* x
   if (attention_hook_) {
     attention_hook_(layer, pos0, n, q_.data(), cache, xb_.data());
   } else {
-    Attention(q_.data(), cache, layer, pos, nn, c, att_.data(), xb_.data());  // xb_ is free again
+    Attention(q_.data(), cache, layer, pos, nn, xb_.data());  // xb_ is free again
   }
   MatMul(xb_.data(), w.wo.data(), nn, dim, dim, q_.data());                  // and now q_
   Add(x, q_.data(), size_t{n} * dim);

@@ -11,22 +11,53 @@
 //   for l in layers: Layer(l, pos0, n, x, cache)   // needs cache layer l for positions < pos0
 //   Logits(x + (n-1)*dim, logits)         logits: (vocab)
 //
-// Thread-safety: a Transformer holds scratch buffers; use one per thread.
+// Speed: matmuls and attention run the kernels of model/kernels.h (AVX2 /
+// AVX-512 where the CPU has them, bit-identical to the scalar reference) on
+// `threads` threads: a matmul's output rows and attention's (token, kv head)
+// pairs are split across a small persistent pool (common/thread_pool.h).
+// Every output element is still computed by one thread in the fixed order,
+// so neither the kernel nor the thread count changes any result.
+//
+// Thread-safety: a Transformer holds scratch buffers and its pool; use one
+// per thread.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "common/cpu.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
+namespace flatkv {
+class ThreadPool;
+}
+
 namespace flatkv::model {
+
+struct Kernels;
+
+struct TransformerOptions {
+  // Threads for matmuls and attention, the caller's included: 1 = the
+  // caller only; 0 = the machine's hardware threads. Results do not depend on it.
+  int threads = 1;
+  // Kernel level: unset = the CPU's best (common/cpu.h, capped by
+  // FLATKV_SIMD); tests set it to compare paths. Results do not depend on it.
+  std::optional<SimdLevel> simd;
+};
 
 class Transformer {
  public:
-  explicit Transformer(const Model& model);
+  explicit Transformer(const Model& model, const TransformerOptions& options = {});
+  ~Transformer();
+  Transformer(Transformer&&) noexcept;
+
+  int threads() const;
+  SimdLevel simd() const;
 
   const Config& config() const { return model_.config; }
 
@@ -78,11 +109,18 @@ class Transformer {
 
  private:
   void LayerImpl(int layer, const uint32_t* pos, uint32_t n, float* x, KvCache& cache);
+  // in: x (n, in), w (out, in); out: y (n, out), rows split across the pool.
+  void MatMul(const float* x, const float* w, int n, int in, int out, float* y);
+  // in: q (n, dim) of positions pos[0..n-1]; out: o (n, dim); (token, kv head) pairs split across the pool.
+  void Attention(const float* q, const KvCache& cache, int layer, const uint32_t* pos, int n, float* o);
   QuerySink query_sink_;
   KeySink key_sink_;
   AttentionHook attention_hook_;
   const Model& model_;
-  std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, out_;  // scratch
+  const Kernels* kernels_;
+  std::unique_ptr<ThreadPool> pool_;                    // null when single-threaded
+  std::vector<float> xb_, q_, k_, v_, hb_, hb2_, out_;  // scratch
+  std::vector<std::vector<float>> att_;                 // attention scratch per thread
   std::vector<uint32_t> pos_;                                 // Layer's positions
 };
 

@@ -312,6 +312,32 @@ TEST_F(TransformerTest, RestoredPrefixGivesTheSameContinuation) {
   EXPECT_TRUE(SameBits(DumpKv(restored, 64), base_kv));
 }
 
+TEST_F(TransformerTest, KernelsAndThreadsDoNotChangeResults) {
+  // The scalar kernels on one thread are the reference; every compiled fast
+  // path on 1 and 3 threads, whole prompt and uneven chunks, gives its bits.
+  std::vector<float> base_kv;
+  Transformer base_tr(*model_, {.threads = 1, .simd = SimdLevel::kScalar});
+  ASSERT_EQ(base_tr.simd(), SimdLevel::kScalar);
+  KvCache base_cache(model_->config, 16, 64);
+  const std::vector<float> base_logits = RunChunked(base_tr, base_cache, 64, &base_kv);
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (int(level) > int(DetectedSimd())) continue;
+    for (int threads : {1, 3}) {
+      for (size_t chunk : {size_t{64}, size_t{7}}) {
+        Transformer tr(*model_, {.threads = threads, .simd = level});
+        EXPECT_EQ(tr.threads(), threads);
+        KvCache cache(model_->config, 16, 64);
+        std::vector<float> kv;
+        const std::vector<float> logits = RunChunked(tr, cache, chunk, &kv);
+        const std::string what = std::string(SimdName(tr.simd())) + ", " + std::to_string(threads) + " threads, chunk " +
+                                 std::to_string(chunk);
+        EXPECT_TRUE(SameBits(logits, base_logits)) << what;
+        EXPECT_TRUE(SameBits(kv, base_kv)) << what;
+      }
+    }
+  }
+}
+
 TEST(KvCacheTest, LayoutFollowsTheHeader) {
   Config c{64, 172, 5, 8, 4, 512, 512};
   KvCache cache(c, 16, 40);  // rounds up to 48 positions

@@ -237,7 +237,7 @@ CLI::App* AddBenchEngineCommand(CLI::App& bench, BenchEngineArgs& a) {
   c->add_flag("--no-llamacpp", a.no_llamacpp, "do not run llama.cpp (its fields are null)");
   c->add_option("--python", a.python,
                 "interpreter with llama_cpp for bench/llamacpp_bench.py (default: build/pyenv/refs/bin/python)");
-  c->add_option("--llamacpp-threads", a.llamacpp_threads, "llama.cpp's n_threads and n_threads_batch")
+  c->add_option("--llamacpp-threads", a.llamacpp_threads, "llama.cpp's n_threads and n_threads_batch (default: the engine's, 1)")
       ->check(CLI::Range(1, 1024));
   c->add_option("--llamacpp-reps", a.llamacpp_reps, "llama.cpp runs per length (median reported)")
       ->check(CLI::Range(1, 1000));

@@ -83,6 +83,21 @@ import json; j = json.load(open('$WORK/serve.json'))
 assert j['inproc_restore_gbps'] > 0 and j['shm_restore_gbps'] > 0 and j['lookup_p99_us'] > 0, j
 assert j['chain_lookup_p99_us'] > 0, j
 " || fail "bench serve json"
+# bench engine on stories260K: the JSON contract of issue 31, llama.cpp's fields null (not a GGUF file).
+"$FLATKV" bench engine --prompt-tokens 200 --block-tokens 16 --decode-tokens 4 --reps 1 --dir "$WORK" --json \
+  > "$WORK/engine.json" 2>"$WORK/engine.err" || fail "bench engine: $(cat "$WORK/engine.err")"
+python3 -c "
+import json; j = json.load(open('$WORK/engine.json'))
+assert len(j['model']['sha256']) == 64 and j['model']['file'].endswith('stories260K.bin'), j['model']
+assert j['threads'] >= 1 and len(j['runs']) == 1, j
+r = j['runs'][0]
+assert r['prompt_tokens'] == 200 and r['restored_bytes'] == 192 * j['config']['kv_bytes_per_token'], r
+for k in ('ttft_cold_ms', 'ttft_dram_ms', 'ttft_ssd_ms', 'raw_ssd_gbps', 'prefill_tok_s', 'decode_tok_s'):
+    assert r[k] > 0, (k, r)
+assert r['llamacpp_prefill_tok_s'] is None and r['llamacpp_decode_tok_s'] is None and r['prefill_vs_llamacpp'] is None, r
+assert j['goals']['ssd_over_bound'] == r['ssd_over_bound'] and j['goals']['prefill_vs_llamacpp_met'] is None, j['goals']
+" || fail "bench engine json"
+grep -q "llama.cpp: not run" "$WORK/engine.err" || fail "bench engine did not say llama.cpp was not run: $(cat "$WORK/engine.err")"
 # The Redis GET baseline runs whenever redis-server is installed (install-deps.sh installs it).
 if command -v redis-server >/dev/null; then
   python3 -c "
@@ -246,5 +261,7 @@ msg=$("$FLATKV" model score "${MB[@]}" --tokens-file "$WORK/bad_ids.json" --out 
   fail "model score with an id outside the vocabulary"
 case "$msg" in *"token 1 is 600"*) ;; *) fail "model score with an id outside the vocabulary: $msg" ;; esac
 "$FLATKV" model tensors "${MB[@]}" --out "$WORK/t" >/dev/null 2>&1; [ $? -eq 2 ] || fail "model tensors of a .bin"
+msg=$(FLATKV_SMOLLM2="$WORK/missing.gguf" "$FLATKV" bench engine --model smollm2-135m 2>&1 >/dev/null); [ $? -eq 2 ] || fail "bench engine without the SmolLM2 file"
+case "$msg" in *"$WORK/missing.gguf"*"scripts/install-deps.sh models"*) ;; *) fail "bench engine without the SmolLM2 file: $msg" ;; esac
 set -e
 echo "cli checks passed"

@@ -20,6 +20,7 @@
 #include "bench/bench_engine.h"
 
 #include <algorithm>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -38,8 +39,6 @@ namespace {
 constexpr uint32_t kGgufPromptTokens[] = {1024, 2048, 4096, 7936};
 constexpr uint64_t kRawRequestBytes = 4ull << 20;
 constexpr uint32_t kRawQueueDepth = 8;
-// The engine runs on one thread: it has no thread option yet.
-constexpr uint32_t kEngineThreads = 1;
 
 double Median(std::vector<double> v) { return Summarize(std::move(v)).median; }
 
@@ -111,6 +110,7 @@ Result<Measured> MeasureLength(const model::Model& m, const BenchEngineArgs& a, 
   engine::EngineOptions eo;
   eo.block_tokens = a.block_tokens;
   eo.prefill_chunk = a.prefill_chunk;
+  eo.threads = static_cast<int>(a.threads);
   eo.max_context = std::max<uint32_t>(n + a.decode_tokens + 1, static_cast<uint32_t>(m.config.seq_len));
   FLATKV_ASSIGN_OR_RETURN(auto cold_e, engine::Engine::Create(m, nullptr, eo));
   FLATKV_ASSIGN_OR_RETURN(auto dram_e, engine::Engine::Create(m, dram.get(), eo));
@@ -237,7 +237,8 @@ CLI::App* AddBenchEngineCommand(CLI::App& bench, BenchEngineArgs& a) {
   c->add_flag("--no-llamacpp", a.no_llamacpp, "do not run llama.cpp (its fields are null)");
   c->add_option("--python", a.python,
                 "interpreter with llama_cpp for bench/llamacpp_bench.py (default: build/pyenv/refs/bin/python)");
-  c->add_option("--llamacpp-threads", a.llamacpp_threads, "llama.cpp's n_threads and n_threads_batch (default: the engine's, 1)")
+  c->add_option("--threads", a.threads,
+                "the engine's threads, and llama.cpp's n_threads and n_threads_batch (default: the machine's cores)")
       ->check(CLI::Range(1, 1024));
   c->add_option("--llamacpp-reps", a.llamacpp_reps, "llama.cpp runs per length (median reported)")
       ->check(CLI::Range(1, 1000));
@@ -245,7 +246,9 @@ CLI::App* AddBenchEngineCommand(CLI::App& bench, BenchEngineArgs& a) {
   return c;
 }
 
-int RunBenchEngine(const BenchEngineArgs& a) {
+int RunBenchEngine(const BenchEngineArgs& args) {
+  BenchEngineArgs a = args;
+  if (a.threads == 0) a.threads = std::max(1u, std::thread::hardware_concurrency());
   auto resolved = ResolveModelPath(a.model.empty() ? DefaultModelDir() + "/stories260K.bin" : a.model);
   if (!resolved.ok()) return Fail(kExitUsage, resolved.status().message());
   const std::string model_path = *resolved;
@@ -297,7 +300,7 @@ int RunBenchEngine(const BenchEngineArgs& a) {
     for (uint32_t n : lengths) prompts.emplace_back(tokens.begin(), tokens.begin() + n);
     LlamaCppOptions lo;
     lo.python = a.python;
-    lo.threads = a.llamacpp_threads;
+    lo.threads = a.threads;
     lo.decode_tokens = a.decode_tokens;
     lo.reps = a.llamacpp_reps;
     lo.n_ctx = std::max<uint32_t>(static_cast<uint32_t>(m.config.seq_len), longest + a.decode_tokens);
@@ -371,9 +374,8 @@ int RunBenchEngine(const BenchEngineArgs& a) {
       {"prefill_vs_llamacpp_met", have_prefill_ratio ? nlohmann::json(min_prefill_ratio >= 0.5) : nlohmann::json(nullptr)}};
   nlohmann::json j = {
       {"model", {{"file", model_path}, {"sha256", *sha}}},
-      {"threads", kEngineThreads},
-      {"llamacpp_threads", llama ? nlohmann::json(a.llamacpp_threads) : nlohmann::json(nullptr)},
-      {"threads_note", "the engine runs on one thread (it has no thread option yet); llama.cpp on llamacpp_threads"},
+      {"threads", a.threads},
+      {"threads_note", "the engine and llama.cpp (n_threads, n_threads_batch) run on the same threads"},
       {"llamacpp", llama ? llama->settings : nlohmann::json(llama_note)},
       {"prompt", prompt_info},
       {"config",
@@ -391,11 +393,11 @@ int RunBenchEngine(const BenchEngineArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("model %s (sha256 %.16s...), block %u, chunk %u, %u decode tokens, warm medians of %u, engine on %u thread%s",
+  std::printf("model %s (sha256 %.16s...), block %u, chunk %u, %u decode tokens, warm medians of %u, %u thread%s",
               model_path.c_str(), sha->c_str(), a.block_tokens, a.prefill_chunk, a.decode_tokens, a.reps,
-              kEngineThreads, kEngineThreads == 1 ? "" : "s");
+              a.threads, a.threads == 1 ? "" : "s");
   if (llama) {
-    std::printf(", llama.cpp on %u\n", a.llamacpp_threads);
+    std::printf(" (the engine's and llama.cpp's)\n");
   } else {
     std::printf("\n%s\n", llama_note.c_str());
   }

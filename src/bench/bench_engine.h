@@ -24,7 +24,7 @@ struct BenchEngineArgs {
   // llama.cpp (GGUF models only): bench/llamacpp_bench.py under this interpreter.
   bool no_llamacpp = false;
   std::string python;            // default: <source dir>/build/pyenv/refs/bin/python
-  uint32_t llamacpp_threads = 1;  // the engine's thread count (the issue compares on equal threads)
+  uint32_t threads = 0;  // the engine's and llama.cpp's (compared on equal threads); 0 = the machine's cores
   uint32_t llamacpp_reps = 3;
 };
 

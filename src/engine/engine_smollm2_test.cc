@@ -28,6 +28,7 @@
 #include "model/model.h"
 #include "service/remote_store.h"
 #include "service/test_server.h"
+#include "testing/smollm2_util.h"
 #include "testing/test_util.h"
 
 namespace flatkv::engine {
@@ -39,52 +40,6 @@ constexpr size_t kPromptTokens = 300;
 constexpr uint32_t kBlockTokens = 32;
 constexpr uint32_t kNewTokens = 8;
 constexpr uint32_t kRestored = (kPromptTokens - 1) / kBlockTokens * kBlockTokens;  // 288
-
-std::string SmolLm2File() {
-  const char* env = std::getenv("FLATKV_SMOLLM2");
-  return env != nullptr && *env != '\0' ? std::string(env)
-                                         : std::string(FLATKV_SOURCE_DIR) + "/build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-bool InCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string(ci) == "true";
-}
-
-// The model, loaded once; null with `error` set when it is missing or unloadable.
-struct Loaded {
-  std::unique_ptr<model::Model> model;
-  std::string error;
-  bool missing = false;
-};
-const Loaded& SmolLm2() {
-  static const Loaded* loaded = [] {
-    auto* l = new Loaded;
-    const std::string path = SmolLm2File();
-    if (!std::filesystem::exists(path)) {
-      l->missing = true;
-      l->error = "SmolLM2 model not found: " + path + " (scripts/install-deps.sh models installs it)";
-      return l;
-    }
-    auto m = model::LoadGguf(path);
-    if (!m.ok()) {
-      l->error = path + ": " + m.status().ToString();
-      return l;
-    }
-    l->model = std::make_unique<model::Model>(std::move(m).value());
-    return l;
-  }();
-  return *loaded;
-}
-
-// Declares `model` in a test; skips when the file is missing (fails under CI=true), fails when it does not load.
-#define REQUIRE_SMOLLM2()                                                   \
-  const Loaded& smollm2_ = SmolLm2();                                      \
-  if (smollm2_.model == nullptr) {                                         \
-    if (!smollm2_.missing || InCi()) FAIL() << smollm2_.error;             \
-    GTEST_SKIP() << smollm2_.error;                                        \
-  }                                                                        \
-  const model::Model* model = smollm2_.model.get()
 
 // The first kPromptTokens tokens of docs/architecture.md.
 const std::vector<int>& Prompt(const model::Model& m) {
@@ -155,7 +110,7 @@ std::unique_ptr<Store> LocalStore(const model::Model& m, Medium medium, const st
 }
 
 TEST(EngineSmolLm2Test, EmbeddedColdDramWarmAndSsdWarmAreBitIdentical) {
-  REQUIRE_SMOLLM2();
+  FLATKV_REQUIRE_SMOLLM2(model);
   const GenerateResult& cold = Cold(*model);
   ASSERT_EQ(cold.computed_prompt_tokens, kPromptTokens);
   for (Medium medium : {Medium::kDram, Medium::kSsd}) {
@@ -193,7 +148,7 @@ std::unique_ptr<service::Server> Daemon(const model::Model& m, Medium medium, co
 }
 
 TEST(EngineSmolLm2Test, ThroughTheDaemonColdDramWarmAndSsdWarmAreBitIdentical) {
-  REQUIRE_SMOLLM2();
+  FLATKV_REQUIRE_SMOLLM2(model);
   const GenerateResult& cold = Cold(*model);
   for (Medium medium : {Medium::kDram, Medium::kSsd}) {
     const std::string name = "daemon " + std::string(MediumName(medium));
@@ -223,7 +178,7 @@ TEST(EngineSmolLm2Test, ThroughTheDaemonColdDramWarmAndSsdWarmAreBitIdentical) {
 }
 
 TEST(EngineSmolLm2Test, ChunkedPrefillMatchesAWholePrefill) {
-  REQUIRE_SMOLLM2();
+  FLATKV_REQUIRE_SMOLLM2(model);
   const GenerateResult& whole = Cold(*model);
   for (uint32_t chunk : {1u, 7u, 64u, 512u}) {
     const GenerateResult r = Request(*model, nullptr, chunk);

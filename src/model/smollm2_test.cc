@@ -2,8 +2,8 @@
 // loads with the metadata it carries, its prompts get no BOS, its chat
 // template renders with special token ids, and a chat reply stops at EOS.
 // The reference comparisons (gguf, llama.cpp, transformers) are
-// tests/refs/. Built into Release test binaries only (CMake defines
-// FLATKV_SMOLLM2_TESTS there): the sanitizer builds skip the 100 MB model.
+// tests/refs/. Built into flatkv_smollm2_tests, in Release builds only
+// (CMakeLists.txt): the sanitizer builds never load the 100 MB model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,45 +14,20 @@
 #include "flatkv/shape.h"
 #include "model/chat.h"
 #include "model/model.h"
+#include "testing/smollm2_util.h"
 
-#ifdef FLATKV_SMOLLM2_TESTS
 
 namespace flatkv::model {
 namespace {
 
-std::string ModelPath() {
-  const char* env = std::getenv("FLATKV_SMOLLM2");
-  return env && *env ? env : std::string(FLATKV_SOURCE_DIR) + "/build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 class SmolLm2Test : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(ModelPath())) return;
-    auto m = LoadGguf(ModelPath());
-    if (m.ok()) model_ = new Model(std::move(m).value());
-    else load_error_ = new std::string(m.status().ToString());
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete load_error_;
-    model_ = nullptr;
-    load_error_ = nullptr;
-  }
   void SetUp() override {
-    if (!std::filesystem::exists(ModelPath())) {
-      const std::string msg = ModelPath() + " is missing: install it with scripts/install-deps.sh models";
-      const char* ci = std::getenv("CI");
-      if (ci && std::string(ci) == "true") FAIL() << msg << " (CI=true)";
-      GTEST_SKIP() << msg;
-    }
-    ASSERT_NE(model_, nullptr) << *load_error_;
+    FLATKV_REQUIRE_SMOLLM2(loaded);
+    model_ = loaded;
   }
-  static Model* model_;
-  static std::string* load_error_;
+  const Model* model_ = nullptr;
 };
-Model* SmolLm2Test::model_ = nullptr;
-std::string* SmolLm2Test::load_error_ = nullptr;
 
 TEST_F(SmolLm2Test, LoadsWholeFileWithItsMetadata) {
   const Config& c = model_->config;
@@ -136,4 +111,3 @@ TEST_F(SmolLm2Test, ChatRendersTheFilesTemplateAndStopsAtEos) {
 }  // namespace
 }  // namespace flatkv::model
 
-#endif  // FLATKV_SMOLLM2_TESTS

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "flatkv/placement.h"
 #include "flatkv/store.h"
 #include "model/model.h"
@@ -95,20 +96,6 @@ void ExpectBitIdentical(const GenerateResult& want, const GenerateResult& got, c
   }
 }
 
-std::unique_ptr<Store> LocalStore(const model::Model& m, Medium medium, const std::string& ssd_dir) {
-  StoreOptions o;
-  o.shape = Engine::ShapeFor(m.config);
-  o.block_tokens = kBlockTokens;
-  o.placement = std::make_shared<FixedPlacement>(medium);
-  o.dram_capacity_bytes = medium == Medium::kDram ? 128ull << 20 : 0;
-  if (medium == Medium::kSsd) {
-    o.ssd_dirs = {ssd_dir};
-    o.ssd_capacity_bytes = 256ull << 20;
-    o.segment_bytes = 64ull << 20;
-  }
-  return ::flatkv::testing::OpenStore(o);
-}
-
 TEST(EngineSmolLm2Test, EmbeddedColdDramWarmAndSsdWarmAreBitIdentical) {
   FLATKV_REQUIRE_SMOLLM2(model);
   const GenerateResult& cold = Cold(*model);
@@ -116,7 +103,7 @@ TEST(EngineSmolLm2Test, EmbeddedColdDramWarmAndSsdWarmAreBitIdentical) {
   for (Medium medium : {Medium::kDram, Medium::kSsd}) {
     const std::string name(MediumName(medium));
     TempDir dir;
-    auto store = LocalStore(*model, medium, dir.Sub("ssd"));
+    auto store = testing::StoreFor(*model, kBlockTokens, medium, dir.Sub("ssd"));
     ASSERT_NE(store, nullptr);
     // The first request computes (in chunks of 64) and stores; the second restores 9 blocks and prefills 12 tokens.
     const GenerateResult first = Request(*model, store.get(), 64);

@@ -227,11 +227,11 @@ void Transformer::LayerImpl(int layer, const uint32_t* pos, uint32_t n, float* x
   Add(x, xb_.data(), size_t{n} * dim);
 }
 
-void Transformer::Logits(const float* x, float* logits) {
+void Transformer::Logits(const float* x, float* logits, int n) {
   const Config& c = model_.config;
-  Grow(xb_, c.dim);
-  RmsNorm(x, model_.weights.rms_final.data(), 1, c.dim, c.norm_eps, xb_.data());
-  MatMul(xb_.data(), model_.weights.classifier(), 1, c.dim, c.vocab_size, logits);
+  Grow(xb_, static_cast<size_t>(n) * c.dim);
+  RmsNorm(x, model_.weights.rms_final.data(), n, c.dim, c.norm_eps, xb_.data());
+  MatMul(xb_.data(), model_.weights.classifier(), n, c.dim, c.vocab_size, logits);
 }
 
 void Transformer::Forward(std::span<const int> tokens, uint32_t pos0, KvCache& cache, float* logits) {

@@ -81,8 +81,9 @@ class Transformer {
   // at `positions`, into `cache`: the bytes LayerAt writes, without the
   // attention and FFN (CacheBlend's check layer). x is unchanged.
   void KeysValuesAt(int layer, std::span<const uint32_t> positions, const float* x, KvCache& cache);
-  // Final RMSNorm and classifier of one position: x (dim) -> logits (vocab).
-  void Logits(const float* x, float* logits);
+  // Final RMSNorm and classifier of n positions: x (n, dim) -> logits (n, vocab),
+  // the classifier read once per token tile; each row's bits as for n = 1.
+  void Logits(const float* x, float* logits, int n = 1);
 
   // Convenience: runs `tokens` at pos0.. through every layer; fills `logits`
   // (vocab) for the last token.

@@ -285,6 +285,22 @@ TEST_F(TransformerTest, LayerMajorApiMatchesForward) {
   EXPECT_TRUE(SameBits(DumpKv(cache, 64), base_kv));
 }
 
+// Logits of a chunk's n rows in one call (the classifier read once per token
+// tile) give each row the bits of a one-row call.
+TEST_F(TransformerTest, LogitsOfManyRowsMatchOneRowAtATime) {
+  Transformer tr(*model_);
+  KvCache cache(model_->config, 16, 64);
+  const std::vector<int>& toks = *tokens_fed_;
+  constexpr uint32_t kN = 37;
+  std::vector<float> x(kN * 64);
+  tr.Embed(std::span<const int>(toks).subspan(0, kN), x.data());
+  for (int l = 0; l < 5; ++l) tr.Layer(l, 0, kN, x.data(), cache);
+  std::vector<float> many(size_t{kN} * 512), one(size_t{kN} * 512);
+  tr.Logits(x.data(), many.data(), kN);
+  for (uint32_t i = 0; i < kN; ++i) tr.Logits(x.data() + size_t{i} * 64, one.data() + size_t{i} * 512);
+  EXPECT_TRUE(SameBits(many, one));
+}
+
 TEST_F(TransformerTest, RestoredPrefixGivesTheSameContinuation) {
   // Compute 32 positions, move their pages to a fresh cache (as the store
   // does), continue there: logits and KV must match an uninterrupted run.

@@ -158,7 +158,7 @@ int RunScore(const ModelRefArgs& a) {
                     " tokens exceed the model's context of " + std::to_string(c.seq_len));
   const uint32_t chunk = a.prefill_chunk == 0 ? n : a.prefill_chunk;
   // The engine's prefill (Engine::PrefillChunk): embed a chunk, run it
-  // through every layer, then the final norm and classifier per position.
+  // through every layer, then the final norm and classifier of all its positions.
   model::Transformer tf(m.value());
   model::KvCache cache(c, 64, n);
   std::vector<float> x, logits(static_cast<size_t>(n) * c.vocab_size);
@@ -168,8 +168,7 @@ int RunScore(const ModelRefArgs& a) {
     x.resize(static_cast<size_t>(len) * c.dim);
     tf.Embed(std::span<const int>(ids->data() + pos, len), x.data());
     for (int l = 0; l < c.n_layers; ++l) tf.Layer(l, pos, len, x.data(), cache);
-    for (uint32_t i = 0; i < len; ++i)
-      tf.Logits(x.data() + static_cast<size_t>(i) * c.dim, logits.data() + static_cast<size_t>(pos + i) * c.vocab_size);
+    tf.Logits(x.data(), logits.data() + static_cast<size_t>(pos) * c.vocab_size, static_cast<int>(len));
   }
   const double ms = MsSince(t0);
   Status s = WriteFile(a.out, logits.data(), logits.size() * sizeof(float));

@@ -23,4 +23,6 @@ MODEL=${FLATKV_SMOLLM2:-$SRC/build/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 # OpenMP threads that sleep rather than spin when they wait: torch's and
 # llama.cpp's pools share two cores with flatkv and each other.
 export OMP_WAIT_POLICY=PASSIVE
+# Nothing is fetched at run time: transformers loads the local GGUF, never the Hugging Face hub.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec "$PY" "$SRC/tests/refs/ref_$CHECK.py" --flatkv "$FLATKV" --model "$MODEL"

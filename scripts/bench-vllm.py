@@ -152,25 +152,24 @@ def main():
 
     daemon = Daemon(a.flatkv, tmp)
     store = daemon.start()
+    block_bytes = store.block_bytes
     conn = {"flatkv.socket": "unix:" + daemon.sock}
     steps = [{"tag": f"{L}", "ids": p} for L, p in prompts.items()]
     A = run("A", steps, False, None)
     Bp = run("B", [s2 for s in steps for s2 in ({**s, "tag": s["tag"] + "/cold"}, s)], True, conn)
     results = {"A": A, "B": {L: Bp[f"{L}"] for L in map(str, lengths)}}
     per_arm_bytes = {}
-    b0 = shm_bytes(store)
-    results["C"] = run("C", steps, True, conn)
-    b1 = shm_bytes(store)
-    per_arm_bytes["C"] = (b1[0] - b0[0], {"dram_blocks": b1[1] - b0[1], "ssd_blocks": b1[2] - b0[2]})
-    store.close()
-    daemon.stop()
-    store = daemon.start()
-    b0 = shm_bytes(store)
-    results["D"] = run("D", steps, True, conn)
-    b1 = shm_bytes(store)
-    per_arm_bytes["D"] = (b1[0] - b0[0], {"dram_blocks": b1[1] - b0[1], "ssd_blocks": b1[2] - b0[2]})
-    store.close()
-    daemon.stop()
+
+    def flatkv_arm(arm, store):  # a fresh vLLM process restoring every prompt from the daemon
+        b0 = shm_bytes(store)
+        results[arm] = run(arm, steps, True, conn)
+        b1 = shm_bytes(store)
+        per_arm_bytes[arm] = (b1[0] - b0[0], {"dram_blocks": b1[1] - b0[1], "ssd_blocks": b1[2] - b0[2]})
+        store.close()
+        daemon.stop()
+
+    flatkv_arm("C", store)             # from DRAM
+    flatkv_arm("D", daemon.start())    # the daemon restarted: from SSD
     for arm in "ABCD":
         for L in lengths:
             r = results[arm][str(L)]
@@ -178,7 +177,7 @@ def main():
             entry = {"workload": "resent", "prompt_tokens": L, "arm": arm,
                      "ttft_mean_ms": r["ttft_ms"], "ttft_p99_ms": r["ttft_ms"], "ttft_source": r["ttft_source"],
                      "hit_tokens": hit,
-                     "restored_bytes": hit // BT * store.block_bytes if arm in "CD" else 0,
+                     "restored_bytes": hit // BT * block_bytes if arm in "CD" else 0,
                      "outputs_match_b": r["output_ids"] == results["B"][str(L)]["output_ids"]}
             out["results"].append(entry)
     out["restored_bytes_by_arm"] = {k: {"shm_bytes": v[0], **v[1]} for k, v in per_arm_bytes.items()}

@@ -9,8 +9,9 @@ Loaded by module path; vLLM's scheduler and its worker each build one, and each 
 
 Extra config keys: `flatkv.socket` (else $FLATKV_SOCKET; required), `flatkv.token` (the
 daemon tenant's token, default ""), `flatkv.model_fingerprint` (default: the model's name, its
-revision and the KV dtype), `flatkv.shm_window_bytes` (the worker's shared-memory window,
-default 256 MiB).
+revision and the KV dtype), `flatkv.shm_window_bytes` (the worker's shared-memory window;
+default: one `max_model_len` request's blocks, since the daemon sends a restore that does not fit
+the window over the socket instead).
 
 Keys: a prompt's full blocks are keyed with flatkv's chained block keys in the namespace of the
 model fingerprint, the LoRA adapter and the tenant, which is the request's `cache_salt`, so
@@ -84,6 +85,7 @@ class _ReqState:
     request: Any
     namespace: Any
     block_ids: list[int] = field(default_factory=list)
+    keys: np.ndarray | None = None  # chained keys of the leading full blocks hashed so far
     stored_blocks: int = 0  # leading blocks flatkv already holds (hit, or saved earlier)
     load: tuple[int, int] | None = None  # (first block, count) to restore
     load_pending: bool = False
@@ -133,7 +135,10 @@ class FlatkvConnector(KVConnectorBase_V1):
         self._fingerprint = extra.get("flatkv.model_fingerprint") or (
             f"{os.path.basename(os.path.normpath(mc.model))}@{mc.revision or ''}"
             f":{str(self._dtype).removeprefix('torch.')}")
-        shm = int(extra.get("flatkv.shm_window_bytes", 256 << 20)) \
+        bt = self._block_tokens
+        request_bytes = (-(-mc.max_model_len // bt) * self._layers * 2 * bt * self._kv_heads
+                         * self._head_dim * _TORCH_DTYPE_BYTES[self._dtype])
+        shm = int(extra.get("flatkv.shm_window_bytes", request_bytes)) \
             if role == KVConnectorRole.WORKER else 0
         self._store = _connect(extra, shm)
         self._check_store_shape()
@@ -144,8 +149,6 @@ class FlatkvConnector(KVConnectorBase_V1):
         self._restores: list[tuple[_Load, Any]] = []
         self._staging: dict[str, np.ndarray] = {}
         self._load_errors: set[int] = set()
-        self.hit_tokens = 0
-        self.restored_bytes = 0
         logger.info("FlatkvConnector (%s): daemon %s, model %s, %d-token blocks", role.name,
                     extra.get("flatkv.socket") or os.environ.get("FLATKV_SOCKET"),
                     self._fingerprint, self._block_tokens)
@@ -173,8 +176,15 @@ class FlatkvConnector(KVConnectorBase_V1):
                                 tenant=getattr(request, "cache_salt", None) or "")
 
     def _keys(self, state: _ReqState, n_blocks: int) -> np.ndarray:
-        tokens = np.asarray(state.request.all_token_ids[: n_blocks * self._block_tokens], np.int32)
-        return state.namespace.keys(tokens, self._block_tokens)
+        """The chained keys of the request's first n_blocks full blocks; each block is hashed once
+        per request, the chain extended from its last key as the request grows."""
+        have = 0 if state.keys is None else len(state.keys)
+        if n_blocks > have:
+            bt = self._block_tokens
+            tokens = np.asarray(state.request.all_token_ids[have * bt: n_blocks * bt], np.int32)
+            more = state.namespace.keys(tokens, bt, parent=None if have == 0 else state.keys[-1:])
+            state.keys = more if have == 0 else np.concatenate([state.keys, more])
+        return state.keys[:n_blocks]
 
     # ---- scheduler side ----
 
@@ -206,12 +216,10 @@ class FlatkvConnector(KVConnectorBase_V1):
         state.block_ids = list(blocks.get_block_ids()[0])
         state.load_pending = num_external_tokens > 0 and state.load is not None
         if state.load_pending:
-            first, n = state.load
-            assert n * self._block_tokens == num_external_tokens, (n, num_external_tokens)
+            assert state.load[1] * self._block_tokens == num_external_tokens, (state.load, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output):
         meta = FlatkvConnectorMetadata()
-        bt = self._block_tokens
         for new in scheduler_output.scheduled_new_reqs:
             state = self._reqs.get(new.req_id)
             if state is None:
@@ -221,7 +229,6 @@ class FlatkvConnector(KVConnectorBase_V1):
                 first, n = state.load
                 keys = self._keys(state, first + n)[first:]
                 meta.loads.append(_Load(new.req_id, keys, state.block_ids[first:first + n]))
-                self.hit_tokens += n * bt
                 state.load_pending = False
             self._add_save(meta, state, new.req_id,
                            new.num_computed_tokens + scheduler_output.num_scheduled_tokens[new.req_id])
@@ -284,33 +291,34 @@ class FlatkvConnector(KVConnectorBase_V1):
         self._restores = []
         for load in meta.loads:
             try:
-                r = self._store.restore_start(load.keys)
+                # Layer-major into memory of ours: the daemon writes the shm window, the client
+                # copies each layer out once (GIL released), and the scatter reads it in place.
+                out = np.empty((self._layers, len(load.keys), self._store.block_layer_bytes), np.uint8)
+                r = self._store.restore_start(load.keys, out=out, layout="layer")
             except flatkv.Error as e:
                 logger.warning("FlatkvConnector: restore of %s failed, recomputing: %s", load.req_id, e)
                 self._load_errors.update(load.block_ids)
                 continue
-            self._restores.append((load, r))
+            self._restores.append((load, r, out))
 
     def wait_for_layer_load(self, layer_name):
         layer = self._layer_of.get(layer_name)
         if layer is None or not self._restores:
             return
         cache = self._caches[layer]
-        for load, r in self._restores:
+        for load, r, out in self._restores:
             n = len(load.block_ids)
             try:
                 got = int(r.wait_layer(layer))
-                data = np.frombuffer(r.layer_data(layer), np.uint8)[: got * self._store.block_layer_bytes]
             except flatkv.Error as e:
                 logger.warning("FlatkvConnector: layer %d of %s failed: %s", layer, load.req_id, e)
-                got, data = 0, None
+                got = 0
             if got:
-                src = torch.from_numpy(data.copy()).view(self._dtype).view(
+                src = torch.from_numpy(out[layer, :got]).view(self._dtype).view(
                     got, 2, self._block_tokens, self._kv_heads, self._head_dim)
                 # (got, 2, N, H, C) -> (got, H, 2, N, C)
                 idx = torch.tensor(load.block_ids[:got], dtype=torch.long)
                 cache[idx] = src.permute(0, 3, 1, 2, 4)
-                self.restored_bytes += got * self._store.block_layer_bytes
             try:
                 r.release_layer(layer)
             except flatkv.Error:
@@ -318,7 +326,7 @@ class FlatkvConnector(KVConnectorBase_V1):
             if got < n:
                 self._load_errors.update(load.block_ids[got:])
         if layer == self._layers - 1:
-            for _, r in self._restores:
+            for _, r, _ in self._restores:
                 try:
                     r.finish()
                 except flatkv.Error:

@@ -112,7 +112,8 @@ class Daemon:
 
 def shm_bytes(store):
     s = store.stats()
-    return sum(t["restore_bytes_shm"] for t in s["tenants"]), s["store"]["dram"]["hit_blocks"], s["store"]["ssd"]["hit_blocks"]
+    return (sum(t["restore_bytes_shm"] for t in s["tenants"]), sum(t["restore_bytes_stream"] for t in s["tenants"]),
+            s["store"]["dram"]["hit_blocks"], s["store"]["ssd"]["hit_blocks"])
 
 
 def main():
@@ -164,7 +165,8 @@ def main():
         b0 = shm_bytes(store)
         results[arm] = run(arm, steps, True, conn)
         b1 = shm_bytes(store)
-        per_arm_bytes[arm] = (b1[0] - b0[0], {"dram_blocks": b1[1] - b0[1], "ssd_blocks": b1[2] - b0[2]})
+        per_arm_bytes[arm] = {"shm_bytes": b1[0] - b0[0], "socket_bytes": b1[1] - b0[1],
+                              "dram_blocks": b1[2] - b0[2], "ssd_blocks": b1[3] - b0[3]}
         store.close()
         daemon.stop()
 
@@ -180,7 +182,7 @@ def main():
                      "restored_bytes": hit // BT * block_bytes if arm in "CD" else 0,
                      "outputs_match_b": r["output_ids"] == results["B"][str(L)]["output_ids"]}
             out["results"].append(entry)
-    out["restored_bytes_by_arm"] = {k: {"shm_bytes": v[0], **v[1]} for k, v in per_arm_bytes.items()}
+    out["restored_bytes_by_arm"] = per_arm_bytes
     print(f"vLLM {out['vllm_version']}  memcpy {out['memcpy_gbps']:.2f} GB/s  raw O_DIRECT {out['raw_ssd_gbps']:.2f} GB/s")
     print(f"{'tokens':>7} {'arm':>3} {'TTFT ms':>9} {'hit':>6} {'restored MB':>11} {'= B':>4}")
     for e in out["results"]:

@@ -11,65 +11,24 @@ launch here with the connector, plus one that is refused at start:
 """
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import flatkv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
+from daemon_util import TOKEN_A, Daemon, serve_binary  # noqa: E402
 MODEL = os.environ.get("FLATKV_VLLM_MODEL", "")
 BT = 64
 
 
-class Daemon:
-    def __init__(self, tmp):
-        self.socket = str(tmp / "flatkv.sock")
-        self.config = tmp / "flatkv.toml"
-        self.config.write_text(f"""
-[store]
-shape = "smollm2-135m"
-block_tokens = {BT}
-dram_bytes = "512MiB"
-ssd_dir = "{tmp / 'ssd'}"
-ssd_bytes = "2GiB"
-[listen]
-unix = "{self.socket}"
-tcp = ""
-http = ""
-""")
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen([os.environ["FLATKV_BINARY"], "serve", "--config", str(self.config)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail("flatkv serve exited: " + self.proc.stdout.read())
-            try:
-                return flatkv.Store.connect("unix:" + self.socket)
-            except flatkv.Error:
-                time.sleep(0.05)
-        pytest.fail("flatkv serve did not accept connections within 20 s")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-
 @pytest.fixture
 def daemon(tmp_path):
-    d = Daemon(tmp_path)
+    d = Daemon(serve_binary(), tmp_path, shape="smollm2-135m", block_tokens=BT,
+               dram_bytes="512MiB", ssd_bytes="2GiB", segment_bytes="64MiB")
     yield d
     d.stop()
 
@@ -96,7 +55,7 @@ def test_reuse_across_processes_from_dram_then_ssd_with_tenant_isolation(daemon,
     store = daemon.start()
     ids = prompt_ids(900)  # 14 full blocks; the hit leaves at least one token to compute
     hit_tokens = (len(ids) - 1) // BT * BT
-    conn = {"flatkv.socket": "unix:" + daemon.socket}
+    conn = {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}
 
     p, r1 = run_vllm(tmp_path, "first", [{"prompt_ids": ids}, {"prompt_ids": ids}], conn)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -114,7 +73,8 @@ def test_reuse_across_processes_from_dram_then_ssd_with_tenant_isolation(daemon,
     assert r2[1]["output_ids"] == cold["output_ids"]
     s = store.stats()
     assert s["store"]["dram"]["hit_blocks"] >= hit_tokens // BT, s["store"]["dram"]
-    assert s["tenants"][0]["restore_bytes_shm"] >= hit_tokens // BT * store.block_bytes, s["tenants"]
+    tenant = next(t for t in s["tenants"] if t["name"] == "a")
+    assert tenant["restore_bytes_shm"] >= hit_tokens // BT * store.block_bytes, tenant  # the window, not the socket
     store.close()
 
     # The daemon restarts: its DRAM is gone, the blocks come from its SSD.
@@ -132,7 +92,7 @@ def test_reuse_across_processes_from_dram_then_ssd_with_tenant_isolation(daemon,
 def test_a_vllm_block_size_the_store_does_not_have_is_refused(daemon, tmp_path):
     daemon.start().close()
     p, _ = run_vllm(tmp_path, "bs32", [{"prompt_ids": prompt_ids(100)}],
-                    {"flatkv.socket": "unix:" + daemon.socket}, block_size=32)
+                    {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}, block_size=32)
     assert p.returncode != 0
     assert "vLLM's block_size is 32 but the flatkv store's block_tokens is 64" in p.stdout + p.stderr
 

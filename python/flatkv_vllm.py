@@ -5,6 +5,7 @@ Loaded by module path; vLLM's scheduler and its worker each build one, and each 
 
     vllm serve MODEL --block-size 64 --kv-transfer-config '{"kv_connector": "FlatkvConnector",
         "kv_connector_module_path": "flatkv_vllm", "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"flatkv.socket": "unix:/run/flatkv.sock"}}'
 
 Extra config keys: `flatkv.socket` (else $FLATKV_SOCKET; required), `flatkv.token` (the
@@ -27,8 +28,10 @@ the worker views it as (num_blocks, kv_heads, 2, block_size, head_size) and perm
 Loads are layer by layer: `start_load_kv` starts one restore per request through the daemon's
 shared-memory window; `wait_for_layer_load` waits for that layer only and scatters it into vLLM's
 paged blocks. A restore that comes back short (a daemon that died, a block evicted between the
-scheduler's match and the load) reports those blocks through `get_block_ids_with_load_errors`, so
-vLLM recomputes them: a failure is a miss, never wrong KV.
+scheduler's match and the load) reports those blocks through `get_block_ids_with_load_errors`;
+with `"kv_load_failure_policy": "recompute"` (vLLM's default is "fail", which fails the request)
+vLLM recomputes them: a failure is a miss, never wrong KV. A daemon that is down answers every
+match with a miss; the client reconnects by itself once the daemon is back.
 
 Saves: after each layer's attention, `save_kv_layer` copies the blocks that this step filled into
 a staging buffer; `wait_for_save` puts them (prompt and generated tokens alike), so the next turn of
@@ -37,6 +40,7 @@ a conversation that re-sends its history finds it.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
@@ -64,6 +68,14 @@ class _Load:
     req_id: str
     keys: np.ndarray  # (n, 2) uint64: the blocks to restore
     block_ids: list[int]  # vLLM's paged blocks they go to
+
+
+@dataclass
+class _Restore:
+    load: _Load
+    handle: Any  # the daemon's restore, layer by layer
+    out: np.ndarray  # (layers, n, block_layer_bytes): where it lands, engine layout
+    got: int = -1  # the fewest blocks any layer has brought so far (-1: no layer yet)
 
 
 @dataclass
@@ -142,13 +154,23 @@ class FlatkvConnector(KVConnectorBase_V1):
             if role == KVConnectorRole.WORKER else 0
         self._store = _connect(extra, shm)
         self._check_store_shape()
+        if role == KVConnectorRole.SCHEDULER and \
+                getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != "recompute":
+            logger.warning("FlatkvConnector: kv_load_failure_policy is %r, so a restore the daemon "
+                           "cannot complete (it died, or evicted the blocks after the match) fails "
+                           "the request; set \"kv_load_failure_policy\": \"recompute\" in "
+                           "--kv-transfer-config to recompute those blocks instead",
+                           self._kv_transfer_config.kv_load_failure_policy)
         self._reqs: dict[str, _ReqState] = {}
         # Worker side.
         self._caches: list[torch.Tensor] = []
         self._layer_of: dict[str, int] = {}
-        self._restores: list[tuple[_Load, Any]] = []
+        self._restores: list[_Restore] = []
         self._staging: dict[str, np.ndarray] = {}
         self._load_errors: set[int] = set()
+        # The latest blocks restored into and saved from vLLM's cache, as ("load" | "save",
+        # keys, block ids), for compare_with_store.
+        self._recent: collections.deque = collections.deque(maxlen=64)
         logger.info("FlatkvConnector (%s): daemon %s, model %s, %d-token blocks", role.name,
                     extra.get("flatkv.socket") or os.environ.get("FLATKV_SOCKET"),
                     self._fingerprint, self._block_tokens)
@@ -299,38 +321,42 @@ class FlatkvConnector(KVConnectorBase_V1):
                 logger.warning("FlatkvConnector: restore of %s failed, recomputing: %s", load.req_id, e)
                 self._load_errors.update(load.block_ids)
                 continue
-            self._restores.append((load, r, out))
+            self._restores.append(_Restore(load, r, out))
 
     def wait_for_layer_load(self, layer_name):
         layer = self._layer_of.get(layer_name)
         if layer is None or not self._restores:
             return
         cache = self._caches[layer]
-        for load, r, out in self._restores:
-            n = len(load.block_ids)
+        for rs in self._restores:
+            load = rs.load
             try:
-                got = int(r.wait_layer(layer))
+                got = int(rs.handle.wait_layer(layer))
             except flatkv.Error as e:
                 logger.warning("FlatkvConnector: layer %d of %s failed: %s", layer, load.req_id, e)
                 got = 0
-            if got:
-                src = torch.from_numpy(out[layer, :got]).view(self._dtype).view(
-                    got, 2, self._block_tokens, self._kv_heads, self._head_dim)
+            # A block is good only if every layer brought it; the rest are recomputed.
+            rs.got = got if rs.got < 0 else min(rs.got, got)
+            if rs.got:
+                src = torch.from_numpy(rs.out[layer, :rs.got]).view(self._dtype).view(
+                    rs.got, 2, self._block_tokens, self._kv_heads, self._head_dim)
                 # (got, 2, N, H, C) -> (got, H, 2, N, C)
-                idx = torch.tensor(load.block_ids[:got], dtype=torch.long)
+                idx = torch.tensor(load.block_ids[:rs.got], dtype=torch.long)
                 cache[idx] = src.permute(0, 3, 1, 2, 4)
             try:
-                r.release_layer(layer)
+                rs.handle.release_layer(layer)
             except flatkv.Error:
                 pass
-            if got < n:
-                self._load_errors.update(load.block_ids[got:])
+            if rs.got < len(load.block_ids):
+                self._load_errors.update(load.block_ids[rs.got:])
         if layer == self._layers - 1:
-            for _, r, _ in self._restores:
+            for rs in self._restores:
                 try:
-                    r.finish()
+                    rs.handle.finish()
                 except flatkv.Error:
                     pass
+                if rs.got > 0:
+                    self._recent.append(("load", rs.load.keys[:rs.got], rs.load.block_ids[:rs.got]))
             self._restores = []
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
@@ -360,7 +386,34 @@ class FlatkvConnector(KVConnectorBase_V1):
             except flatkv.Error as e:
                 logger.warning("FlatkvConnector: storing %d blocks of %s failed: %s",
                                len(save.block_ids), save.req_id, e)
+                continue
+            self._recent.append(("save", save.keys, save.block_ids))
         self._staging.clear()
+
+    def _read_blocks(self, block_ids: list[int]) -> np.ndarray:
+        """vLLM's paged blocks in flatkv's block layout: (n, layers, block_layer_bytes)."""
+        idx = torch.tensor(block_ids, dtype=torch.long)
+        out = np.empty((len(block_ids), self._layers, self._store.block_layer_bytes), np.uint8)
+        for layer, cache in enumerate(self._caches):
+            blocks = cache[idx].permute(0, 2, 3, 1, 4).contiguous()
+            out[:, layer, :] = blocks.view(torch.uint8).reshape(len(block_ids), -1).numpy()
+        return out
+
+    def compare_with_store(self) -> dict:
+        """Reads back the blocks this worker restored into and saved from vLLM's cache lately
+        (the last 64 transfers) and compares them, byte for byte, with the daemon's copies.
+        Valid while vLLM has not reused those blocks for other tokens. Returns, per direction,
+        {"blocks": compared, "equal": identical, "missing": not in the daemon}."""
+        result = {d: {"blocks": 0, "equal": 0, "missing": 0} for d in ("load", "save")}
+        for direction, keys, block_ids in self._recent:
+            ours = self._read_blocks(block_ids)
+            theirs = np.empty_like(ours)
+            got = int(self._store.restore(keys, theirs.reshape(len(block_ids), -1), layout="block"))
+            r = result[direction]
+            r["blocks"] += len(block_ids)
+            r["missing"] += len(block_ids) - got
+            r["equal"] += int(sum(np.array_equal(ours[i], theirs[i]) for i in range(got)))
+        return result
 
     def get_block_ids_with_load_errors(self):
         errors, self._load_errors = self._load_errors, set()
@@ -371,3 +424,11 @@ class FlatkvConnector(KVConnectorBase_V1):
             self._store.close()
         except Exception:  # noqa: BLE001 - the daemon may be gone already
             pass
+
+
+def compare_with_store(worker) -> dict:
+    """`LLM.collective_rpc(flatkv_vllm.compare_with_store)`: the worker's
+    FlatkvConnector.compare_with_store() (vLLM's engine process needs
+    VLLM_ALLOW_INSECURE_SERIALIZATION=1 to be sent a function)."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+    return get_kv_transfer_group().compare_with_store()

@@ -6,6 +6,7 @@
 set -u
 FLATKV=${1:?usage: run_vllm_tests.sh FLATKV_BINARY PYTHON_MODULE_DIR}
 MODDIR=${2:?usage: run_vllm_tests.sh FLATKV_BINARY PYTHON_MODULE_DIR}
+shift 2  # the rest goes to pytest (e.g. -k serve)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 PY="$SRC/build/pyenv/vllm/bin/python"
 missing() {
@@ -26,4 +27,4 @@ export LD_PRELOAD="$TCMALLOC:$IOMP" OMP_NUM_THREADS=2 VLLM_CPU_KVCACHE_SPACE=${V
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export PYTHONPATH="$MODDIR:$SRC/python" FLATKV_BINARY="$FLATKV" FLATKV_VLLM_MODEL="$MODEL"
 cd "$SRC"
-exec "$PY" -m pytest -q -rs -p no:cacheprovider tests/vllm
+exec "$PY" -m pytest -q -rs -p no:cacheprovider tests/vllm "$@"

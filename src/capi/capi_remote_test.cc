@@ -157,6 +157,34 @@ TEST_F(CapiRemoteTest, RoundTripOverSocketTcpAndSharedMemory) {
     }
 }
 
+// A daemon that restarts (here a clean stop; a kill -9 closes the sockets the same way) costs
+// its clients no failed call: the pool drops the connections the old daemon closed while they
+// were idle and connects anew. Its SSD still holds the blocks.
+TEST_F(CapiRemoteTest, ADaemonRestartCostsNoFailedCall) {
+  flatkv_store* plain = Open(server_->unix_address(), kTokenA);
+  flatkv_store* shm = Open(server_->unix_address(), kTokenA, 8 << 20);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(shm, nullptr);
+  const uint64_t bb = flatkv_store_block_bytes(plain);
+  auto keys = Keys(1, 6);
+  auto data = service::testing::Blocks(bb, 6, 7);
+  ASSERT_EQ(Err(flatkv_store_put(plain, 1, keys.data(), keys.size(), data.data(), data.size(), 0)), "");
+  uint32_t hit = 0;
+  EXPECT_EQ(Err(flatkv_store_match(shm, keys.data(), keys.size(), &hit)), "");
+  EXPECT_EQ(hit, 6u);
+
+  ASSERT_TRUE(server_->Stop().ok());
+  server_ = service::testing::StartServer(service::testing::SmallServerConfig(dir_.path()));
+  ASSERT_NE(server_, nullptr);
+
+  for (flatkv_store* s : {plain, shm}) {
+    hit = 0;
+    EXPECT_EQ(Err(flatkv_store_match(s, keys.data(), keys.size(), &hit)), "");  // the first call
+    EXPECT_EQ(hit, 6u);
+    CheckRestores(s, keys, data);
+  }
+}
+
 TEST_F(CapiRemoteTest, TenantsAreIsolatedAndErrorsCarryMessages) {
   flatkv_store* a = Open(server_->unix_address(), kTokenA);
   flatkv_store* b = Open(server_->unix_address(), kTokenB);

@@ -2,7 +2,8 @@
 //
 // A Client serves one request at a time, so the backend keeps a pool of
 // connections: a call takes an idle one (or connects a new one) and gives
-// it back when done; a connection that saw a transport error is dropped.
+// it back when done; a connection that saw a transport error, or that the
+// daemon closed while it was idle (a restart), is dropped.
 // With a shared-memory window configured, each connection registers its own
 // window and restores that fit in it go through it.
 #include <condition_variable>
@@ -37,10 +38,10 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return Status::FailedPrecondition("the connection to " + address_ + " is closed");
-      if (!idle_.empty()) {
+      while (!idle_.empty()) {
         auto c = std::move(idle_.back());
         idle_.pop_back();
-        return c;
+        if (!c->client->PeerClosed()) return c;  // else the daemon went away: drop it, try the next
       }
     }
     auto c = std::make_unique<Connection>();

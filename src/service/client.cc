@@ -1,6 +1,7 @@
 #include "service/client.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -235,6 +236,15 @@ class ClientImpl final : public Client {
   Status Health() override {
     MutexLock lock(&mu_);
     return Call(wire::EncodeEmpty(wire::Type::kPing, NextId()), wire::Type::kPong, Deadline()).status();
+  }
+
+  bool PeerClosed() override {
+    MutexLock lock(&mu_);
+    if (!broken_.ok()) return true;
+    // POLLRDHUP: the peer shut its side (a daemon that exited, even by kill -9). Readable data
+    // alone is no sign (a TLS peer may send records unasked), so POLLIN is not asked for.
+    pollfd p{conn_->fd(), POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
   }
 
  private:

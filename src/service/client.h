@@ -149,6 +149,11 @@ class Client {
   virtual Result<std::string> StatsJson() = 0;
   // A round trip: OK when the daemon answers and its store is open.
   virtual Status Health() = 0;
+  // True when this connection cannot serve another call: it broke, or the
+  // daemon closed it (the socket reports a hang-up; seen without a round
+  // trip). A pool checks it before reusing an idle connection, so the first
+  // call after a daemon restart does not fail on the old one.
+  virtual bool PeerClosed() = 0;
 };
 
 }  // namespace flatkv::service

@@ -3,7 +3,7 @@
 Run by tests/vllm/run_vllm_tests.sh (ctest `vllm_connector`, label vllm), which sets the
 environment. Each vLLM engine runs in a process of its own (tests/vllm/vllm_run.py, or `vllm
 serve`); four launch here:
-  1. stores three prompts, one of them run again warm from vLLM's own prefix cache (arm B); the
+  1. stores four prompts, one of them run again warm from vLLM's own prefix cache (arm B); the
      blocks saved equal vLLM's cache byte for byte;
   2. a fresh process: a prompt is restored from the daemon's DRAM, vLLM counting the external hit
      tokens, its output equal to arm B's and the restored blocks equal to the daemon's; another
@@ -85,19 +85,20 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
     p_ids = prompt_ids(900)  # 14 full blocks
     q_ids = prompt_ids(700, "/usr/lib/python3.11/shutil.py")
     r_ids = prompt_ids(800, "/usr/lib/python3.11/argparse.py")
+    s_ids = prompt_ids(600, "/usr/lib/python3.11/tempfile.py")
     conn = {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}
     blocks = lambda ids: (len(ids) - 1) // BT  # noqa: E731
 
     proc, r1 = run_vllm(tmp_path, "first", [{"prompt_ids": p_ids}, {"prompt_ids": p_ids},
                                            {"prompt_ids": q_ids}, {"prompt_ids": r_ids},
-                                           {"compare_with_store": True}], conn)
+                                           {"prompt_ids": s_ids}, {"compare_with_store": True}], conn)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    cold, warm_b, q_cold, r_cold, saved = r1
+    cold, warm_b, q_cold, r_cold, s_cold, saved = r1
     assert cold["num_cached_tokens"] == 0
     assert warm_b["num_cached_tokens"] == hit_tokens(p_ids)  # vLLM's own prefix cache (arm B)
     print("greedy output, cold vs vLLM's warm prefix cache:", cold["output_ids"] == warm_b["output_ids"])
     # Every block saved (the prompts' and the generated tokens' full blocks) equals vLLM's cache.
-    assert saved["save"]["blocks"] >= blocks(p_ids) + blocks(q_ids) + blocks(r_ids), saved
+    assert saved["save"]["blocks"] >= sum(map(blocks, (p_ids, q_ids, r_ids, s_ids))), saved
     assert saved["save"]["equal"] == saved["save"]["blocks"], saved
     store.close()
 
@@ -106,7 +107,8 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
         {"prompt_ids": p_ids}, {"compare_with_store": True},
         {"prompt_ids": p_ids, "cache_salt": "tenant-b"},
         {"pause": "kill"}, {"prompt_ids": q_ids},
-        {"pause": "restart"}, {"prompt_ids": r_ids}, {"compare_with_store": True}], conn)
+        {"pause": "restart"}, {"prompt_ids": r_ids}, {"compare_with_store": True},
+        {"pause": "corrupt"}, {"prompt_ids": s_ids}], conn)
     log = tmp_path / "second.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -119,11 +121,27 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
             wait_for(tmp_path / "restart.ready", proc, log)
             store = daemon.start()
             (tmp_path / "restart.go").touch()
+            wait_for(tmp_path / "corrupt.ready", proc, log)
+            ssd_stats = store.stats()["store"]["ssd"]
+            store.close()
+            daemon.proc.kill()
+            daemon.proc.wait()
+            daemon.proc = None
+            # Every stored byte on the SSD goes bad (one byte per 4 KiB flipped); the index does
+            # not know, so s still matches, and its restore fails its checksums.
+            for seg in (tmp_path / "ssd").glob("seg-*.dat"):
+                with open(seg, "r+b") as f:
+                    data = bytearray(f.read())
+                    data[::4096] = bytes(b ^ 0xFF for b in data[::4096])
+                    f.seek(0)
+                    f.write(data)
+            daemon.start().close()
+            (tmp_path / "corrupt.go").touch()
             assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]
         finally:
             if proc.poll() is None:
                 proc.kill()
-    p2, loaded, other_salt, _, q_down, _, r_ssd, loaded_ssd = json.loads(rf.read_text())["runs"]
+    p2, loaded, other_salt, _, q_down, _, r_ssd, loaded_ssd, _, s_bad = json.loads(rf.read_text())["runs"]
     assert p2["num_cached_tokens"] == hit_tokens(p_ids), "vLLM counted no external hit from flatkv"
     assert p2["output_ids"] == warm_b["output_ids"]
     assert loaded["load"]["blocks"] == blocks(p_ids), loaded  # restored from DRAM ...
@@ -138,9 +156,13 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
     assert r_ssd["num_cached_tokens"] == hit_tokens(r_ids), r_ssd
     assert r_ssd["output_ids"] == r_cold["output_ids"]
     assert loaded_ssd["load"]["equal"] == loaded_ssd["load"]["blocks"] == blocks(p_ids) + blocks(r_ids), loaded_ssd
-    s = store.stats()
-    assert s["store"]["ssd"]["hit_blocks"] >= blocks(r_ids), s["store"]["ssd"]
-    store.close()
+    assert ssd_stats["hit_blocks"] >= blocks(r_ids), ssd_stats
+    # Corrupt SSD bytes: the restore comes back short, vLLM recomputes, the output is s's own.
+    assert s_bad["output_ids"] == s_cold["output_ids"], s_bad
+    assert "recomputes the rest" in log.read_text()
+    assert "Recovered from KV load failure" in log.read_text()  # vLLM's scheduler rescheduled it
+    # (vLLM's num_cached_tokens keeps what the scheduler was promised, here 576.)
+    print("corrupt SSD: vLLM counted", s_bad["num_cached_tokens"], "cached tokens of", len(s_ids))
 
 
 def free_port():

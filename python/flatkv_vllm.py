@@ -26,8 +26,8 @@ Data: one flatkv block layer holds K then V of the block's tokens, token-major,
 the worker views it as (num_blocks, kv_heads, 2, block_size, head_size) and permutes.
 
 Loads are layer by layer: `start_load_kv` starts one restore per request through the daemon's
-shared-memory window; `wait_for_layer_load` waits for that layer only and scatters it into vLLM's
-paged blocks. A restore that comes back short (a daemon that died, a block evicted between the
+shared-memory window; `wait_for_layer_load` waits for that layer only and scatters it from the
+window (`layer_view`, no copy) into vLLM's paged blocks. A restore that comes back short (a daemon that died, a block evicted between the
 scheduler's match and the load) reports those blocks through `get_block_ids_with_load_errors`;
 with `"kv_load_failure_policy": "recompute"` (vLLM's default is "fail", which fails the request)
 vLLM recomputes them: a failure is a miss, never wrong KV. A daemon that is down answers every
@@ -45,6 +45,7 @@ import hashlib
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,6 @@ class _Load:
 class _Restore:
     load: _Load
     handle: Any  # the daemon's restore, layer by layer
-    out: np.ndarray  # (layers, n, block_layer_bytes): where it lands, engine layout
     got: int = -1  # the fewest blocks any layer has brought so far (-1: no layer yet)
 
 
@@ -324,15 +324,15 @@ class FlatkvConnector(KVConnectorBase_V1):
         self._restores = []
         for load in meta.loads:
             try:
-                # Layer-major into memory of ours: the daemon writes the shm window, the client
-                # copies each layer out once (GIL released), and the scatter reads it in place.
-                out = np.empty((self._layers, len(load.keys), self._store.block_layer_bytes), np.uint8)
-                r = self._store.restore_start(load.keys, out=out, layout="layer")
+                # The daemon writes each layer into the shared-memory window (a restore that does
+                # not fit it comes over the socket into the client's buffer); the scatter reads
+                # it there, without a copy of its own.
+                r = self._store.restore_start(load.keys)
             except flatkv.Error as e:
                 logger.warning("FlatkvConnector: restore of %s failed, recomputing: %s", load.req_id, e)
                 self._load_errors.update(load.block_ids)
                 continue
-            self._restores.append(_Restore(load, r, out))
+            self._restores.append(_Restore(load, r))
 
     def wait_for_layer_load(self, layer_name):
         layer = self._layer_of.get(layer_name)
@@ -349,7 +349,10 @@ class FlatkvConnector(KVConnectorBase_V1):
             # A block is good only if every layer brought it; the rest are recomputed.
             rs.got = got if rs.got < 0 else min(rs.got, got)
             if rs.got:
-                src = torch.from_numpy(rs.out[layer, :rs.got]).view(self._dtype).view(
+                with warnings.catch_warnings():  # read-only: the scatter only reads it
+                    warnings.simplefilter("ignore", UserWarning)
+                    raw = torch.frombuffer(rs.handle.layer_view(layer), dtype=torch.uint8)
+                src = raw[:rs.got * self._store.block_layer_bytes].view(self._dtype).view(
                     rs.got, 2, self._block_tokens, self._kv_heads, self._head_dim)
                 # (got, 2, N, H, C) -> (got, H, 2, N, C), a slice copy per run of consecutive
                 # vLLM blocks (twice an index-put's speed on this machine: 6.6 against 3.1 GB/s).

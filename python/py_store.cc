@@ -51,6 +51,20 @@ class Restore {
     return py::bytes(it->second.first, it->second.second * layer_bytes_);
   }
 
+  // No copy: a read-only view of the layer where the restore holds it (the daemon's shared-memory
+  // window, or the client's buffer of a streamed restore). Valid until the layer is released or
+  // the restore finishes or closes; read it, do not keep it.
+  py::memoryview LayerView(uint32_t layer) {
+    Live();
+    if (out_) throw py::value_error("this restore writes into its `out` buffer; read the layer there");
+    auto it = views_.find(layer);
+    if (it == views_.end())
+      throw py::value_error("layer " + std::to_string(layer) + " is not waited for, or already released");
+    // (pybind11 2.10's from_memory takes a non-const pointer; the view is read-only.)
+    return py::memoryview::from_memory(const_cast<char*>(it->second.first),
+                                       static_cast<py::ssize_t>(it->second.second * layer_bytes_), /*readonly=*/true);
+  }
+
   void ReleaseLayer(uint32_t layer) {
     Live();
     views_.erase(layer);
@@ -339,6 +353,9 @@ void BindStore(py::module_& m) {
       .def("wait_layer", &Restore::WaitLayer, py::arg("layer"), "Waits for a layer; returns its valid blocks.")
       .def("layer_data", &Restore::LayerData, py::arg("layer"),
            "A copy of a waited layer's slices (restores without `out` only).")
+      .def("layer_view", &Restore::LayerView, py::arg("layer"),
+           "A read-only memoryview of a waited layer's slices, without a copy (restores without `out` only); "
+           "valid until release_layer, finish or close.")
       .def("release_layer", &Restore::ReleaseLayer, py::arg("layer"))
       .def("finish", &Restore::Finish, "Waits for every layer; returns the blocks valid in all of them.")
       .def("close", &Restore::Close)

@@ -39,7 +39,12 @@ def test_client_round_trip_tenants_and_warm_restart(daemon):
             assert r.wait_layer(layer) == 4
             got = np.frombuffer(r.layer_data(layer), np.uint8).reshape(4, lb)
             assert np.array_equal(got, data[:, layer * lb:(layer + 1) * lb])
+            view = r.layer_view(layer)  # the window itself, no copy
+            assert view.readonly and view.nbytes == 4 * lb
+            assert np.array_equal(np.frombuffer(view, np.uint8).reshape(4, lb), got)
             r.release_layer(layer)
+            with pytest.raises(ValueError, match="already released"):
+                r.layer_view(layer)
         assert r.finish() == 4
 
     # Another tenant sends the same keys and reaches nothing.

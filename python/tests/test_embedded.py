@@ -71,6 +71,7 @@ def test_restore_layer_by_layer(store, ns):
             assert r.wait_layer(layer) == 4
             got = np.frombuffer(r.layer_data(layer), dtype=np.uint8).reshape(4, lb)
             assert np.array_equal(got, data[:, layer * lb:(layer + 1) * lb])
+            assert np.array_equal(np.frombuffer(r.layer_view(layer), np.uint8).reshape(4, lb), got)
             r.release_layer(layer)
             with pytest.raises(ValueError, match="already released"):
                 r.layer_data(layer)

@@ -519,7 +519,9 @@ Status Connection::RegisterShm(uint32_t id, const wire::RegisterShm& m) {
   }
   // No MAP_POPULATE: the pages are the client's, already allocated; the
   // daemon maps them lazily.
-  void* base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // MAP_POPULATE: the window's pages are mapped here once, not faulted in by each restore's
+  // first write (the client maps its side populated too).
+  void* base = ::mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (base == MAP_FAILED) {
     const int err = errno;
     total.fetch_sub(m.bytes);

@@ -43,26 +43,18 @@ class Restore {
   }
 
   py::bytes LayerData(uint32_t layer) {
-    Live();
-    if (out_) throw py::value_error("this restore writes into its `out` buffer; read the layer there");
-    auto it = views_.find(layer);
-    if (it == views_.end())
-      throw py::value_error("layer " + std::to_string(layer) + " is not waited for, or already released");
-    return py::bytes(it->second.first, it->second.second * layer_bytes_);
+    const auto& [data, blocks] = Waited(layer);
+    return py::bytes(data, blocks * layer_bytes_);
   }
 
   // No copy: a read-only view of the layer where the restore holds it (the daemon's shared-memory
   // window, or the client's buffer of a streamed restore). Valid until the layer is released or
   // the restore finishes or closes; read it, do not keep it.
   py::memoryview LayerView(uint32_t layer) {
-    Live();
-    if (out_) throw py::value_error("this restore writes into its `out` buffer; read the layer there");
-    auto it = views_.find(layer);
-    if (it == views_.end())
-      throw py::value_error("layer " + std::to_string(layer) + " is not waited for, or already released");
+    const auto& [data, blocks] = Waited(layer);
     // (pybind11 2.10's from_memory takes a non-const pointer; the view is read-only.)
-    return py::memoryview::from_memory(const_cast<char*>(it->second.first),
-                                       static_cast<py::ssize_t>(it->second.second * layer_bytes_), /*readonly=*/true);
+    return py::memoryview::from_memory(const_cast<char*>(data), static_cast<py::ssize_t>(blocks * layer_bytes_),
+                                       /*readonly=*/true);
   }
 
   void ReleaseLayer(uint32_t layer) {
@@ -101,6 +93,16 @@ class Restore {
   }
 
  private:
+  // A waited, unreleased layer of a restore without `out`: where its slices are, and how many.
+  const std::pair<const char*, uint64_t>& Waited(uint32_t layer) {
+    Live();
+    if (out_) throw py::value_error("this restore writes into its `out` buffer; read the layer there");
+    auto it = views_.find(layer);
+    if (it == views_.end())
+      throw py::value_error("layer " + std::to_string(layer) + " is not waited for, or already released");
+    return it->second;
+  }
+
   void Live() const {
     if (r_ == nullptr) throw py::value_error("restore is closed");
   }

@@ -8,6 +8,10 @@ PY=build/pyenv/vllm/bin/python
 [ -x build/release/flatkv ] || { echo "bench-vllm: build/release/flatkv is missing: build it (README)" >&2; exit 1; }
 export LD_PRELOAD="/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4:$PWD/build/pyenv/vllm/lib/libiomp5.so"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
+# Every arm computes on both cores. vLLM's "auto" binding would give a process without a KV
+# connector one core (it reserves one for the scheduler) and one with a connector both
+# (utils/ompmultiprocessing.py), which made arm A slower for a reason that is not reuse.
+export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export PYTHONPATH="$PWD/build/release/python:$PWD/python"
 exec "$PY" scripts/bench-vllm.py --flatkv build/release/flatkv "$@"

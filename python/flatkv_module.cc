@@ -1,5 +1,5 @@
-// The `flatkv` Python module: a thin pybind11 layer over the C API
-// (include/flatkv/flatkv.h), never the C++ internals.
+// `flatkv._flatkv`, the C extension of the `flatkv` package (python/flatkv/__init__.py re-exports
+// it): a thin pybind11 layer over the C API (include/flatkv/flatkv.h), never the C++ internals.
 //
 // Bytes move through the buffer protocol: put() reads any C-contiguous
 // buffer (bytes, numpy arrays), restore() writes into a caller's writable
@@ -17,7 +17,7 @@
 
 namespace py = pybind11;
 
-PYBIND11_MODULE(flatkv, m) {
+PYBIND11_MODULE(_flatkv, m) {
   m.doc() = "flatkv: a KV-cache store for LLM serving (DRAM + SSD, embedded or a daemon client)";
   flatkv::python::AddErrorType(m);
   m.attr("DEFAULT_HASH_SEED") = py::int_(FLATKV_DEFAULT_HASH_SEED);

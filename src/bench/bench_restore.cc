@@ -30,6 +30,10 @@
 // a 16-token block is bigger than S the session is one 16-token block (the
 // table says so). The runs execute interleaved within each repetition, in an
 // order rotated per repetition; the report gives medians.
+//
+// The real peers (a flatkv serve child, Mooncake Store, LMCache's backends)
+// are runs too, listed in bench_peers.h; one that cannot start is left out
+// and its error reported (peer_errors).
 #include "bench/bench_restore.h"
 
 #include <unistd.h>
@@ -375,7 +379,8 @@ int RunChecked(const BenchRestoreArgs& args) {
 
 CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   CLI::App* cmd = bench.add_subcommand("restore", "Session restore throughput: flatkv DRAM and SSD tiers against memcpy, "
-                                                  "a raw O_DIRECT read, one-file-per-block and RocksDB");
+                                                  "a raw O_DIRECT read, one-file-per-block, RocksDB, "
+                                                  "Mooncake Store and LMCache's backends");
   cmd->add_flag("--quick", a.quick, "Sizes 1,16,64,256 MiB and 3 reps (about a minute)");
   cmd->add_flag("--json", a.json, "Print one JSON object instead of the table");
   AddScratchDirOption(*cmd, a.dir);

@@ -500,6 +500,12 @@ class DaemonShmRun final : public RestoreRun {
 
 }  // namespace
 
+PeerFootprint PeerFootprintOf(uint64_t padded) {
+  // memfd 2x; Mooncake DRAM pool 1.25x + its dummy pool 1x; SSD store's dummy 1x and
+  // 512 MiB pool; LMCache's CPU pool up to 2x; the daemon 1.25x; plus fixed buffers.
+  return {9 * padded + (2ull << 30), 2 * padded + (1280ull << 20)};
+}
+
 nlohmann::json PeerLatency(RestoreRun& run, uint32_t value_bytes, uint32_t count) {
   auto* peer = dynamic_cast<PeerRun*>(&run);
   if (peer == nullptr) return {{"error", std::string(run.name()) + " has no per-object gets"}};

@@ -45,6 +45,15 @@ namespace flatkv::tools {
 inline constexpr std::array<std::string_view, 6> kPeerRunNames = {
     "daemon_shm_restore", "mooncake_dram", "mooncake_dram_tcp", "mooncake_ssd", "lmcache_cpu", "lmcache_disk"};
 
+// What the peers take beside flatkv's runs for a session of `padded` bytes:
+// the memfd (2x), Mooncake's two pools and the DummyClients' shared memory,
+// LMCache's CPU pool, the daemon's DRAM; on disk Mooncake's offload (the
+// session and the filler that pushes it out of the pool) and LMCache's files.
+struct PeerFootprint {
+  uint64_t memory_bytes = 0, disk_bytes = 0;
+};
+PeerFootprint PeerFootprintOf(uint64_t padded);
+
 // State the peer runs of one benchmark share: the memfd, the Mooncake
 // drivers two runs read from, the errors.
 struct PeerContext;

@@ -274,15 +274,21 @@ int RunChecked(const BenchRestoreArgs& args) {
     max_padded = std::max(max_padded, plans.back().padded);
   }
   // Source, destination, DRAM arena, slack; a lossy codec's expected bytes.
-  const uint64_t mem_need = (codec && !codec->Lossless() ? 4 : 3) * max_padded + (512ull << 20);
+  const bool peers = args.runs.empty() ? !args.no_peers
+                                       : std::any_of(args.runs.begin(), args.runs.end(), [](const std::string& r) {
+                                           return std::find(kPeerRunNames.begin(), kPeerRunNames.end(), r) != kPeerRunNames.end();
+                                         });
+  const PeerFootprint peer_need = peers ? PeerFootprintOf(max_padded) : PeerFootprint{};
+  const uint64_t mem_need = (codec && !codec->Lossless() ? 4 : 3) * max_padded + (512ull << 20) + peer_need.memory_bytes;
   const uint64_t mem_avail = MemAvailableBytes();
   if (mem_avail != 0 && mem_need > mem_avail) {
     return Usage("--sizes-mib: the largest session (" + std::to_string(max_padded >> 20) + " MiB) needs about " +
-                 std::to_string(mem_need >> 20) + " MiB of memory; " + std::to_string(mem_avail >> 20) + " MiB is available");
+                 std::to_string(mem_need >> 20) + " MiB of memory" + (peers ? " with the peers (--no-peers leaves them out)" : "") +
+                 "; " + std::to_string(mem_avail >> 20) + " MiB is available");
   }
   auto fs = GetFsInfo(parent);
   if (!fs.ok()) return Usage((args.dir.empty() ? "default directory: " : "--dir: ") + fs.status().ToString());
-  const uint64_t disk_need = 6 * max_padded + (1ull << 30);
+  const uint64_t disk_need = 6 * max_padded + (1ull << 30) + peer_need.disk_bytes;
   if (fs->free_bytes < disk_need) {
     return Usage("--dir " + parent + ": " + std::to_string(fs->free_bytes >> 20) + " MiB free, the benchmark needs about " +
                  std::to_string(disk_need >> 20) + " MiB");

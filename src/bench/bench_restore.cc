@@ -192,6 +192,7 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
     for (size_t k = 0; k < live.size(); ++k) {
       RestoreRun& r = *live[(rep + k) % live.size()];
       const std::string name(r.name());
+      if (out.runs[name].contains("error")) continue;  // a peer that failed in an earlier rep
       // The first and the last rep are verified (against a poisoned
       // destination, so stale bytes cannot pass); the others skip both
       // memset and memcmp, which would otherwise dominate a profile.
@@ -215,6 +216,12 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
       const double cpu0 = ProcessCpuSeconds();
       auto seconds = r.Run(dest);
       const double cpu = ProcessCpuSeconds() - cpu0;
+      if (!seconds.ok() && !r.Unavailable().empty()) {  // a peer failed: reported, the others go on
+        out.runs[name]["error"] = "rep " + std::to_string(rep) + ": " + r.Unavailable();
+        out.gbps.erase(name);
+        std::fprintf(stderr, "warning: %s failed: %s\n", name.c_str(), r.Unavailable().c_str());
+        continue;
+      }
       if (!seconds.ok()) return seconds.status().WithContext(name + " rep " + std::to_string(rep));
       cpu_per_gb[name].push_back(cpu / (double(plan.bytes) / 1e9));
       if (verify) {
@@ -228,7 +235,7 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
   for (auto& r : runs) {
     nlohmann::json info = r->Describe();
     for (auto& [k, v] : info.items()) out.runs[std::string(r->name())][k] = v;
-    if (!r->Unavailable().empty()) continue;
+    if (!r->Unavailable().empty() || out.runs[std::string(r->name())].contains("error")) continue;
     out.runs[std::string(r->name())]["verified_reps"] = std::min<uint32_t>(reps, 2);
     // CPU of every thread of the process (store threads included) during Run.
     out.runs[std::string(r->name())]["cpu_seconds_per_gb"] = Summarize(cpu_per_gb[std::string(r->name())]).median;

@@ -40,6 +40,7 @@ PACKAGES=(
   redis-server redis-tools              # the remote tier's local cluster; the Redis GET baseline of `flatkv bench serve` (redis-benchmark checks its harness)
   python3-setuptools python3-wheel python3-venv           # pip install ./python into a venv (test-all.sh)
   prometheus curl                       # promtool and a real Prometheus for the metrics tests
+  libibverbs1 librdmacm1 rdma-core libnuma1 libcurl4 liburing2  # Mooncake Store's wheel (build/pyenv/peers) links them, even over TCP
 )
 install_debian() {
 missing=()

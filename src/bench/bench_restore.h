@@ -20,6 +20,7 @@ struct BenchRestoreArgs {
   uint32_t reps = 0;                // 0: the mode's default
   uint32_t block_tokens = 0;        // 0: 64, halved (down to 16) for sessions smaller than one block
   std::vector<std::string> runs;    // empty: all six
+  bool no_peers = false;            // leave out the real peers (bench_peers.h) when --runs is not given
   bool drop_caches = false;         // also write /proc/sys/vm/drop_caches before page-cache reads (root)
   uint32_t raw_request_kib = 4096;  // raw_direct_read request size
   uint32_t raw_queue_depth = 8;     // raw_direct_read requests in flight

@@ -69,6 +69,10 @@ class RestoreRun {
   // What the destination must hold when it is not the session's bytes (a
   // lossy codec's decoded session, block-major); empty: the session's bytes.
   virtual std::span<const std::byte> Expected() const { return {}; }
+  // Non-empty after Setup when this run could not start (a peer that is not
+  // installed, for example): why, with the steps tried. The benchmark leaves
+  // the run out of this size and reports the error (bench_peers.h).
+  virtual std::string Unavailable() const { return {}; }
 };
 
 // Checks `dst` holds the session in `layout`; names the first differing block and layer.

@@ -150,6 +150,7 @@ class StoreRun final : public RestoreRun {
       auto view = restore->WaitLayer(l);
       const double w1 = NowSeconds();
       wait += w1 - w0;
+      if (l == 0) first_layer_s_.push_back(w1 - t0);
       if (!view.ok()) return view.status().WithContext(std::string(name()) + ": WaitLayer(" + std::to_string(l) + ")");
       if (view->blocks != s.blocks) {
         return Status::Corruption(std::string(name()) + ": layer " + std::to_string(l) + " view holds " +
@@ -196,6 +197,7 @@ class StoreRun final : public RestoreRun {
                         {"io_errors", st.io_errors},
                         {"restore_p50_us", st.restore_p50_us},
                         {"time_share", PhaseShares()}};
+    if (!first_layer_s_.empty()) j["first_layer_ms"] = Summarize(first_layer_s_).median * 1e3;  // StartRestore to WaitLayer(0)
     j["stored_bytes"] = m.stored_bytes;
     j["logical_bytes"] = m.logical_bytes;
     j["compression_ratio"] = m.stored_bytes ? double(m.logical_bytes) / double(m.stored_bytes) : 0.0;
@@ -228,6 +230,7 @@ class StoreRun final : public RestoreRun {
   StoreStats base_stats_;          // after Setup's Puts
   StoreStats last_stats_;          // taken at Teardown, for Describe after it
   uint64_t restores_ = 0;
+  std::vector<double> first_layer_s_;  // per timed restore
   // Where the consumer's time went in one timed restore.
   struct Phases {
     double start, wait, copy, release, finish, total;

@@ -34,6 +34,7 @@
 #include "flatkv/keys.h"
 #include "service/client.h"
 #include "service/server.h"
+#include "bench/bench_peers.h"
 #include "bench/bench_redis.h"
 #include "bench/bench_util.h"
 #include "tools/tool_common.h"
@@ -341,6 +342,13 @@ int RunChecked(const BenchServeArgs& a) {
     }
     redis.reset();
   }
+  // Mooncake Store's per-object get of the same 32-byte value (bench_peers.h):
+  // its own mooncake_master and mooncake_client on loopback, a DummyClient, one
+  // client in a closed loop (its Python API), as many gets as Redis answered in a round.
+  const nlohmann::json mooncake_j =
+      a.no_peers ? nlohmann::json{{"skipped", "--no-peers"}}
+                 : MeasureMooncakeGets(scratch->path() + "/mooncake", uint32_t(redis_value.size()),
+                                       uint32_t(std::clamp(redis_get.per_second * lookup_s, 2000.0, 20000.0)));
 
   const PathResult ri = FromSamples(inproc, chain_bytes), rs = FromSamples(shm, chain_bytes),
                    ru = FromSamples(unix_stream, chain_bytes), rt = FromSamples(tcp, chain_bytes);
@@ -364,6 +372,9 @@ int RunChecked(const BenchServeArgs& a) {
   j["redis_get_p50_us"] = redis_get.p50_us;
   j["redis_get_p99_us"] = redis_get.p99_us;
   j["redis"] = redis_j;
+  j["mooncake"] = mooncake_j;
+  j["mooncake_get_p50_us"] = mooncake_j.contains("get_p50_us") ? mooncake_j["get_p50_us"] : nlohmann::json();
+  j["mooncake_get_p99_us"] = mooncake_j.contains("get_p99_us") ? mooncake_j["get_p99_us"] : nlohmann::json();
   // chain_lookup_*: --lookup-keys keys per lookup (an engine's prefix match).
   j["chain_lookup_p50_us"] = tcp_lookup.p50_us;
   j["chain_lookup_p99_us"] = tcp_lookup.p99_us;
@@ -412,6 +423,11 @@ int RunChecked(const BenchServeArgs& a) {
                 redis_j["redis_benchmark"]["gets_per_second"].get<double>(),
                 redis_j["harness_rate_vs_redis_benchmark"].get<double>());
   if (redis_j.contains("skipped")) std::printf("Redis baseline skipped: %s\n", redis_j["skipped"].get<std::string>().c_str());
+  if (mooncake_j.contains("get_p50_us"))
+    std::printf("Mooncake Store get of the same value: p50 %.0f us, p99 %.0f us (%d gets, 1 client, DummyClient, Python API)\n",
+                mooncake_j["get_p50_us"].get<double>(), mooncake_j["get_p99_us"].get<double>(), mooncake_j.value("gets", 0));
+  else
+    std::printf("Mooncake Store gets: %s\n", mooncake_j.value("error", mooncake_j.value("skipped", std::string("?"))).c_str());
   std::printf("goals: shm >= 0.8 x inproc: %s (%.2f); 1-key lookup p99 <= Redis GET p99 with %u clients: %s (%.0f vs %.0f us)\n",
               j["goals"]["shm_met"].get<bool>() ? "met" : "NOT met", j["shm_vs_inproc"].get<double>(), a.clients,
               !have_redis ? "no Redis" : (one.p99_us <= redis_get.p99_us ? "met" : "NOT met"), one.p99_us, redis_get.p99_us);
@@ -432,6 +448,7 @@ CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeArgs& a) {
   cmd->add_option("--lookup-interval-us", a.lookup_interval_us, "Paced phase: each client looks up once per this many us (default 5000)");
   cmd->add_option("--redis-rounds", a.redis_rounds, "Interleaved rounds of 1-key lookups and Redis GETs (default 3, quick 1)");
   cmd->add_flag("--no-redis", a.no_redis, "Skip the Redis GET baseline");
+  cmd->add_flag("--no-peers", a.no_peers, "Skip Mooncake Store's gets (mooncake_get_p50_us, mooncake_get_p99_us)");
   cmd->add_option("--shape", a.shape, "KV shape preset (default llama-3.1-8b)");
   cmd->add_option("--dir", a.dir, "Parent of the scratch directory (default /var/tmp)");
   return cmd;

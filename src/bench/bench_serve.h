@@ -21,6 +21,7 @@ struct BenchServeArgs {
   double lookup_interval_us = 5000;  // paced phase: each client once per this long
   uint32_t redis_rounds = 0;   // interleaved 1-key lookup / Redis GET rounds; 0: 3 (quick: 1)
   bool no_redis = false;       // skip the Redis GET baseline
+  bool no_peers = false;       // skip Mooncake Store's gets (bench_peers.h)
   std::string shape = "llama-3.1-8b";
   std::string dir;             // parent of the scratch directory; empty: /var/tmp
 };

@@ -76,7 +76,7 @@ for line in "session_dram_share_bytes = 1073741824" "dram_idle_after_ms = 5000" 
 done
 
 # bench serve: restores from DRAM copies through the daemon, and lookups (docs/service.md).
-"$FLATKV" bench serve --quick --clients 4 --blocks 2 --reps 1 --lookup-seconds 0.2 --dir "$WORK" --json \
+"$FLATKV" bench serve --quick --clients 4 --blocks 2 --reps 1 --lookup-seconds 0.2 --no-peers --dir "$WORK" --json \
   > "$WORK/serve.json" || fail "bench serve"
 python3 -c "
 import json; j = json.load(open('$WORK/serve.json'))
@@ -123,7 +123,7 @@ elif [ "${CI:-}" = true ]; then
 fi
 
 # bench restore: every run delivers the session and is verified (a failed verification exits 1).
-"$FLATKV" bench restore --sizes-mib 4 --reps 1 --dir "$WORK" --json > "$WORK/restore.json" || fail "bench restore"
+"$FLATKV" bench restore --sizes-mib 4 --reps 1 --no-peers --dir "$WORK" --json > "$WORK/restore.json" || fail "bench restore"
 python3 -c "
 import json; j = json.load(open('$WORK/restore.json'))
 runs = j['sizes'][0]['runs']

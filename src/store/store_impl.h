@@ -106,6 +106,12 @@ struct Extent {
   // the medium it fills, not as index.
   bool sums_in_memory = false;
   std::vector<SumEntry> sums;
+  // An SSD home in a directory whose sums tables are the truth
+  // (SsdDir::tagged_sums): per block slot, the tag of its sums-table
+  // entries (persist::SumsTag), which its record carries and a restore
+  // checks the entries it reads against.
+  bool tagged = false;
+  std::vector<uint32_t> tags;
   // A coded extent (codec != null) packs each block's encoded layer slices
   // into the layer regions (l * layer_stride ...), a put's batch starting
   // aligned; the per-slot vectors above grow as slots are reserved.

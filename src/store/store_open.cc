@@ -170,7 +170,11 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     e->session = rec.session;
     e->last_access = Now();
     e->capacity = extent_blocks;
-    e->sums_in_memory = options_.read_only;  // else the sums table, rebuilt below
+    // Tagged directories read their sums tables as they are (the truth);
+    // older ones rebuild them from the records below, or keep them in
+    // memory when read-only.
+    e->tagged = dir.tagged_sums();
+    e->sums_in_memory = options_.read_only && !e->tagged;
     if (!rec.codec.empty()) {
       auto codec = CodecForSpec(rec.codec);
       if (!codec.ok()) {
@@ -194,7 +198,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     // The sums table is a cache of these records: rebuilt for the extent
     // in one write (or kept in memory when read-only), so a table a crash
     // tore, or one an older build left stale, is never read.
-    std::vector<SumEntry> table(uint64_t{e->reserved} * layers);
+    std::vector<SumEntry> table(e->tagged ? 0 : uint64_t{e->reserved} * layers);
     constexpr size_t kAhead = 8;  // index buckets loaded ahead: each is a cache miss at scale
     for (size_t k = 0; k < std::min(kAhead, rec.blocks.size()); ++k) index_.Prefetch(rec.blocks[k].key);
     for (size_t k = 0; k < rec.blocks.size(); ++k) {
@@ -214,7 +218,11 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
         continue;
       }
       IndexBlock(e.get(), b.index, b.key);
-      for (uint32_t l = 0; l < layers; ++l) {
+      if (e->tagged) {  // a version 6 record: nothing per layer here
+        e->tags[b.index] = b.tag;
+        if (e->coded()) e->stored[b.index] = b.stored;
+      }
+      for (uint32_t l = 0; l < layers && !e->tagged; ++l) {
         SumEntry& t = table[uint64_t{b.index} * layers + l];
         t.checksum = b.checksums[l];
         if (e->coded()) {
@@ -227,7 +235,8 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
       Count(Medium::kSsd, *e, b.index, +1);
       ++counters_.recovered_blocks;
     }
-    if (e->sums_in_memory) {
+    if (e->tagged) {
+    } else if (e->sums_in_memory) {
       e->sums = std::move(table);
     } else if (Status ws = dir.WriteSums(slot, 0, table); !ws.ok()) {
       return ws.WithContext("rebuilding the sums table");
@@ -292,6 +301,13 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
       if (e.medium != Medium::kSsd || e.device != device) continue;
       persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers, e.runs,
                                 dir.sized() ? e.geom.extent_blocks : 0};
+      if (e.tagged) {  // the records carry the tags (the tables are the truth)
+        for (uint32_t i = 0; i < e.reserved; ++i)
+          if (e.present(i) && e.durable(i) == kDurable)
+            rec.blocks.push_back({i, e.keys[i], {}, {}, {}, e.tags[i], e.coded() ? e.stored[i] : 0});
+        snapshot.extents[dir.RefOf(e.slot)] = std::move(rec);
+        continue;
+      }
       // The sums come from the table: one buffered read per extent, under
       // mu_ (only at Close and recovery, when no put runs).
       std::vector<SumEntry> sums(uint64_t{e.reserved} * layers);

@@ -265,7 +265,7 @@ class LogParser {
       problem = "tagged block record type 10 in a version " + std::to_string(c.version) + " log";
     } else if (type == kBlockPutTagged && need(36)) {
       ExtentRef ref{p.U32(), p.U32()};
-      BlockRecord b;
+      TaggedBlock b;
       b.index = p.U32();
       b.key.lo = p.U64();
       b.key.hi = p.U64();
@@ -285,7 +285,7 @@ class LogParser {
                     (coded ? "coded" : "raw") + " extent";
         else {
           it->second.sequence = ++sequence;
-          it->second.blocks.push_back(b);
+          it->second.tagged.push_back(b);
         }
       }
     } else if (type == kExtentSessions && c.version < kManifestVersionShared) {
@@ -320,10 +320,11 @@ class LogParser {
         std::vector<uint32_t> drop(n);
         for (uint32_t i = 0; i < n; ++i) drop[i] = p.U32();
         std::sort(drop.begin(), drop.end());
+        auto dropped = [&](const auto& b) { return std::binary_search(drop.begin(), drop.end(), b.index); };
         auto& blocks = it->second.blocks;
-        blocks.erase(std::remove_if(blocks.begin(), blocks.end(),
-                                    [&](const BlockRecord& b) { return std::binary_search(drop.begin(), drop.end(), b.index); }),
-                     blocks.end());
+        blocks.erase(std::remove_if(blocks.begin(), blocks.end(), dropped), blocks.end());
+        auto& tagged = it->second.tagged;
+        tagged.erase(std::remove_if(tagged.begin(), tagged.end(), dropped), tagged.end());
         it->second.sequence = ++sequence;
       }
     } else if (type == kExtentSessions && p.remaining() >= 20) {
@@ -592,7 +593,8 @@ std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t m
     if (!e.codec.empty()) *version = std::max(*version, kManifestVersionCoded);
     if (!e.sharers.empty()) *version = std::max(*version, kManifestVersionShared);
     if (!e.positions.empty()) *version = std::max(*version, kManifestVersionPositions);
-    if (!e.blocks.empty() && e.blocks.front().tagged()) *version = std::max(*version, kManifestVersionTagged);
+    if (!e.tagged.empty() || (!e.blocks.empty() && e.blocks.front().tagged()))
+      *version = std::max(*version, kManifestVersionTagged);
   }
   std::vector<uint8_t> bytes;
   EncodeHeader(bytes, contents.header, *version);
@@ -605,6 +607,7 @@ std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t m
     if (!e.sharers.empty()) EncodeExtentSessions(bytes, ref, e.session, e.sharers);
     if (!e.positions.empty()) EncodeBlockPositions(bytes, ref, e.positions);
     for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);
+    for (const auto& b : e.tagged) EncodeBlockPut(bytes, ref, b.ToRecord());
   }
   return bytes;
 }

@@ -114,11 +114,22 @@ struct BlockRecord {
 // (16 bytes each, format_segment.md): the low 32 bits of their XXH3-64.
 uint32_t SumsTag(const void* entries, size_t bytes);
 
+// A version 6 block record as replayed: 32 bytes, nothing allocated per
+// record (a BlockRecord is 104 bytes with its three vectors; 10M of them
+// were a gigabyte of recovery's memory).
+struct TaggedBlock {
+  uint32_t index = 0;
+  uint32_t tag = 0;
+  BlockKey key;
+  uint32_t stored = 0;
+  BlockRecord ToRecord() const { return BlockRecord{index, key, {}, {}, {}, tag, stored}; }
+};
+
 struct ExtentRecord {
   uint64_t session = 0;   // the owner
   std::string codec;      // codec spec of a coded extent; empty = raw slices at slot_stride
   uint64_t sequence = 0;  // position in the log of the extent's last record: LRU order
-  std::vector<BlockRecord> blocks;
+  std::vector<BlockRecord> blocks;  // versions 1 to 5 (records 2 and 5)
   // Other sessions holding references to its blocks (ExtentSessions record).
   std::vector<uint64_t> sharers = {};
   // Chain positions (BlockPositions records): run starts, as (block index,
@@ -127,6 +138,7 @@ struct ExtentRecord {
   std::vector<std::pair<uint32_t, uint32_t>> positions = {};
   // Its block slots (sized extents, record 9); 0: the header's extent_blocks.
   uint32_t block_slots = 0;
+  std::vector<TaggedBlock> tagged = {};  // version 6 (record 10), in log order
 };
 
 // The block slots of `e` (raw; a coded extent packs up to

@@ -249,11 +249,11 @@ TEST(ManifestTest, TaggedRecordsRoundTripOnlyInAVersion6Log) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_FALSE(c->torn_tail) << c->tail_problem;
   EXPECT_EQ(c->version, kManifestVersionTagged);
-  const BlockRecord& raw = c->extents.at({0, 0}).blocks.at(0);
-  EXPECT_TRUE(raw.tagged());
+  const TaggedBlock& raw = c->extents.at({0, 0}).tagged.at(0);
+  EXPECT_TRUE(c->extents.at({0, 0}).blocks.empty());
   EXPECT_EQ(raw.key, (BlockKey{1, 2}));
   EXPECT_EQ(raw.tag, 0xdeadbeefu);
-  const BlockRecord& coded = c->extents.at({0, 1}).blocks.at(0);
+  const TaggedBlock& coded = c->extents.at({0, 1}).tagged.at(0);
   EXPECT_EQ(coded.index, 40u);
   EXPECT_EQ(coded.stored, 600u);
   EXPECT_EQ(coded.tag, 7u);
@@ -317,11 +317,11 @@ TEST(ManifestTest, OpenReplaysALogOfManyChunks) {
   EXPECT_EQ(contents.good_bytes, std::filesystem::file_size(dir.path() + "/MANIFEST"));  // cut off on open
   uint64_t got = 0;
   for (const auto& [ref, e] : contents.extents) {
-    for (uint32_t i = 0; i < e.blocks.size(); ++i) {
-      ASSERT_EQ(e.blocks[i].key, (BlockKey{e.session, i}));
-      ASSERT_EQ(e.blocks[i].tag, i ^ uint32_t(e.session));
+    for (uint32_t i = 0; i < e.tagged.size(); ++i) {
+      ASSERT_EQ(e.tagged[i].key, (BlockKey{e.session, i}));
+      ASSERT_EQ(e.tagged[i].tag, i ^ uint32_t(e.session));
     }
-    got += e.blocks.size();
+    got += e.tagged.size();
   }
   EXPECT_EQ(got, blocks);
 }
@@ -376,17 +376,16 @@ TEST(ManifestTest, ACheckpointKeepsExactlyTheLiveStateOfTheLog) {
     EXPECT_EQ(got.block_slots, e.block_slots);
     EXPECT_EQ(got.sharers, e.sharers);
     EXPECT_EQ(got.positions, e.positions);
-    ASSERT_EQ(got.blocks.size(), e.blocks.size());
-    for (size_t k = 0; k < e.blocks.size(); ++k) {
-      EXPECT_EQ(got.blocks[k].index, e.blocks[k].index);
-      EXPECT_EQ(got.blocks[k].key, e.blocks[k].key);
-      EXPECT_EQ(got.blocks[k].checksums, e.blocks[k].checksums);
-      EXPECT_EQ(got.blocks[k].offsets, e.blocks[k].offsets);
-      EXPECT_EQ(got.blocks[k].tag, e.blocks[k].tag);
-      EXPECT_EQ(got.blocks[k].stored, e.blocks[k].stored);
+    EXPECT_TRUE(got.blocks.empty());
+    ASSERT_EQ(got.tagged.size(), e.tagged.size());
+    for (size_t k = 0; k < e.tagged.size(); ++k) {
+      EXPECT_EQ(got.tagged[k].index, e.tagged[k].index);
+      EXPECT_EQ(got.tagged[k].key, e.tagged[k].key);
+      EXPECT_EQ(got.tagged[k].tag, e.tagged[k].tag);
+      EXPECT_EQ(got.tagged[k].stored, e.tagged[k].stored);
     }
   }
-  EXPECT_EQ(contents.extents.at({0, 0}).blocks.back().key, (BlockKey{1, 3}));
+  EXPECT_EQ(contents.extents.at({0, 0}).tagged.back().key, (BlockKey{1, 3}));
   EXPECT_EQ(contents.extents.at({0, 3}).session, 11u);
   EXPECT_EQ(contents.extents.at({0, 2}).session, 9u);
 }

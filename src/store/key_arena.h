@@ -11,8 +11,9 @@
 // arrays above a chunk get a mapping of their own. Smaller arrays (short
 // extents) come from malloc. Chunks are never unmapped, only recycled:
 // memory handed back to the host costs a fault to touch again
-// (../shared/MACHINE.md). MappedBytes() counts the chunks (heap statistics
-// do not see them).
+// (../shared/MACHINE.md). Heap statistics see none of it: UsedBytes()
+// counts the arrays handed out (their size classes), as a heap's in-use
+// figure would, MappedBytes() the chunks.
 //
 // Thread-safe: one mutex, taken per allocation and free (extents' key
 // arrays are allocated when an extent is created or grows).
@@ -42,7 +43,12 @@ class KeyArena {
       if (!p) throw std::bad_alloc();
       return p;
     }
-    if (bytes > kChunkBytes) return Map((bytes + kChunkBytes - 1) & ~(kChunkBytes - 1));
+    if (bytes > kChunkBytes) {
+      const size_t n = (bytes + kChunkBytes - 1) & ~(kChunkBytes - 1);
+      Used().fetch_add(n, std::memory_order_relaxed);
+      return Map(n);
+    }
+    Used().fetch_add(kMinBytes << ClassOf(bytes), std::memory_order_relaxed);
     return Get().Take(ClassOf(bytes));
   }
   static void Free(void* p, size_t bytes) {
@@ -53,12 +59,16 @@ class KeyArena {
       const size_t n = (bytes + kChunkBytes - 1) & ~(kChunkBytes - 1);
       ::munmap(p, n);
       Mapped().fetch_sub(n, std::memory_order_relaxed);
+      Used().fetch_sub(n, std::memory_order_relaxed);
     } else {
+      Used().fetch_sub(kMinBytes << ClassOf(bytes), std::memory_order_relaxed);
       Get().Give(ClassOf(bytes), p);
     }
   }
   // Bytes mapped for key arrays (free ones included).
   static uint64_t MappedBytes() { return Mapped().load(std::memory_order_relaxed); }
+  // Bytes of the key arrays in use (of kMinBytes and more: malloc holds the rest).
+  static uint64_t UsedBytes() { return Used().load(std::memory_order_relaxed); }
 
  private:
   struct FreeNode {
@@ -70,6 +80,10 @@ class KeyArena {
     return c;
   }
   static std::atomic<uint64_t>& Mapped() {
+    static std::atomic<uint64_t> bytes{0};
+    return bytes;
+  }
+  static std::atomic<uint64_t>& Used() {
     static std::atomic<uint64_t> bytes{0};
     return bytes;
   }

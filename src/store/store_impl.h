@@ -53,6 +53,7 @@
 #include "media/ssd_dir.h"
 #include "store/block_index.h"
 #include "store/dram_queue.h"
+#include "store/key_arena.h"
 #include "store/local_sources.h"
 #include "store/source.h"
 
@@ -77,7 +78,9 @@ struct Extent {
   uint32_t writers = 0;  // puts (or SSD admissions) writing into it now; no copy is added meanwhile
   bool doomed = false;
   Clock::time_point last_access;    // last put into it or restore from it
-  std::vector<BlockKey> keys;       // per block slot; meaningful where present (index_ holds no key)
+  // Per block slot; meaningful where present (index_ holds no key). In the
+  // KeyArena's huge pages: a lookup's second load, with no TLB walk.
+  std::vector<BlockKey, KeyArenaAllocator<BlockKey>> keys;
   // Per block slot, one byte: bit 0 present (indexed), bit 1 in_copy (its
   // DRAM copy holds it; SSD homes), bits 2-3 durable (SSD homes: kNotDurable,
   // kDurable or kWriting).

@@ -184,6 +184,17 @@ uint64_t RestoreImpl::PlanLanding(bool layer_area) {
   return stage;
 }
 
+void RestoreImpl::BadSums(const Run& r, uint32_t j, const std::string& why) {
+  LogWarning("restore: block " + std::to_string(r.first_block + j) + " of extent " + std::to_string(r.extent) + ": " +
+             why + "; the chain misses from there");
+  {
+    MutexLock lock(&mu_);
+    corrupt_.push_back({r.extent, r.first_slot + j});
+  }
+  store_->counters().checksum_failures++;
+  Truncate(r.first_block + j);
+}
+
 void RestoreImpl::LoadSums() {
   std::vector<SumEntry> entries;
   for (size_t i = 0; i < runs_.size(); ++i) {
@@ -211,15 +222,7 @@ void RestoreImpl::LoadSums() {
       // checksum mismatch does.
       for (uint32_t j = 0; r.tagged && j < r.count; ++j) {
         if (persist::SumsTag(&entries[uint64_t{j} * layers_], layers_ * sizeof(SumEntry)) == tags_[r.first_block + j]) continue;
-        LogWarning("restore: block " + std::to_string(r.first_block + j) + " of extent " + std::to_string(r.extent) +
-                   ": its sums-table entries do not match its record's tag; the chain misses from there");
-        {
-          MutexLock lock(&mu_);
-          corrupt_.push_back({r.extent, r.first_slot + j});
-        }
-        store_->counters().checksum_failures++;
-        Truncate(r.first_block + j);
-        return;
+        return BadSums(r, j, "its sums-table entries do not match its record's tag");
       }
     }
     if (!r.codec) continue;
@@ -234,15 +237,7 @@ void RestoreImpl::LoadSums() {
              (j == 0 || enc_off_[b + l] >= uint64_t{enc_off_[b - layers_ + l]} + enc_len_[b - layers_ + l]);
       }
       if (!ok) {
-        LogWarning("restore: block " + std::to_string(r.first_block + j) + " of extent " + std::to_string(r.extent) +
-                   ": its sums entry does not describe a slice of the layer region; the chain misses from there");
-        {
-          MutexLock lock(&mu_);
-          corrupt_.push_back({r.extent, r.first_slot + j});
-        }
-        store_->counters().checksum_failures++;
-        Truncate(r.first_block + j);
-        return;
+        return BadSums(r, j, "its sums entry does not describe a slice of the layer region");
       }
       BlockLocation& loc = locations_[r.first_block + j];
       loc.layer0 = Address::Make(loc.layer0.medium(), loc.layer0.device(), loc.layer0.offset() + enc_off_[b]);

@@ -173,6 +173,9 @@ class RestoreImpl final : public Restore {
   void LoadSums();
   // Cuts the restored prefix to its first `blocks` blocks.
   void Truncate(uint32_t blocks);
+  // Block j of run r has a damaged sums entry (`why`): it leaves the index
+  // (as a checksum mismatch), and it and the rest of the chain miss.
+  void BadSums(const Run& r, uint32_t j, const std::string& why);
   std::vector<uint64_t> checksums_;  // [block * layers + layer]
   std::vector<uint32_t> enc_off_, enc_len_;  // coded blocks: [block * layers + layer]
   std::vector<uint32_t> tags_;       // [block]: tagged runs' sums tags (Extent::tags), taken under the store lock

@@ -34,6 +34,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +58,7 @@
 #include "media/geometry.h"
 #include "replay/trace.h"
 #include "store/block_index.h"
+#include "store/key_arena.h"
 #include "bench/bench_util.h"
 #include "tools/tool_common.h"
 
@@ -110,15 +112,16 @@ Result<RunSpec> ParseRun(const std::string& s) {
   return r;
 }
 
-// The heap in use (every arena, mmapped chunks included, and the index's
-// tables, which it maps itself in huge pages) and the resident set.
+// The heap in use (every arena, mmapped chunks included, the index's
+// tables and the extents' key arrays, which the store maps itself in huge
+// pages) and the resident set.
 struct Memory {
   uint64_t heap = 0, rss = 0;
 };
 
 Memory ReadMemory() {
   const struct mallinfo2 m = ::mallinfo2();
-  Memory out{m.uordblks + m.hblkhd + BlockIndex::MappedBytes(), 0};
+  Memory out{m.uordblks + m.hblkhd + BlockIndex::MappedBytes() + KeyArena::UsedBytes(), 0};
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
     unsigned long long size = 0, resident = 0;
     if (std::fscanf(f, "%llu %llu", &size, &resident) == 2) out.rss = resident * uint64_t(::sysconf(_SC_PAGESIZE));
@@ -381,6 +384,15 @@ Result<json> FillInChild(const RunPlan& p, const std::string& dir) {
 
 // ---- Recovery --------------------------------------------------------------
 
+// CPU seconds (user + system) of this process's threads so far: what the
+// open cost in CPU whatever else shares the cores (the wall time grows with
+// the machine's load; this only with the work).
+double CpuSeconds() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 // `open_heap` is what an empty store's Open allocates (its window, ...).
 Result<json> Recover(const RunPlan& p, const std::string& dir, int64_t open_heap) {
   // Drop the page cache where this process may; else evict the store's files.
@@ -390,9 +402,11 @@ Result<json> Recover(const RunPlan& p, const std::string& dir, int64_t open_heap
     FLATKV_RETURN_IF_ERROR(PageCacheEvictor(false).Evict({dir}));
   }
   const Memory before = ReadMemory();
+  const double cpu0 = CpuSeconds();
   const double t0 = NowSeconds();
   FLATKV_ASSIGN_OR_RETURN(auto store, Store::Open(OptionsFor(p, dir, p.capacity)));
   const double recovery_s = NowSeconds() - t0;
+  const double recovery_cpu_s = CpuSeconds() - cpu0;
   const Memory after = ReadMemory();
   const StoreStats st = store->Stats();
   std::mt19937_64 rng(p.seed + 1);
@@ -407,6 +421,7 @@ Result<json> Recover(const RunPlan& p, const std::string& dir, int64_t open_heap
   const double close_t0 = NowSeconds();
   FLATKV_RETURN_IF_ERROR(store->Close().WithContext("close after recovery"));
   return json{{"recovery_s", recovery_s},
+              {"recovery_cpu_s", recovery_cpu_s},
               {"recovered_blocks", st.recovered_blocks},
               {"page_cache", method},
               {"heap_bytes_per_block", double(int64_t(after.heap - before.heap) - open_heap) / double(p.spec.blocks)},
@@ -500,7 +515,8 @@ Result<json> RunOne(const RunPlan& p, const SessionSizes& sizes, const std::stri
   std::fprintf(stderr, "  filled in %.1f s; recovering\n", fill["fill_s"].get<double>());
   FLATKV_ASSIGN_OR_RETURN(json rec, Recover(p, dir + "/fill", fill["open_heap_bytes"].get<int64_t>()));
   FLATKV_RETURN_IF_ERROR(RemoveAll(dir + "/fill"));
-  std::fprintf(stderr, "  recovered in %.2f s; space efficiency\n", rec["recovery_s"].get<double>());
+  std::fprintf(stderr, "  recovered in %.2f s (%.2f s of CPU); space efficiency\n", rec["recovery_s"].get<double>(),
+               rec["recovery_cpu_s"].get<double>());
   FLATKV_ASSIGN_OR_RETURN(json space_run, MeasureSpace(p, sizes, dir + "/space-run"));
   FLATKV_ASSIGN_OR_RETURN(RunPlan sp, SpacePlan(p));
   FLATKV_ASSIGN_OR_RETURN(json space, MeasureSpace(sp, sizes, dir + "/space"));
@@ -539,6 +555,7 @@ Result<json> RunOne(const RunPlan& p, const SessionSizes& sizes, const std::stri
   r["lookup_p99_growth"] = growth;
   r["recovery_s"] = recovery_s;
   r["recovery_s_per_10m_blocks"] = per_10m;
+  r["recovery_cpu_s_per_10m_blocks"] = rec["recovery_cpu_s"].get<double>() * 1e7 / double(p.spec.blocks);
   r["recovery"] = rec;
   r["recovery"]["open_empty_s"] = fill["open_empty_s"];
   r["recovery"]["open_heap_bytes"] = fill["open_heap_bytes"];

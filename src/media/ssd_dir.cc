@@ -51,6 +51,7 @@ Result<std::unique_ptr<SsdDir>> SsdDir::Open(const SsdDirOptions& options, const
                                    " is smaller than one SSD extent (" + std::to_string(g.extent_bytes) + " bytes)");
   std::unique_ptr<SsdDir> d(new SsdDir(options, stored, g));
   d->manifest_ = std::move(manifest);
+  d->tagged_sums_ = contents->version >= persist::kManifestVersionTagged;
   const uint64_t total_units = options.capacity_bytes / d->unit_bytes();
   d->units_ = RangeAllocator(total_units, d->units_per_segment());
   MutexLock lock(&d->mu_);
@@ -102,14 +103,16 @@ Result<int> SsdDir::SumsFd(uint32_t segment) {
   if (segment >= sums_.size())
     return Status::InvalidArgument(options_.path + ": segment " + std::to_string(segment) + " beyond capacity");
   if (sums_[segment]) return sums_[segment]->fd();
-  if (options_.read_only) return Status::FailedPrecondition(options_.path + ": opened read-only (no sums table)");
-  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(SumsPath(options_.path, segment), /*create=*/true,
-                                                     /*want_direct=*/false));
+  if (options_.read_only && !io::PathExists(SumsPath(options_.path, segment)))
+    return Status::FailedPrecondition(options_.path + ": opened read-only, and " + SumsPath(options_.path, segment) +
+                                      " does not exist");
+  FLATKV_ASSIGN_OR_RETURN(io::File f, io::File::Open(SumsPath(options_.path, segment), /*create=*/!options_.read_only,
+                                                     /*want_direct=*/false, options_.read_only));
   sums_[segment] = std::make_unique<io::File>(std::move(f));
   return sums_[segment]->fd();
 }
 
-Status SsdDir::WriteSums(uint64_t unit, uint32_t first_block, std::span<const SumEntry> entries) {
+Status SsdDir::WriteSums(uint64_t unit, uint32_t first_block, std::span<const SumEntry> entries, bool sync) {
   const auto ref = RefOf(unit);
   FLATKV_ASSIGN_OR_RETURN(int fd, SumsFd(ref.segment));
   const uint64_t at = ref.slot * SumsRegionBytes() + uint64_t{first_block} * geometry_.layers * sizeof(SumEntry);
@@ -123,6 +126,8 @@ Status SsdDir::WriteSums(uint64_t unit, uint32_t first_block, std::span<const Su
                              " bytes at offset " + std::to_string(at) + ": " + std::strerror(n < 0 ? errno : EIO));
     done += static_cast<uint64_t>(n);
   }
+  if (sync && ::fdatasync(fd) != 0)
+    return Status::IoError(SumsPath(options_.path, ref.segment) + ": fdatasync: " + std::strerror(errno));
   return Status::Ok();
 }
 

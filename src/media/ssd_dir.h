@@ -71,6 +71,11 @@ class SsdDir {
   const RangeAllocator& units() const { return units_; }
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
   bool sized() const { return header_.sized(); }
+  // Version 6 and up: the sums tables are the truth for per-layer sums
+  // (records carry a tag of them, persist::BlockRecord::tag), so they are
+  // written before their records (and synced first with `sync`), and never
+  // rebuilt at open. Fixed at open: a log's version never reaches 6 later.
+  bool tagged_sums() const { return tagged_sums_; }
   uint32_t unit_blocks() const { return header_.UnitBlocks(); }
   uint64_t unit_bytes() const { return header_.UnitBytes(); }
   // Units an extent of `blocks` block slots takes (not sized: 1).
@@ -100,7 +105,8 @@ class SsdDir {
   uint64_t SumsRegionBytes() const {
     return uint64_t{persist::kCodedBlocksPerSlot} * unit_blocks() * geometry_.layers * sizeof(SumEntry);
   }
-  Status WriteSums(uint64_t unit, uint32_t first_block, std::span<const SumEntry> entries);
+  // With `sync`, the file is fdatasync'ed before it returns.
+  Status WriteSums(uint64_t unit, uint32_t first_block, std::span<const SumEntry> entries, bool sync = false);
   // Reads entries from block slot `first_block` on; bytes past the file's
   // end (never written) read as zero entries, which fail any checksum.
   Status ReadSums(uint64_t unit, uint32_t first_block, std::span<SumEntry> entries);
@@ -114,7 +120,8 @@ class SsdDir {
   SsdDir(const SsdDirOptions& o, const persist::ManifestHeader& h, const ExtentGeometry& g)
       : options_(o), header_(h), geometry_(g) {}
   Result<const io::File*> Segment(uint32_t segment, bool create);
-  // The sums file of `segment`, created on first use (not read-only).
+  // The sums file of `segment`, created on first use (read-only: opened
+  // for reading if it exists).
   Result<int> SumsFd(uint32_t segment);
   uint64_t SegmentFileBytes(uint32_t segment) const;
 
@@ -123,6 +130,7 @@ class SsdDir {
   ExtentGeometry geometry_;
   RangeAllocator units_;
   std::unique_ptr<persist::Manifest> manifest_;
+  bool tagged_sums_ = false;
   mutable Mutex mu_;
   std::vector<std::unique_ptr<io::File>> segments_ FLATKV_GUARDED_BY(mu_);  // null = not opened yet
   std::vector<std::unique_ptr<io::File>> sums_ FLATKV_GUARDED_BY(mu_);      // likewise, sums-NNNNNN.dat

@@ -15,7 +15,10 @@ constexpr char kMagic[8] = {'F', 'L', 'A', 'T', 'K', 'V', 'M', 'F'};
 constexpr uint32_t kMaxRecordBytes = 1u << 20;
 constexpr uint32_t kHeaderBodyBytes = 68;
 enum RecordType : uint8_t { kExtentCreate = 1, kBlockPut = 2, kExtentFree = 3, kExtentCreateCoded = 4, kBlockPutCoded = 5,
-                         kExtentSessions = 6, kBlockPositions = 7, kBlocksDropped = 8, kExtentCreateSized = 9 };
+                         kExtentSessions = 6, kBlockPositions = 7, kBlocksDropped = 8, kExtentCreateSized = 9,
+                         kBlockPutTagged = 10 };
+constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + kHeaderBodyBytes + 4;
+constexpr uint64_t kChunkBytes = 8ull << 20;  // log bytes read (replay, checkpoint) or written (checkpoint) at once
 constexpr uint32_t kMaxCodecSpecBytes = 256;
 
 void PutU8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
@@ -157,7 +160,21 @@ void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t sessi
   FinishRecord(out, start);
 }
 
+uint32_t SumsTag(const void* entries, size_t bytes) { return static_cast<uint32_t>(BlockChecksum(entries, bytes)); }
+
 void EncodeBlockPut(std::vector<uint8_t>& out, ExtentRef ref, const BlockRecord& block) {
+  if (block.tagged()) {
+    size_t start = BeginRecord(out, kBlockPutTagged);
+    PutU32(out, ref.segment);
+    PutU32(out, ref.slot);
+    PutU32(out, block.index);
+    PutU64(out, block.key.lo);
+    PutU64(out, block.key.hi);
+    PutU32(out, block.stored);
+    PutU32(out, block.tag);
+    FinishRecord(out, start);
+    return;
+  }
   const bool coded = !block.offsets.empty();
   size_t start = BeginRecord(out, coded ? kBlockPutCoded : kBlockPut);
   PutU32(out, ref.segment);
@@ -214,31 +231,26 @@ void EncodeBlocksDropped(std::vector<uint8_t>& out, ExtentRef ref, std::span<con
   FinishRecord(out, start);
 }
 
-Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
-  ManifestContents c;
-  Reader r(bytes);
-  FLATKV_RETURN_IF_ERROR(ParseHeader(r, &c.header, &c.version));
-  const ManifestHeader& h = c.header;
-  const uint64_t max_slot = h.UnitsPerSegment();  // units (sized) or extents per segment
-  // An extent's layer region: its block slots times slot_stride (sized), else the header's.
-  auto layer_bytes = [&](const ExtentRecord& e) { return h.sized() ? uint64_t{ExtentBlocks(h, e)} * h.slot_stride : h.layer_stride; };
-  uint64_t sequence = 0;
-  auto stop = [&](size_t at, std::string why) {
-    c.good_bytes = at;
-    c.torn_tail = true;
-    c.tail_problem = "offset " + std::to_string(at) + ": " + why;
-  };
-  c.good_bytes = r.pos();
-  ExtentRef last_ref;
-  auto last = c.extents.end();  // the extent of the last block record (reset when one is freed)
-  while (r.remaining() > 0) {
-    const size_t at = r.pos();
-    if (!r.Has(9)) { stop(at, "truncated record header"); break; }
-    uint32_t len = r.U32();
-    uint32_t sum = r.U32();
-    if (len == 0 || len > kMaxRecordBytes || !r.Has(len)) { stop(at, "record length " + std::to_string(len) + " runs past the end"); break; }
-    auto payload = r.Bytes(len);
-    if (RecordChecksum(payload.data(), payload.size()) != sum) { stop(at, "record checksum mismatch"); break; }
+namespace {
+
+// Applies a log's records, one at a time, to the contents they describe.
+class LogParser {
+ public:
+  explicit LogParser(ManifestContents* c) : c_(*c), h_(c->header), last_(c->extents.end()) {}
+
+  // Applies one record (type + payload); returns why it was refused, or
+  // an empty string. Nothing per record is allocated but what it adds
+  // (a version 6 block record: nothing but its place in its extent's list).
+  std::string Apply(std::span<const uint8_t> payload) {
+    ManifestContents& c = c_;
+    const ManifestHeader& h = h_;
+    const uint64_t max_slot = h.UnitsPerSegment();  // units (sized) or extents per segment
+    // An extent's layer region: its block slots times slot_stride (sized), else the header's.
+    auto layer_bytes = [&](const ExtentRecord& e) { return h.sized() ? uint64_t{ExtentBlocks(h, e)} * h.slot_stride : h.layer_stride; };
+    uint64_t& sequence = sequence_;
+    ExtentRef& last_ref = last_ref_;
+    auto& last = last_;
+    const uint32_t len = static_cast<uint32_t>(payload.size());
     Reader p(payload);
     uint8_t type = p.U8();
     auto need = [&](size_t n) { return p.remaining() == n; };
@@ -246,6 +258,36 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
     const bool coded_type = type == kExtentCreateCoded || type == kBlockPutCoded;
     if (coded_type && c.version < kManifestVersionCoded) {
       problem = "coded record type " + std::to_string(type) + " in a version " + std::to_string(c.version) + " log";
+    } else if ((type == kBlockPut || type == kBlockPutCoded) && c.version >= kManifestVersionTagged) {
+      problem = "block record type " + std::to_string(type) + " (per-layer checksums) in a version " +
+                std::to_string(c.version) + " log";
+    } else if (type == kBlockPutTagged && c.version < kManifestVersionTagged) {
+      problem = "tagged block record type 10 in a version " + std::to_string(c.version) + " log";
+    } else if (type == kBlockPutTagged && need(36)) {
+      ExtentRef ref{p.U32(), p.U32()};
+      TaggedBlock b;
+      b.index = p.U32();
+      b.key.lo = p.U64();
+      b.key.hi = p.U64();
+      b.stored = p.U32();
+      b.tag = p.U32();
+      if (!(ref == last_ref) || last == c.extents.end()) last = c.extents.find(ref);
+      last_ref = ref;
+      auto it = last;
+      if (it == c.extents.end()) {
+        problem = "block in unknown extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot);
+      } else {
+        const bool coded = !it->second.codec.empty();
+        const uint64_t max_index = uint64_t{ExtentBlocks(h, it->second)} * (coded ? kCodedBlocksPerSlot : 1);
+        if (b.index >= max_index) problem = "block index " + std::to_string(b.index) + " beyond extent";
+        else if (coded ? (b.stored < h.shape.layers || b.stored > layer_bytes(it->second) * h.shape.layers) : b.stored != 0)
+          problem = "block " + std::to_string(b.index) + " with " + std::to_string(b.stored) + " stored bytes in a " +
+                    (coded ? "coded" : "raw") + " extent";
+        else {
+          it->second.sequence = ++sequence;
+          it->second.tagged.push_back(b);
+        }
+      }
     } else if (type == kExtentSessions && c.version < kManifestVersionShared) {
       problem = "shared-extent record type 6 in a version " + std::to_string(c.version) + " log";
     } else if ((type == kBlockPositions || type == kBlocksDropped) && c.version < kManifestVersionPositions) {
@@ -278,10 +320,11 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
         std::vector<uint32_t> drop(n);
         for (uint32_t i = 0; i < n; ++i) drop[i] = p.U32();
         std::sort(drop.begin(), drop.end());
+        auto dropped = [&](const auto& b) { return std::binary_search(drop.begin(), drop.end(), b.index); };
         auto& blocks = it->second.blocks;
-        blocks.erase(std::remove_if(blocks.begin(), blocks.end(),
-                                    [&](const BlockRecord& b) { return std::binary_search(drop.begin(), drop.end(), b.index); }),
-                     blocks.end());
+        blocks.erase(std::remove_if(blocks.begin(), blocks.end(), dropped), blocks.end());
+        auto& tagged = it->second.tagged;
+        tagged.erase(std::remove_if(tagged.begin(), tagged.end(), dropped), tagged.end());
         it->second.sequence = ++sequence;
       }
     } else if (type == kExtentSessions && p.remaining() >= 20) {
@@ -374,9 +417,72 @@ Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
     } else {
       problem = "unknown or malformed record type " + std::to_string(type) + " of " + std::to_string(len) + " bytes";
     }
-    if (!problem.empty()) { stop(at, problem); break; }
-    c.good_bytes = r.pos();
+    return problem;
   }
+
+ private:
+  ManifestContents& c_;
+  const ManifestHeader& h_;
+  uint64_t sequence_ = 0;
+  ExtentRef last_ref_;
+  std::map<ExtentRef, ExtentRecord>::iterator last_;  // the extent of the last block record (reset when one is freed)
+};
+
+// Replays the records of a log of `size` bytes whose header (kHeaderBytes)
+// c->header holds, reading them `read(offset, dst, n)` kChunkBytes at a
+// time: the first bad record ends the valid prefix (c->torn_tail).
+template <typename Read>
+Status ReplayRecords(uint64_t size, const Read& read, ManifestContents* c) {
+  LogParser parser(c);
+  auto stop = [&](uint64_t at, std::string why) {
+    c->good_bytes = at;
+    c->torn_tail = true;
+    c->tail_problem = "offset " + std::to_string(at) + ": " + why;
+  };
+  c->good_bytes = kHeaderBytes;
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[kChunkBytes + kMaxRecordBytes + 8]);  // not zeroed: read into
+  const uint64_t cap = kChunkBytes + kMaxRecordBytes + 8;
+  uint64_t file_at = kHeaderBytes, base = kHeaderBytes;  // base: file offset of buf[0]
+  size_t have = 0, pos = 0;
+  for (;;) {
+    if (have - pos < 8 + uint64_t{kMaxRecordBytes} + 1 && file_at < size) {  // refill: move the rest to the front
+      std::memmove(buf.get(), buf.get() + pos, have - pos);
+      base += pos;
+      have -= pos;
+      pos = 0;
+      const uint64_t want = std::min<uint64_t>(cap - have, size - file_at);
+      FLATKV_RETURN_IF_ERROR(read(file_at, buf.get() + have, want));
+      file_at += want;
+      have += want;
+    }
+    if (pos == have) break;
+    const uint64_t at = base + pos;
+    const uint8_t* rec = buf.get() + pos;
+    if (have - pos < 9) { stop(at, "truncated record header"); break; }
+    const uint32_t len = uint32_t{rec[0]} | uint32_t{rec[1]} << 8 | uint32_t{rec[2]} << 16 | uint32_t{rec[3]} << 24;
+    const uint32_t sum = uint32_t{rec[4]} | uint32_t{rec[5]} << 8 | uint32_t{rec[6]} << 16 | uint32_t{rec[7]} << 24;
+    if (len == 0 || len > kMaxRecordBytes || have - pos - 8 < len) { stop(at, "record length " + std::to_string(len) + " runs past the end"); break; }
+    std::span<const uint8_t> payload(rec + 8, len);
+    if (RecordChecksum(payload.data(), payload.size()) != sum) { stop(at, "record checksum mismatch"); break; }
+    std::string problem = parser.Apply(payload);
+    if (!problem.empty()) { stop(at, problem); break; }
+    pos += 8 + len;
+    c->good_bytes = base + pos;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ManifestContents> ParseManifest(std::span<const uint8_t> bytes) {
+  ManifestContents c;
+  Reader r(bytes);
+  FLATKV_RETURN_IF_ERROR(ParseHeader(r, &c.header, &c.version));
+  c.good_bytes = r.pos();
+  FLATKV_RETURN_IF_ERROR(ReplayRecords(bytes.size(), [&](uint64_t at, uint8_t* dst, uint64_t n) {
+    std::memcpy(dst, bytes.data() + at, n);
+    return Status::Ok();
+  }, &c));
   return c;
 }
 
@@ -393,7 +499,10 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
   FLATKV_ASSIGN_OR_RETURN(m->file_, io::File::Open(path, /*create=*/true, /*want_direct=*/false, read_only));
   if (!exists) {
     std::vector<uint8_t> bytes;
-    const uint32_t version = header.sized() ? kManifestVersionSized : 1;
+    // A new directory of sized extents keeps its per-layer sums in the sums
+    // tables alone (version 6); one of fixed extents stays readable by older
+    // builds (version 1, raised only as its records need).
+    const uint32_t version = header.sized() ? kManifestVersionTagged : 1;
     EncodeHeader(bytes, header, version);
     FLATKV_RETURN_IF_ERROR(m->WriteAll(m->file_, 0, bytes));
     FLATKV_RETURN_IF_ERROR(engine->Execute({io::Op::kSync, m->file_.fd(), 0, nullptr, 0, nullptr}).WithContext(path));
@@ -407,11 +516,17 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
     return m;
   }
   FLATKV_ASSIGN_OR_RETURN(uint64_t size, m->file_.Size());
-  std::vector<uint8_t> bytes(size);
-  if (size > 0) FLATKV_RETURN_IF_ERROR(engine->Execute({io::Op::kRead, m->file_.fd(), 0, bytes.data(), size, nullptr}).WithContext("read " + path));
-  auto parsed = ParseManifest(bytes);
-  if (!parsed.ok()) return parsed.status().WithContext(path);
-  *contents = std::move(parsed).value();
+  // The header, then the records streamed kChunkBytes at a time (the log
+  // is never held whole: at 10M blocks it is hundreds of MB).
+  auto read = [&](uint64_t at, uint8_t* dst, uint64_t n) {
+    return engine->Execute({io::Op::kRead, m->file_.fd(), at, dst, n, nullptr}).WithContext("read " + path);
+  };
+  std::vector<uint8_t> head(std::min<uint64_t>(size, kHeaderBytes));
+  if (!head.empty()) FLATKV_RETURN_IF_ERROR(read(0, head.data(), head.size()));
+  *contents = ManifestContents{};
+  Reader r(head);
+  if (Status hs = ParseHeader(r, &contents->header, &contents->version); !hs.ok()) return hs.WithContext(path);
+  FLATKV_RETURN_IF_ERROR(ReplayRecords(size, read, contents));
   if (contents->torn_tail && !read_only) {
     LogWarning(path + ": dropping " + std::to_string(size - contents->good_bytes) + " bytes of log tail (" +
                contents->tail_problem + ")");
@@ -478,6 +593,8 @@ std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t m
     if (!e.codec.empty()) *version = std::max(*version, kManifestVersionCoded);
     if (!e.sharers.empty()) *version = std::max(*version, kManifestVersionShared);
     if (!e.positions.empty()) *version = std::max(*version, kManifestVersionPositions);
+    if (!e.tagged.empty() || (!e.blocks.empty() && e.blocks.front().tagged()))
+      *version = std::max(*version, kManifestVersionTagged);
   }
   std::vector<uint8_t> bytes;
   EncodeHeader(bytes, contents.header, *version);
@@ -490,6 +607,7 @@ std::vector<uint8_t> EncodeSnapshot(const ManifestContents& contents, uint32_t m
     if (!e.sharers.empty()) EncodeExtentSessions(bytes, ref, e.session, e.sharers);
     if (!e.positions.empty()) EncodeBlockPositions(bytes, ref, e.positions);
     for (const auto& b : e.blocks) EncodeBlockPut(bytes, ref, b);
+    for (const auto& b : e.tagged) EncodeBlockPut(bytes, ref, b.ToRecord());
   }
   return bytes;
 }
@@ -530,9 +648,6 @@ Status Manifest::Rewrite(const ManifestContents& contents, uint32_t min_version)
 }
 
 namespace {
-
-constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + kHeaderBodyBytes + 4;
-constexpr uint64_t kChunkBytes = 8ull << 20;  // log bytes a checkpoint reads or writes at once
 
 uint32_t Le32(const uint8_t* p) { return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24; }
 
@@ -666,7 +781,7 @@ Status Manifest::Checkpoint() {
       const Instance& x = instances[it->second];
       if (type == kExtentFree) current.erase(it);
       if (!x.freed) {
-        if (type == kBlockPut || type == kBlockPutCoded) {
+        if (type == kBlockPut || type == kBlockPutCoded || type == kBlockPutTagged) {
           const uint32_t index = Le32(rec.data() + 17);
           keep = std::none_of(x.drops.begin(), x.drops.end(), [&](const auto& d) { return d.first == index && d.second > ordinal; });
         } else if (type == kExtentSessions) {

@@ -40,8 +40,15 @@ namespace flatkv::persist {
 // reserved) makes extent slots allocation units of that many block slots,
 // and an extent is created (record 9) with its own block-slot count, a
 // multiple of it; a new store is written at version 5 from its header on.
-// This build reads versions 1 to 5.
-inline constexpr uint32_t kManifestVersion = 5;
+// Version 6 makes the segments' sums tables the truth for per-layer
+// checksums (and coded offsets/lengths): a block record (type 10) carries
+// its key, its stored size and a 32-bit tag of its sums-table entries
+// instead of the entries, so recovery reads and parses no per-layer data,
+// and a restore verifies the entries it reads against the tag; a new
+// directory is written at version 6 from its header on. This build reads
+// versions 1 to 6.
+inline constexpr uint32_t kManifestVersion = 6;
+inline constexpr uint32_t kManifestVersionTagged = 6;
 inline constexpr uint32_t kManifestVersionSized = 5;
 inline constexpr uint32_t kManifestVersionCoded = 2;
 inline constexpr uint32_t kManifestVersionShared = 3;
@@ -89,18 +96,40 @@ struct ExtentRef {
 struct BlockRecord {
   uint32_t index = 0;  // block slot within the extent
   BlockKey key;
-  std::vector<uint64_t> checksums;  // one per layer (coded: over the encoded bytes)
+  // Versions 1 to 5: one per layer (coded: over the encoded bytes). Empty
+  // in a version 6 record (tagged()), whose entries are in the sums table.
+  std::vector<uint64_t> checksums;
   // Coded extents only (empty otherwise): per layer, where the encoded
   // slice starts within the extent's layer region, and its length.
   std::vector<uint32_t> offsets = {};
   std::vector<uint32_t> lengths = {};
+  // Version 6 (record 10): SumsTag of the block's sums-table entries, and
+  // its encoded bytes over all layers (coded extents; 0 in raw ones).
+  uint32_t tag = 0;
+  uint32_t stored = 0;
+  bool tagged() const { return checksums.empty(); }
+};
+
+// The tag a version 6 record keeps of a block's `layers` sums-table entries
+// (16 bytes each, format_segment.md): the low 32 bits of their XXH3-64.
+uint32_t SumsTag(const void* entries, size_t bytes);
+
+// A version 6 block record as replayed: 32 bytes, nothing allocated per
+// record (a BlockRecord is 104 bytes with its three vectors; 10M of them
+// were a gigabyte of recovery's memory).
+struct TaggedBlock {
+  uint32_t index = 0;
+  uint32_t tag = 0;
+  BlockKey key;
+  uint32_t stored = 0;
+  BlockRecord ToRecord() const { return BlockRecord{index, key, {}, {}, {}, tag, stored}; }
 };
 
 struct ExtentRecord {
   uint64_t session = 0;   // the owner
   std::string codec;      // codec spec of a coded extent; empty = raw slices at slot_stride
   uint64_t sequence = 0;  // position in the log of the extent's last record: LRU order
-  std::vector<BlockRecord> blocks;
+  std::vector<BlockRecord> blocks;  // versions 1 to 5 (records 2 and 5)
   // Other sessions holding references to its blocks (ExtentSessions record).
   std::vector<uint64_t> sharers = {};
   // Chain positions (BlockPositions records): run starts, as (block index,
@@ -109,6 +138,7 @@ struct ExtentRecord {
   std::vector<std::pair<uint32_t, uint32_t>> positions = {};
   // Its block slots (sized extents, record 9); 0: the header's extent_blocks.
   uint32_t block_slots = 0;
+  std::vector<TaggedBlock> tagged = {};  // version 6 (record 10), in log order
 };
 
 // The block slots of `e` (raw; a coded extent packs up to
@@ -127,7 +157,8 @@ struct ManifestContents {
 
 // Record encoders: append one record to `out`.
 // A non-empty `codec` writes an ExtentCreateCoded record, a block with
-// offsets a BlockPutCoded record (both need a version 2 log). `blocks` > 0
+// offsets a BlockPutCoded record (both need a version 2 log), a tagged()
+// block a BlockPutTagged record (a version 6 log). `blocks` > 0
 // writes an ExtentCreateSized record (a sized log, version 5) instead.
 void EncodeExtentCreate(std::vector<uint8_t>& out, ExtentRef ref, uint64_t session, std::string_view codec = {},
                         uint32_t blocks = 0);

@@ -1,5 +1,7 @@
 #include "persist/manifest.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "testing/test_util.h"
@@ -231,6 +233,99 @@ TEST(ManifestTest, CodedRecordsAreRejectedInAVersion1LogAndWhenInconsistent) {
   EXPECT_NE(bad({4 * kCodedBlocksPerSlot, {1, 2}, {1, 2}, {0, 0}, {10, 10}}, true).find("beyond extent"), std::string::npos);
 }
 
+// A version 6 block record: key, tag and (coded) stored bytes, no sums.
+BlockRecord Tagged(uint32_t index, BlockKey key, uint32_t tag, uint32_t stored = 0) {
+  return BlockRecord{index, key, {}, {}, {}, tag, stored};
+}
+
+TEST(ManifestTest, TaggedRecordsRoundTripOnlyInAVersion6Log) {
+  std::vector<uint8_t> b;
+  EncodeHeader(b, SizedHeader(), kManifestVersionTagged);
+  EncodeExtentCreate(b, {0, 0}, 7, {}, 1);
+  EncodeBlockPut(b, {0, 0}, Tagged(0, {1, 2}, 0xdeadbeef));
+  EncodeExtentCreate(b, {0, 1}, 8, "raw", 3);
+  EncodeBlockPut(b, {0, 1}, Tagged(40, {3, 4}, 7, 2 * 300));
+  auto c = ParseManifest(b);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->torn_tail) << c->tail_problem;
+  EXPECT_EQ(c->version, kManifestVersionTagged);
+  const TaggedBlock& raw = c->extents.at({0, 0}).tagged.at(0);
+  EXPECT_TRUE(c->extents.at({0, 0}).blocks.empty());
+  EXPECT_EQ(raw.key, (BlockKey{1, 2}));
+  EXPECT_EQ(raw.tag, 0xdeadbeefu);
+  const TaggedBlock& coded = c->extents.at({0, 1}).tagged.at(0);
+  EXPECT_EQ(coded.index, 40u);
+  EXPECT_EQ(coded.stored, 600u);
+  EXPECT_EQ(coded.tag, 7u);
+  for (size_t n = 100; n < b.size(); ++n) ASSERT_TRUE(ParseManifest(std::span(b).first(n)).ok()) << n;
+
+  auto problem = [](uint32_t version, auto add) {
+    std::vector<uint8_t> b;
+    EncodeHeader(b, SizedHeader(), version);
+    EncodeExtentCreate(b, {0, 0}, 7, {}, 1);
+    EncodeExtentCreate(b, {0, 1}, 8, "raw", 1);
+    add(b);
+    auto c = ParseManifest(b);
+    EXPECT_TRUE(c.ok());
+    return c.ok() && c->torn_tail ? c->tail_problem : std::string("none");
+  };
+  // Per-layer block records in a version 6 log, tagged ones in a version 5 log.
+  EXPECT_NE(problem(kManifestVersionTagged, [](auto& b) { EncodeBlockPut(b, {0, 0}, {0, {1, 2}, {11, 12}}); })
+                .find("per-layer checksums"), std::string::npos);
+  EXPECT_NE(problem(kManifestVersionSized, [](auto& b) { EncodeBlockPut(b, {0, 0}, Tagged(0, {1, 2}, 1)); })
+                .find("tagged block record type 10 in a version 5 log"), std::string::npos);
+  // Stored bytes must fit a coded extent's regions and be 0 in a raw one.
+  EXPECT_NE(problem(kManifestVersionTagged, [](auto& b) { EncodeBlockPut(b, {0, 0}, Tagged(0, {1, 2}, 1, 5)); })
+                .find("stored bytes in a raw extent"), std::string::npos);
+  EXPECT_NE(problem(kManifestVersionTagged, [](auto& b) { EncodeBlockPut(b, {0, 1}, Tagged(0, {1, 2}, 1, 0)); })
+                .find("stored bytes in a coded extent"), std::string::npos);
+  EXPECT_NE(problem(kManifestVersionTagged, [](auto& b) { EncodeBlockPut(b, {0, 1}, Tagged(0, {1, 2}, 1, 2 * 4096 + 1)); })
+                .find("stored bytes in a coded extent"), std::string::npos);
+  EXPECT_NE(problem(kManifestVersionTagged, [](auto& b) { EncodeBlockPut(b, {0, 0}, Tagged(1, {1, 2}, 1)); })
+                .find("beyond extent"), std::string::npos);
+}
+
+// Open replays the log streaming, a chunk (8 MiB) at a time: a log of
+// several chunks, whose records straddle the chunk boundaries, replays
+// whole, and a torn record in its last chunk is cut off there.
+TEST(ManifestTest, OpenReplaysALogOfManyChunks) {
+  testing::TempDir dir;
+  auto engine = io::MakeThreadPoolEngine(1);
+  ManifestContents contents;
+  uint64_t blocks = 0;
+  {
+    auto m = Manifest::Open(dir.path(), SizedHeader(), engine.get(), &contents);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m.value()->version(), kManifestVersionTagged);
+    std::vector<uint8_t> rec;
+    for (uint32_t e = 0; e < 6400; ++e) {  // coded extents of 4 slots, 64 blocks each: 18 MB of records
+      EncodeExtentCreate(rec, {e / 32, (e % 32) * 4}, e, "raw", 4);
+      for (uint32_t i = 0; i < 64; ++i, ++blocks) EncodeBlockPut(rec, {e / 32, (e % 32) * 4}, Tagged(i, {e, i}, i ^ e, 2));
+      if (rec.size() > (4 << 20)) {
+        ASSERT_TRUE(m.value()->Append(rec, false).ok());
+        rec.clear();
+      }
+    }
+    rec.push_back(0x33);  // a torn record at the tail
+    ASSERT_TRUE(m.value()->Append(rec, false).ok());
+    ASSERT_GT(m.value()->bytes(), 2 * (8u << 20));
+  }
+  auto m = Manifest::Open(dir.path(), SizedHeader(), engine.get(), &contents);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(contents.torn_tail);
+  EXPECT_NE(contents.tail_problem.find("truncated record header"), std::string::npos) << contents.tail_problem;
+  EXPECT_EQ(contents.good_bytes, std::filesystem::file_size(dir.path() + "/MANIFEST"));  // cut off on open
+  uint64_t got = 0;
+  for (const auto& [ref, e] : contents.extents) {
+    for (uint32_t i = 0; i < e.tagged.size(); ++i) {
+      ASSERT_EQ(e.tagged[i].key, (BlockKey{e.session, i}));
+      ASSERT_EQ(e.tagged[i].tag, i ^ uint32_t(e.session));
+    }
+    got += e.tagged.size();
+  }
+  EXPECT_EQ(got, blocks);
+}
+
 // An online checkpoint streams the log's live records into the new one:
 // the replayed state is what the old log replayed to, with none of the
 // freed extents, superseded sessions records or dropped blocks left.
@@ -243,24 +338,24 @@ TEST(ManifestTest, ACheckpointKeepsExactlyTheLiveStateOfTheLog) {
   Manifest& m = *opened.value();
   std::vector<uint8_t> rec;
   EncodeExtentCreate(rec, {0, 0}, 7, {}, 2);
-  EncodeBlockPut(rec, {0, 0}, {0, {1, 1}, {10, 10}});
-  EncodeBlockPut(rec, {0, 0}, {1, {1, 2}, {11, 11}});
+  EncodeBlockPut(rec, {0, 0}, Tagged(0, {1, 1}, 10));
+  EncodeBlockPut(rec, {0, 0}, Tagged(1, {1, 2}, 11));
   EncodeExtentCreate(rec, {0, 2}, 8, "pred:eps=0.01", 1);
-  EncodeBlockPut(rec, {0, 2}, {0, {2, 1}, {12, 12}, {0, 100}, {50, 60}});
+  EncodeBlockPut(rec, {0, 2}, Tagged(0, {2, 1}, 12, 110));
   EncodeExtentSessions(rec, {0, 2}, 8, std::vector<uint64_t>{9});
   EncodeExtentSessions(rec, {0, 2}, 9, std::vector<uint64_t>{});  // the owner passed on: only this one counts
   EncodeBlockPositions(rec, {0, 2}, std::vector<std::pair<uint32_t, uint32_t>>{{0, 5}});
   EncodeExtentCreate(rec, {0, 3}, 10, {}, 1);  // created, then freed: gone
-  EncodeBlockPut(rec, {0, 3}, {0, {3, 1}, {13, 13}});
+  EncodeBlockPut(rec, {0, 3}, Tagged(0, {3, 1}, 13));
   EncodeExtentFree(rec, {0, 3});
   EncodeExtentCreate(rec, {0, 3}, 11, {}, 1);  // the same units again: a new extent
-  EncodeBlockPut(rec, {0, 3}, {0, {3, 2}, {14, 14}});
+  EncodeBlockPut(rec, {0, 3}, Tagged(0, {3, 2}, 14));
   EncodeBlocksDropped(rec, {0, 0}, std::vector<uint32_t>{1});  // block 1 left the index
-  EncodeBlockPut(rec, {0, 0}, {1, {1, 3}, {15, 15}});         // and a later put filled its slot
+  EncodeBlockPut(rec, {0, 0}, Tagged(1, {1, 3}, 15));  // and a later put filled its slot
   ASSERT_TRUE(m.Append(rec, false).ok());
   auto before = ParseManifest([&] {
     std::vector<uint8_t> b;
-    EncodeHeader(b, SizedHeader(), kManifestVersionSized);
+    EncodeHeader(b, SizedHeader(), kManifestVersionTagged);
     b.insert(b.end(), rec.begin(), rec.end());
     return b;
   }());
@@ -272,7 +367,7 @@ TEST(ManifestTest, ACheckpointKeepsExactlyTheLiveStateOfTheLog) {
   auto again = Manifest::Open(dir.path(), SizedHeader(), engine.get(), &contents);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(contents.torn_tail) << contents.tail_problem;
-  EXPECT_EQ(contents.version, kManifestVersionSized);
+  EXPECT_EQ(contents.version, kManifestVersionTagged);
   ASSERT_EQ(contents.extents.size(), before->extents.size());
   for (const auto& [ref, e] : before->extents) {
     const ExtentRecord& got = contents.extents.at(ref);
@@ -281,15 +376,16 @@ TEST(ManifestTest, ACheckpointKeepsExactlyTheLiveStateOfTheLog) {
     EXPECT_EQ(got.block_slots, e.block_slots);
     EXPECT_EQ(got.sharers, e.sharers);
     EXPECT_EQ(got.positions, e.positions);
-    ASSERT_EQ(got.blocks.size(), e.blocks.size());
-    for (size_t k = 0; k < e.blocks.size(); ++k) {
-      EXPECT_EQ(got.blocks[k].index, e.blocks[k].index);
-      EXPECT_EQ(got.blocks[k].key, e.blocks[k].key);
-      EXPECT_EQ(got.blocks[k].checksums, e.blocks[k].checksums);
-      EXPECT_EQ(got.blocks[k].offsets, e.blocks[k].offsets);
+    EXPECT_TRUE(got.blocks.empty());
+    ASSERT_EQ(got.tagged.size(), e.tagged.size());
+    for (size_t k = 0; k < e.tagged.size(); ++k) {
+      EXPECT_EQ(got.tagged[k].index, e.tagged[k].index);
+      EXPECT_EQ(got.tagged[k].key, e.tagged[k].key);
+      EXPECT_EQ(got.tagged[k].tag, e.tagged[k].tag);
+      EXPECT_EQ(got.tagged[k].stored, e.tagged[k].stored);
     }
   }
-  EXPECT_EQ(contents.extents.at({0, 0}).blocks.back().key, (BlockKey{1, 3}));
+  EXPECT_EQ(contents.extents.at({0, 0}).tagged.back().key, (BlockKey{1, 3}));
   EXPECT_EQ(contents.extents.at({0, 3}).session, 11u);
   EXPECT_EQ(contents.extents.at({0, 2}).session, 9u);
 }

@@ -13,6 +13,7 @@
 
 #include "flatkv/codec.h"
 #include "flatkv/store.h"
+#include "persist/manifest.h"
 #include "testing/test_util.h"
 
 namespace flatkv {
@@ -248,36 +249,76 @@ TEST(RecoveryTest, CorruptCodedSumsEntryBecomesAMiss) {
   }
 }
 
-// The table is a cache of the manifest's records, rebuilt on every open: a
-// table torn by a crash (an entry written, its BlockPut record not), stale
-// from an older build, or gone, costs nothing after a restart.
-TEST(RecoveryTest, SumsTableIsRebuiltFromTheManifestOnOpen) {
+// Overwrites the sums table of segment 0 with junk, or removes it.
+void DamageSumsTable(const std::string& dir, bool remove) {
+  const std::string sums = dir + "/sums-000000.dat";
+  ASSERT_TRUE(std::filesystem::exists(sums));
+  if (remove) {
+    ASSERT_TRUE(std::filesystem::remove(sums));
+    return;
+  }
+  std::vector<char> junk(std::filesystem::file_size(sums), 'x');
+  FILE* f = std::fopen(sums.c_str(), "wb");
+  ASSERT_EQ(std::fwrite(junk.data(), 1, junk.size(), f), junk.size());
+  std::fclose(f);
+}
+
+// Up to manifest version 5 (here: fixed extents, which this build still
+// writes at the lowest version their records need) the table is a cache of
+// the manifest's records, rebuilt on every open: a table torn by a crash
+// (an entry written, its BlockPut record not), stale from an older build,
+// or gone, costs nothing after a restart.
+TEST(RecoveryTest, SumsTableIsRebuiltFromTheManifestOnOpenBeforeVersion6) {
   for (bool coded : {false, true}) {
     TempDir dir;
     auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
+    o.sized_extents = false;
     if (coded) o.codec = MakeCodec("raw").value();
     {
       auto store = OpenStore(o);
       ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
     }
-    const std::string sums = dir.Sub("ssd") + "/sums-000000.dat";
-    ASSERT_TRUE(std::filesystem::exists(sums));
-    {
-      std::vector<char> junk(std::filesystem::file_size(sums), 'x');
-      FILE* f = std::fopen(sums.c_str(), "wb");
-      ASSERT_EQ(std::fwrite(junk.data(), 1, junk.size(), f), junk.size());
-      std::fclose(f);
-    }
+    ASSERT_LT(testing::ManifestVersion(dir.Sub("ssd")), persist::kManifestVersionTagged);
+    ASSERT_NO_FATAL_FAILURE(DamageSumsTable(dir.Sub("ssd"), false));
     {
       auto store = OpenStore(o);
       ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, 1, 8));
       EXPECT_EQ(store->Stats().checksum_failures, 0u) << coded;
     }
-    ASSERT_TRUE(std::filesystem::remove(sums));
+    ASSERT_NO_FATAL_FAILURE(DamageSumsTable(dir.Sub("ssd"), true));
     auto store = OpenStore(o);
     ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, 1, 8));
     EXPECT_EQ(store->Stats().checksum_failures, 0u) << coded;
   }
+}
+
+// From version 6 (a new directory of sized extents) the table is the
+// truth, and recovery reads none of it: a damaged or missing table makes
+// its blocks miss when a restore reads it (the records' tags catch it),
+// never wrong bytes, and those blocks leave the index; the others stay.
+TEST(RecoveryTest, Version6DamagedSumsTableMakesItsBlocksMissNeverWrongBytes) {
+  for (bool coded : {false, true})
+    for (bool remove : {false, true}) {
+      TempDir dir;
+      auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
+      if (coded) o.codec = MakeCodec("raw").value();
+      {
+        auto store = OpenStore(o);
+        ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
+      }
+      ASSERT_EQ(testing::ManifestVersion(dir.Sub("ssd")), persist::kManifestVersionTagged);
+      {
+        auto store = OpenStore(o);  // intact: served as written
+        ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, 1, 8));
+      }
+      ASSERT_NO_FATAL_FAILURE(DamageSumsTable(dir.Sub("ssd"), remove));
+      auto store = OpenStore(o);
+      EXPECT_EQ(store->Stats().recovered_blocks, 8u);
+      std::vector<std::byte> got;
+      EXPECT_EQ(RestoreAll(*store, ChainKeys(1, 8), &got), 0u) << coded << remove;
+      EXPECT_EQ(store->Stats().checksum_failures, 1u) << coded << remove;
+      EXPECT_EQ(store->Match(ChainKeys(1, 8)), 0u);
+    }
 }
 
 TEST(RecoveryTest, TornManifestTailIsCutOff) {

@@ -84,8 +84,13 @@ RestoreImpl::RestoreImpl(StoreImpl* store, std::span<const BlockKey> chain, cons
     } else {
       Run& r = runs_.back();
       r.table = true;
+      r.tagged = e->tagged;
       r.home_device = e->device;
       r.home_slot = e->slot;
+      if (e->tagged) {
+        tags_.resize(hit_ + 1, 0);
+        tags_[hit_] = e->tags[slot];
+      }
       checksums_.insert(checksums_.end(), layers_, 0);
       enc_off_.insert(enc_off_.end(), layers_, 0);
       enc_len_.insert(enc_len_.end(), layers_, 0);
@@ -179,6 +184,17 @@ uint64_t RestoreImpl::PlanLanding(bool layer_area) {
   return stage;
 }
 
+void RestoreImpl::BadSums(const Run& r, uint32_t j, const std::string& why) {
+  LogWarning("restore: block " + std::to_string(r.first_block + j) + " of extent " + std::to_string(r.extent) + ": " +
+             why + "; the chain misses from there");
+  {
+    MutexLock lock(&mu_);
+    corrupt_.push_back({r.extent, r.first_slot + j});
+  }
+  store_->counters().checksum_failures++;
+  Truncate(r.first_block + j);
+}
+
 void RestoreImpl::LoadSums() {
   std::vector<SumEntry> entries;
   for (size_t i = 0; i < runs_.size(); ++i) {
@@ -200,6 +216,14 @@ void RestoreImpl::LoadSums() {
         enc_off_[at + k] = entries[k].offset;
         enc_len_[at + k] = entries[k].length;
       }
+      // Where the table is the truth, each block's entries must be the ones
+      // its put wrote (a torn table, or a stale one under a reused slot,
+      // would otherwise vouch for stale bytes): else it misses, as a
+      // checksum mismatch does.
+      for (uint32_t j = 0; r.tagged && j < r.count; ++j) {
+        if (persist::SumsTag(&entries[uint64_t{j} * layers_], layers_ * sizeof(SumEntry)) == tags_[r.first_block + j]) continue;
+        return BadSums(r, j, "its sums-table entries do not match its record's tag");
+      }
     }
     if (!r.codec) continue;
     // Coded slices of consecutive slots follow each other in every layer
@@ -213,15 +237,7 @@ void RestoreImpl::LoadSums() {
              (j == 0 || enc_off_[b + l] >= uint64_t{enc_off_[b - layers_ + l]} + enc_len_[b - layers_ + l]);
       }
       if (!ok) {
-        LogWarning("restore: block " + std::to_string(r.first_block + j) + " of extent " + std::to_string(r.extent) +
-                   ": its sums entry does not describe a slice of the layer region; the chain misses from there");
-        {
-          MutexLock lock(&mu_);
-          corrupt_.push_back({r.extent, r.first_slot + j});
-        }
-        store_->counters().checksum_failures++;
-        Truncate(r.first_block + j);
-        return;
+        return BadSums(r, j, "its sums entry does not describe a slice of the layer region");
       }
       BlockLocation& loc = locations_[r.first_block + j];
       loc.layer0 = Address::Make(loc.layer0.medium(), loc.layer0.device(), loc.layer0.offset() + enc_off_[b]);

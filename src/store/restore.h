@@ -92,6 +92,7 @@ class RestoreImpl final : public Restore {
     // SSD home's sums table (read in Begin, outside the store lock), else
     // copied from the extent's memory in the constructor.
     bool table = false;
+    bool tagged = false;           // that table is the truth: its entries are checked against tags_
     uint32_t home_device = 0;
     uint64_t home_slot = 0;        // the SSD home's extent slot
     std::unique_ptr<Fetch> fetch;  // a run of a medium past the index: streamed, not pieced
@@ -172,8 +173,12 @@ class RestoreImpl final : public Restore {
   void LoadSums();
   // Cuts the restored prefix to its first `blocks` blocks.
   void Truncate(uint32_t blocks);
+  // Block j of run r has a damaged sums entry (`why`): it leaves the index
+  // (as a checksum mismatch), and it and the rest of the chain miss.
+  void BadSums(const Run& r, uint32_t j, const std::string& why);
   std::vector<uint64_t> checksums_;  // [block * layers + layer]
   std::vector<uint32_t> enc_off_, enc_len_;  // coded blocks: [block * layers + layer]
+  std::vector<uint32_t> tags_;       // [block]: tagged runs' sums tags (Extent::tags), taken under the store lock
   bool any_coded_ = false;
   std::vector<uint64_t> pinned_;
   uint64_t max_request_;

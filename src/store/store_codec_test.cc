@@ -142,7 +142,7 @@ TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
     ASSERT_TRUE(PutWith(*store, 1, keys, 0, 6, data).ok());
     ASSERT_TRUE(store->Close().ok());
   }
-  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), persist::kManifestVersionSized);
+  EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), persist::kManifestVersionTagged);
   auto first = OpenStore(o);
   EXPECT_EQ(first->Stats().recovered_blocks, 6u);
   ExpectRestores(*first, keys, data, 6);
@@ -200,7 +200,7 @@ TEST(StoreCodecTest, KillDashNineDuringCodedPutsLosesOnlyUnfinishedPuts) {
 TEST(StoreCodecTest, RawAndCodedExtentsShareOneLog) {
   TempDir dir;
   StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
-  o.sized_extents = false;  // fixed extents: the log is only as new as its records need (sized: version 5 from the start)
+  o.sized_extents = false;  // fixed extents: the log is only as new as its records need (sized: version 6 from the start)
   {
     auto store = OpenStore(o);
     ASSERT_TRUE(PutChain(*store, 1, 1, 4).ok());

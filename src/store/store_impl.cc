@@ -360,6 +360,7 @@ Result<Extent*> StoreImpl::CreateExtent(SessionId session, PutHint hint, uint64_
   e->session = session;
   e->last_access = Now();
   e->sums_in_memory = m == Medium::kDram;
+  e->tagged = m == Medium::kSsd && ssd_[device]->tagged_sums();
   e->geom = (m == Medium::kDram ? dram_->geometry() : ssd_[device]->geometry()).Sized(blocks);
   const ExtentGeometry& g = e->geom;
   if (codec) {  // per-slot vectors grow as slots are reserved
@@ -410,6 +411,7 @@ void StoreImpl::GrowSlots(Extent* e, uint32_t slots) {
   e->state.resize(slots, 0);  // absent, not in the copy, kNotDurable
   if (e->handle < handles_.size() && handles_[e->handle] == e) key_base_[e->handle] = e->keys.data();  // may have moved
   if (e->sums_in_memory) e->sums.resize(uint64_t{slots} * layers);
+  if (e->tagged) e->tags.resize(slots, 0);
   if (e->coded()) e->stored.resize(slots, 0);
 }
 

@@ -53,6 +53,7 @@
 #include "media/ssd_dir.h"
 #include "store/block_index.h"
 #include "store/dram_queue.h"
+#include "store/key_arena.h"
 #include "store/local_sources.h"
 #include "store/source.h"
 
@@ -77,7 +78,9 @@ struct Extent {
   uint32_t writers = 0;  // puts (or SSD admissions) writing into it now; no copy is added meanwhile
   bool doomed = false;
   Clock::time_point last_access;    // last put into it or restore from it
-  std::vector<BlockKey> keys;       // per block slot; meaningful where present (index_ holds no key)
+  // Per block slot; meaningful where present (index_ holds no key). In the
+  // KeyArena's huge pages: a lookup's second load, with no TLB walk.
+  std::vector<BlockKey, KeyArenaAllocator<BlockKey>> keys;
   // Per block slot, one byte: bit 0 present (indexed), bit 1 in_copy (its
   // DRAM copy holds it; SSD homes), bits 2-3 durable (SSD homes: kNotDurable,
   // kDurable or kWriting).
@@ -106,6 +109,12 @@ struct Extent {
   // the medium it fills, not as index.
   bool sums_in_memory = false;
   std::vector<SumEntry> sums;
+  // An SSD home in a directory whose sums tables are the truth
+  // (SsdDir::tagged_sums): per block slot, the tag of its sums-table
+  // entries (persist::SumsTag), which its record carries and a restore
+  // checks the entries it reads against.
+  bool tagged = false;
+  std::vector<uint32_t> tags;
   // A coded extent (codec != null) packs each block's encoded layer slices
   // into the layer regions (l * layer_stride ...), a put's batch starting
   // aligned; the per-slot vectors above grow as slots are reserved.

@@ -10,6 +10,7 @@
 #include "flatkv/codec.h"
 #include "flatkv/store.h"
 #include "store/block_index.h"
+#include "store/key_arena.h"
 #include "testing/test_util.h"
 
 namespace flatkv {
@@ -20,7 +21,7 @@ using namespace flatkv::testing;
 // The heap, and the index tables it maps itself (huge pages) beside it.
 uint64_t HeapBytes() {
   const struct mallinfo2 m = ::mallinfo2();
-  return m.uordblks + m.hblkhd + BlockIndex::MappedBytes();
+  return m.uordblks + m.hblkhd + BlockIndex::MappedBytes() + KeyArena::UsedBytes();
 }
 
 StoreOptions OneLayerOptions(const std::string& dir, uint64_t ssd_bytes) {

@@ -138,7 +138,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
   bool dropped = false;
   MutexLock lock(&mu_);
   uint64_t blocks = 0;
-  for (const auto& [ref, e] : contents.extents) blocks += e.blocks.size();
+  for (const auto& [ref, e] : contents.extents) blocks += e.blocks.size() + e.tagged.size();
   index_.Reserve(blocks);  // the first directory's: no growth while its blocks go in
   for (const auto& [seq, ref] : order) {
     const persist::ExtentRecord& rec = contents.extents.at(ref);
@@ -153,9 +153,9 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
                                      "); reopen with a larger capacity, nothing was changed");
     if (!dir.SegmentHolds(slot, units) || !dir.units().Claim(slot, units)) {
       LogWarning(dir.path() + ": extent " + std::to_string(ref.segment) + "/" + std::to_string(ref.slot) +
-                 " has no segment file behind it, or overlaps another extent; its " + std::to_string(rec.blocks.size()) +
-                 " blocks are lost");
-      counters_.lost_blocks += rec.blocks.size();
+                 " has no segment file behind it, or overlaps another extent; its " +
+                 std::to_string(rec.blocks.size() + rec.tagged.size()) + " blocks are lost");
+      counters_.lost_blocks += rec.blocks.size() + rec.tagged.size();
       dropped = true;
       continue;
     }
@@ -170,7 +170,11 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     e->session = rec.session;
     e->last_access = Now();
     e->capacity = extent_blocks;
-    e->sums_in_memory = options_.read_only;  // else the sums table, rebuilt below
+    // Tagged directories read their sums tables as they are (the truth);
+    // older ones rebuild them from the records below, or keep them in
+    // memory when read-only.
+    e->tagged = dir.tagged_sums();
+    e->sums_in_memory = options_.read_only && !e->tagged;
     if (!rec.codec.empty()) {
       auto codec = CodecForSpec(rec.codec);
       if (!codec.ok()) {
@@ -182,6 +186,7 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
       e->codec_spec = rec.codec;
       e->capacity = 0;
       for (const auto& b : rec.blocks) e->capacity = std::max(e->capacity, b.index + 1);
+      for (const auto& b : rec.tagged) e->capacity = std::max(e->capacity, b.index + 1);
     }
     e->reserved = e->capacity;  // recovered extents take no new blocks
     e->full = true;
@@ -194,26 +199,42 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
     // The sums table is a cache of these records: rebuilt for the extent
     // in one write (or kept in memory when read-only), so a table a crash
     // tore, or one an older build left stale, is never read.
-    std::vector<SumEntry> table(uint64_t{e->reserved} * layers);
-    constexpr size_t kAhead = 8;  // index buckets loaded ahead: each is a cache miss at scale
-    for (size_t k = 0; k < std::min(kAhead, rec.blocks.size()); ++k) index_.Prefetch(rec.blocks[k].key);
-    for (size_t k = 0; k < rec.blocks.size(); ++k) {
-      const persist::BlockRecord& b = rec.blocks[k];
-      if (k + kAhead < rec.blocks.size()) index_.Prefetch(rec.blocks[k + kAhead].key);
-      if (e->present(b.index)) continue;
-      uint32_t first_at = 0;
-      if (Extent* first = FindBlock(b.key, &first_at)) {
-        // A duplicate put (two puts of the block raced, each writing its
-        // own): the first copy wins, and this extent's session holds it, as
-        // it did in the store that wrote them (Commit).
-        if (first != e.get() && first->session != rec.session &&
-            std::find(first->sharers.begin(), first->sharers.end(), rec.session) == first->sharers.end()) {
-          first->sharers.push_back(rec.session);
-          TouchSession(rec.session).shared.push_back(first->id);
+    std::vector<SumEntry> table(e->tagged ? 0 : uint64_t{e->reserved} * layers);
+    // Each record's block enters the index unless its key already did (a
+    // duplicate put: two puts of the block raced, each writing its own; the
+    // first copy wins, and this extent's session holds it, as it did in the
+    // store that wrote them, Commit). `fill` takes what the record says per
+    // block: a version 6 record's tag (and coded size), else its per-layer
+    // sums into the table.
+    uint64_t recovered = 0;
+    auto each = [&](const auto& blocks, const auto& fill) FLATKV_REQUIRES(mu_) {
+      constexpr size_t kAhead = 8;  // index buckets loaded ahead: each is a cache miss at scale
+      for (size_t k = 0; k < std::min(kAhead, blocks.size()); ++k) index_.Prefetch(blocks[k].key);
+      for (size_t k = 0; k < blocks.size(); ++k) {
+        const auto& b = blocks[k];
+        if (k + kAhead < blocks.size()) index_.Prefetch(blocks[k + kAhead].key);
+        if (e->present(b.index)) continue;
+        uint32_t first_at = 0;
+        if (Extent* first = FindBlock(b.key, &first_at)) {
+          if (first != e.get() && first->session != rec.session &&
+              std::find(first->sharers.begin(), first->sharers.end(), rec.session) == first->sharers.end()) {
+            first->sharers.push_back(rec.session);
+            TouchSession(rec.session).shared.push_back(first->id);
+          }
+          continue;
         }
-        continue;
+        IndexBlock(e.get(), b.index, b.key);
+        fill(b);
+        e->set_durable(b.index, kDurable);
+        Count(Medium::kSsd, *e, b.index, +1);
+        ++recovered;
       }
-      IndexBlock(e.get(), b.index, b.key);
+    };
+    each(rec.tagged, [&](const persist::TaggedBlock& b) {  // nothing per layer here
+      e->tags[b.index] = b.tag;
+      if (e->coded()) e->stored[b.index] = b.stored;
+    });
+    each(rec.blocks, [&](const persist::BlockRecord& b) {
       for (uint32_t l = 0; l < layers; ++l) {
         SumEntry& t = table[uint64_t{b.index} * layers + l];
         t.checksum = b.checksums[l];
@@ -223,11 +244,10 @@ Status StoreImpl::Recover(uint32_t device, const persist::ManifestContents& cont
           e->stored[b.index] += b.lengths[l];
         }
       }
-      e->set_durable(b.index, kDurable);
-      Count(Medium::kSsd, *e, b.index, +1);
-      ++counters_.recovered_blocks;
-    }
-    if (e->sums_in_memory) {
+    });
+    counters_.recovered_blocks += recovered;
+    if (e->tagged) {
+    } else if (e->sums_in_memory) {
       e->sums = std::move(table);
     } else if (Status ws = dir.WriteSums(slot, 0, table); !ws.ok()) {
       return ws.WithContext("rebuilding the sums table");
@@ -292,6 +312,13 @@ persist::ManifestContents StoreImpl::Snapshot(uint32_t device) {
       if (e.medium != Medium::kSsd || e.device != device) continue;
       persist::ExtentRecord rec{e.session, e.codec_spec, ++sequence, {}, e.sharers, e.runs,
                                 dir.sized() ? e.geom.extent_blocks : 0};
+      if (e.tagged) {  // the records carry the tags (the tables are the truth)
+        for (uint32_t i = 0; i < e.reserved; ++i)
+          if (e.present(i) && e.durable(i) == kDurable)
+            rec.tagged.push_back({i, e.tags[i], e.keys[i], e.coded() ? e.stored[i] : 0});
+        snapshot.extents[dir.RefOf(e.slot)] = std::move(rec);
+        continue;
+      }
       // The sums come from the table: one buffered read per extent, under
       // mu_ (only at Close and recovery, when no put runs).
       std::vector<SumEntry> sums(uint64_t{e.reserved} * layers);

@@ -264,7 +264,9 @@ Status StoreImpl::WriteSums(const std::vector<Pending>& blocks, const uint64_t* 
         const uint64_t at = k * layers + i;
         entries[i] = {sums[at], offs ? offs[at] : 0, lens ? lens[at] : 0};
       }
-      FLATKV_RETURN_IF_ERROR(ssd_[e->device]->WriteSums(e->slot, blocks[k].slot, entries));
+      // Where the table is the truth, sync_writes makes it durable before the records.
+      FLATKV_RETURN_IF_ERROR(ssd_[e->device]->WriteSums(e->slot, blocks[k].slot, entries,
+                                                        options_.sync_writes && e->tagged));
     }
     k += n;
   }
@@ -279,6 +281,22 @@ Status StoreImpl::Commit(SessionId session, const std::vector<Pending>& blocks, 
   const uint64_t block_bytes = BlockBytes();
   const uint64_t ssd_blocks = SsdBlocks(blocks);
   std::vector<uint8_t> indexed(blocks.size(), 0), taken(blocks.size(), 0);
+  // Tagged SSD homes: each block's tag of its sums-table entries (as
+  // WriteSums wrote them) and, coded, its encoded bytes, for its record
+  // and for the restores that read the entries back.
+  std::vector<uint32_t> tags(blocks.size(), 0), stored(blocks.size(), 0);
+  {
+    std::vector<SumEntry> entries(layers);
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      if (!blocks[k].e->tagged) continue;
+      for (uint32_t l = 0; l < layers; ++l) {
+        const uint64_t at = k * layers + l;
+        entries[l] = {sums[at], offs ? offs[at] : 0, lens ? lens[at] : 0};
+        stored[k] += entries[l].length;
+      }
+      tags[k] = persist::SumsTag(entries.data(), entries.size() * sizeof(SumEntry));
+    }
+  }
   auto index = [&](size_t k) FLATKV_REQUIRES(mu_) {
     const Pending& p = blocks[k];
     if (taken[k]) return false;
@@ -288,6 +306,7 @@ Status StoreImpl::Commit(SessionId session, const std::vector<Pending>& blocks, 
       HoldBlock(winner, won_at, session, p.e->PositionOf(p.slot), res, admit ? unsettled : nullptr);
       return false;
     }
+    if (p.e->tagged) p.e->tags[p.slot] = tags[k];
     IndexBlock(p.e, p.slot, p.key);
     if (p.e->sums_in_memory)  // a DRAM home (SSD homes' entries are in their table already)
       for (uint32_t l = 0; l < layers; ++l) {
@@ -330,7 +349,9 @@ Status StoreImpl::Commit(SessionId session, const std::vector<Pending>& blocks, 
     for (size_t k = 0; k < blocks.size(); ++k) {
       const Extent* e = blocks[k].e;
       if (e->medium != Medium::kSsd) continue;
-      persist::EncodeBlockPut(records[e->device], ssd_[e->device]->RefOf(e->slot), record(k));
+      persist::EncodeBlockPut(records[e->device], ssd_[e->device]->RefOf(e->slot),
+                              e->tagged ? persist::BlockRecord{blocks[k].slot, blocks[k].key, {}, {}, {}, tags[k], stored[k]}
+                                        : record(k));
     }
     for (uint32_t d = 0; d < ssd_.size() && status.ok(); ++d)
       if (!records[d].empty()) status = ssd_[d]->manifest().Append(records[d], options_.sync_writes);
@@ -389,6 +410,7 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     Extent* e;
     std::vector<uint32_t> slots;  // ascending
     std::vector<BlockKey> keys;
+    std::vector<uint32_t> tags;  // tagged homes: their sums tags, taken under mu_
   };
   const uint32_t layers = options_.shape.layers;
   std::vector<Job> jobs;
@@ -400,12 +422,13 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
       for (uint64_t id : s->second.extents) {
         Extent* e = extents_.at(id).get();
         if (e->medium != Medium::kSsd || !e->has_copy || e->coded() || e->doomed) continue;
-        Job job{e, {}, {}};
+        Job job{e, {}, {}, {}};
         for (uint32_t i = 0; i < e->slots(); ++i) {
           if (!e->present(i) || !e->in_copy(i) || e->durable(i) != kNotDurable) continue;
           e->set_durable(i, kWriting);
           job.slots.push_back(i);
           job.keys.push_back(e->keys[i]);
+          if (e->tagged) job.tags.push_back(e->tags[i]);
         }
         if (job.slots.empty()) continue;
         e->pins++;
@@ -444,6 +467,12 @@ void StoreImpl::AdmitToSsd(const std::vector<SessionId>& sessions) {
     std::vector<std::vector<uint8_t>> records(ssd_.size());
     std::vector<SumEntry> sums;
     for (const Job& job : jobs) {
+      if (job.e->tagged) {  // the tags are the records' (the table is the truth)
+        for (size_t j = 0; j < job.slots.size(); ++j)
+          persist::EncodeBlockPut(records[job.e->device], ssd_[job.e->device]->RefOf(job.e->slot),
+                                  persist::BlockRecord{job.slots[j], job.keys[j], {}, {}, {}, job.tags[j], 0});
+        continue;
+      }
       const uint32_t first = job.slots.front(), n = job.slots.back() - first + 1;
       sums.resize(uint64_t{n} * layers);
       status = ReadSums(*job.e, first, n, sums.data());

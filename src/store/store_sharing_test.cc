@@ -54,10 +54,10 @@ TEST(StoreSharingTest, ReferencesSurviveARestart) {
     {
       auto store = OpenStore(o);
       ASSERT_TRUE(PutChain(*store, 1, 1, 8).ok());
-      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 5u);  // sized extents: version 5 from the start
+      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 6u);  // sized extents: version 6 from the start
       PutResult result;
       ASSERT_TRUE(PutChain(*store, 2, 1, 12, &result).ok());
-      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 5u);
+      EXPECT_EQ(ManifestVersion(dir.Sub("ssd")), 6u);
       if (clean) {
         ASSERT_TRUE(store->Close().ok());
       } else {

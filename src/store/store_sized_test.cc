@@ -43,7 +43,7 @@ TEST(StoreSizedTest, AShortSessionTakesItsBlocksNotAWholeExtent) {
     EXPECT_EQ(st.ssd.used_bytes, 40 * (sized ? 3 : 64) * kSlotBytes) << sized;
     EXPECT_EQ(st.ssd.allocated_bytes, st.ssd.used_bytes);
     for (uint64_t s = 1; s <= 40; ++s) ASSERT_NO_FATAL_FAILURE(ExpectChain(*store, s, 3));
-    EXPECT_EQ(testing::ManifestVersion(dir.Sub("ssd")), sized ? persist::kManifestVersionSized : 4u);
+    EXPECT_EQ(testing::ManifestVersion(dir.Sub("ssd")), sized ? persist::kManifestVersionTagged : 4u);
   }
 }
 

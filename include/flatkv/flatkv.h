@@ -427,9 +427,11 @@ typedef struct flatkv_prune_result {
 } flatkv_prune_result;
 
 /* Stores the pruned view of the chain `keys` (every block must be stored:
- * NOT_FOUND says how many are). The chain's own blocks stay until their
- * session is dropped. *result may be NULL. Against a daemon it needs
- * protocol version 6; the view is built there. */
+ * NOT_FOUND says how many are, unless the view exists already: then
+ * nothing is written and stored_blocks is 0). The chain's own blocks stay
+ * until their session is dropped. *result may be NULL; it is zeroed on
+ * failure. Against a daemon it needs protocol version 6; the view is built
+ * there. */
 flatkv_status* flatkv_store_prune(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys,
                                   const flatkv_token_range* ranges, uint64_t n_ranges, flatkv_prune_result* result);
 /* The keys of the view of a chain of `logical_blocks` blocks whose last key

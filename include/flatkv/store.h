@@ -202,8 +202,9 @@ class Store {
   // its own (PruneResult::view_session) under PruneViewKeys(chain.back(),
   // ...): its blocks hold the kept tokens' KV rows in order (the slice
   // layout of flatkv/codec.h), the last block zero-padded. The chain's own
-  // blocks are untouched (DropSession of their session frees them). An
-  // existing view is kept (its blocks deduplicate). `options` as for a Put
+  // blocks are untouched (DropSession of their session frees them). When
+  // the view is wholly stored already nothing is read or written
+  // (stored_blocks 0), even if the chain is gone. `options` as for a Put
   // (hint, codec, tenant). The base implementation restores the chain and
   // puts the view through this interface; a daemon's RemoteStore runs it in
   // the daemon.

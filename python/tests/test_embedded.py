@@ -231,8 +231,9 @@ def test_prune(store, ns):
     with pytest.raises(flatkv.Error, match="overlaps or precedes") as e:
         store.prune(keys, [(30, 60), (2, 10)])
     assert e.value.code == "InvalidArgument"
-    with pytest.raises(flatkv.Error) as e:
-        store.prune(keys, ranges)  # the chain itself is gone
+    assert store.prune(keys, ranges)["stored_blocks"] == 0  # the view exists: nothing to write
+    with pytest.raises(flatkv.Error, match="0 of the chain's 5 blocks") as e:
+        store.prune(keys, [(0, 3)])  # another view needs the chain, which is gone
     assert e.value.code == "NotFound"
     with pytest.raises(ValueError, match="shape"):
         store.prune(keys, [1, 2, 3])

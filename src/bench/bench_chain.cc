@@ -302,7 +302,10 @@ int RunBenchChain(const BenchChainArgs& a) {
         attn_chain += wc.score_evals + wc.prefill_evals, attn_re += wr.score_evals + wr.prefill_evals;
         last_chain = wc.score_evals, last_re = wr.score_evals;
       }
-      if (!a.json)
+      if (a.json)  // progress on stderr; stdout holds only the JSON
+        std::fprintf(stderr, "turn %zu of %zu: %zu tokens, %.0f s\n", t + 1, turns.size(), prompts[t].size(),
+                     NowSeconds() - started);
+      else
         std::printf("turn %2zu  %5zu tokens  ttft full %7.1f chain %7.1f recompress %7.1f ms  evals chain %10llu recompress %10llu%s\n",
                     t, prompts[t].size(), rf->timing.ttft_ms, j.value("ttft_chain_ms", 0.0), rf->timing.ttft_ms + wr.score_ms,
                     static_cast<unsigned long long>(wc.score_evals), static_cast<unsigned long long>(wr.score_evals),

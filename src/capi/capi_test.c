@@ -626,9 +626,15 @@ static void test_prune(void) {
       "range 1 [4, 9) overlaps or precedes");
   ERR(flatkv_prune_view_keys(keys[N - 1], N, ranges, 2, kBlockTokens, other_keys, 2, &nv), FLATKV_INVALID_ARGUMENT,
       "keys_capacity 2");
-  ERR(flatkv_store_prune(s, keys, N, ranges, 2, &r), FLATKV_NOT_FOUND, "0 of the chain's 5 blocks are stored");
-  ERR(flatkv_store_prune(s, keys, N, NULL, 2, &r), FLATKV_INVALID_ARGUMENT, "ranges is NULL");
-  ERR(flatkv_store_prune(NULL, keys, N, ranges, 2, &r), FLATKV_INVALID_ARGUMENT, "store is NULL");
+  /* The view exists: pruning again writes nothing. Another set needs the dropped chain. */
+  flatkv_prune_result again;
+  OK(flatkv_store_prune(s, keys, N, ranges, 2, &again));
+  CHECK(again.view_session == r.view_session && again.stored_blocks == 0);
+  flatkv_prune_result failed;
+  ERR(flatkv_store_prune(s, keys, N, other, 1, &failed), FLATKV_NOT_FOUND, "0 of the chain's 5 blocks are stored");
+  CHECK(failed.view_session == 0 && failed.view_blocks == 0); /* cleared on failure */
+  ERR(flatkv_store_prune(s, keys, N, NULL, 2, &failed), FLATKV_INVALID_ARGUMENT, "ranges is NULL");
+  ERR(flatkv_store_prune(NULL, keys, N, ranges, 2, &failed), FLATKV_INVALID_ARGUMENT, "store is NULL");
   OK(flatkv_store_drop_session(s, r.view_session));
   flatkv_store_destroy(s);
   flatkv_namespace_destroy(ns);
@@ -759,7 +765,8 @@ static void test_daemon(const char* binary) {
     OK(err);
     OK(flatkv_store_match(b2, view, 3, &got));
     CHECK(got == 0);
-    ERR(flatkv_store_prune(b2, keys, 4, ranges, 2, &pr), FLATKV_NOT_FOUND, "0 of the chain's 4 blocks");
+    flatkv_prune_result none;
+    ERR(flatkv_store_prune(b2, keys, 4, ranges, 2, &none), FLATKV_NOT_FOUND, "0 of the chain's 4 blocks");
     flatkv_store_destroy(b2);
     OK(flatkv_store_drop_session(a, pr.view_session));
     OK(flatkv_store_match(a, view, 3, &got));

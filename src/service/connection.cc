@@ -308,11 +308,12 @@ Status Connection::Prune(uint32_t id, const wire::Prune& m, Clock::time_point ar
   const uint64_t client_session = PruneViewSession(view[0]);
   if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
   const std::vector<BlockKey> chain = salted_;
-  // Nothing is charged (or evicted for the charge) for a chain not wholly stored.
-  if (const uint32_t stored = store.Match(chain); stored < n)
+  if (Status st = salter_->SaltKeys(view, &salted_); !st.ok()) return Error(id, st);
+  // Nothing is charged (or evicted for the charge) for a chain not wholly
+  // stored, unless the view exists already (PruneInto then writes nothing).
+  if (const uint32_t stored = store.Match(chain); stored < n && store.Match(salted_) < view.size())
     return Error(id, Status::NotFound("prune: " + std::to_string(stored) + " of the chain's " + std::to_string(n) +
                                       " blocks are stored"));
-  if (Status st = salter_->SaltKeys(view, &salted_); !st.ok()) return Error(id, st);
   auto session = salter_->SaltSession(client_session);
   if (!session.ok()) return Error(id, session.status());
   const uint64_t bb = store.BlockBytes();

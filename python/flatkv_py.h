@@ -53,6 +53,8 @@ class Buffer {
 // Keys from a (n, 2) or (2n,) array of uint64 (lo, hi) pairs.
 std::vector<flatkv_key> ToKeys(const py::object& obj);
 py::array_t<uint64_t> FromKeys(const std::vector<flatkv_key>& keys);
+// A sequence of (begin, end) pairs as token ranges (ValueError otherwise).
+std::vector<flatkv_token_range> ToRanges(const py::object& obj);
 // Token ids from a 1-D sequence or array, each checked to fit a uint32.
 std::vector<uint32_t> ToTokens(const py::object& obj);
 

@@ -51,6 +51,21 @@ py::array_t<uint64_t> FromKeys(const std::vector<flatkv_key>& keys) {
   return out;
 }
 
+std::vector<flatkv_token_range> ToRanges(const py::object& obj) {
+  auto a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+  if (!a || (!(a.ndim() == 2 && a.shape(1) == 2) && !(a.ndim() == 1 && a.size() == 0)))
+    throw py::value_error("ranges must be a sequence of (begin, end) token positions, shape (n, 2)");
+  std::vector<flatkv_token_range> out(static_cast<size_t>(a.size() / 2));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t b = a.data()[2 * i], e = a.data()[2 * i + 1];
+    if (b < 0 || e < 0 || b > int64_t{UINT32_MAX} || e > int64_t{UINT32_MAX})
+      throw py::value_error("range " + std::to_string(i) + " (" + std::to_string(b) + ", " + std::to_string(e) +
+                            ") is outside 0..2^32-1");
+    out[i] = flatkv_token_range{static_cast<uint32_t>(b), static_cast<uint32_t>(e)};
+  }
+  return out;
+}
+
 std::vector<uint32_t> ToTokens(const py::object& obj) {
   auto t = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
   if (!t || t.ndim() != 1) throw py::type_error("tokens must be a 1-D sequence of token ids");

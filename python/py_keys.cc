@@ -1,5 +1,6 @@
 // flatkv.Namespace (the keys of token chains and of chunks),
 // flatkv.chunk_session and flatkv.Rope.
+#include <algorithm>
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -77,6 +78,21 @@ void BindKeys(py::module_& m) {
         if (k.size() != 1) throw py::value_error("key must be one key, shape (1, 2) or (2,)");
         return flatkv_chunk_session(k[0]);
       }, py::arg("first_chunk_key"), "The session a chunk is stored under (drop_session frees it).");
+
+  m.def("prune_view_keys", [](const py::object& last_key, uint32_t logical_blocks, const py::object& ranges_obj,
+                              uint32_t block_tokens) {
+        auto k = ToKeys(last_key);
+        if (k.size() != 1) throw py::value_error("last_key must be one key, shape (1, 2) or (2,)");
+        auto ranges = ToRanges(ranges_obj);
+        std::vector<flatkv_key> out(std::max<uint32_t>(logical_blocks, 1));  // a view has at most as many blocks
+        uint64_t n = 0;
+        Check(flatkv_prune_view_keys(k[0], logical_blocks, ranges.data(), ranges.size(), block_tokens, out.data(),
+                                     out.size(), &n));
+        out.resize(n);
+        return FromKeys(out);
+      }, py::arg("last_key"), py::arg("logical_blocks"), py::arg("ranges"), py::arg("block_tokens"),
+      "Keys of the pruned view of a chain of `logical_blocks` blocks ending in `last_key`, without the token "
+      "ranges [(begin, end), ...] (Store.prune).");
 
   py::class_<Rope>(m, "Rope", "How a model applies RoPE to keys: theta, rotary_dim (0: the whole head), "
                               "style \"interleaved\" (llama2.c, Meta llama) or \"neox\" (Hugging Face / vLLM llama).")

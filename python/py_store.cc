@@ -236,6 +236,26 @@ class Store {
     return n;
   }
 
+  // Store::Prune: `ranges` is a sequence of (begin, end) token positions.
+  py::dict Prune(const py::object& keys_obj, const py::object& ranges_obj) {
+    auto keys = ToKeys(keys_obj);
+    auto ranges = ToRanges(ranges_obj);
+    flatkv_prune_result r{};
+    flatkv_status* st;
+    {
+      py::gil_scoped_release release;
+      st = flatkv_store_prune(s_, keys.data(), keys.size(), ranges.data(), ranges.size(), &r);
+    }
+    Check(st);
+    py::dict d;
+    d["view_session"] = r.view_session;
+    d["logical_blocks"] = r.logical_blocks;
+    d["kept_tokens"] = r.kept_tokens;
+    d["view_blocks"] = r.view_blocks;
+    d["stored_blocks"] = r.stored_blocks;
+    return d;
+  }
+
   void DropSession(uint64_t session) {
     flatkv_status* st;
     {
@@ -404,6 +424,11 @@ void BindStore(py::module_& m) {
       .def("retain", &Store::Retain, py::arg("keys"), py::arg("ttl"),
            "Keeps the stored prefix of `keys` and its DRAM copies from eviction for `ttl` seconds (0 releases); "
            "returns the leading blocks retained (fewer when the budget runs out).")
+      .def("prune", &Store::Prune, py::arg("keys"), py::arg("ranges"),
+           "Stores a pruned view of the stored chain `keys` without the token ranges [(begin, end), ...]: a "
+           "session of its own holding the kept tokens' KV rows in order, found by prune_view_keys(keys[-1], "
+           "len(keys), ranges, block_tokens). Returns a dict: view_session, logical_blocks, kept_tokens, "
+           "view_blocks, stored_blocks.")
       .def("stats", &Store::Stats)
       .def("options", &Store::Options,
            "The options the store runs with, a dict keyed by StoreOptions' field names (a daemon's: its store's, "

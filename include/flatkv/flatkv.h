@@ -405,6 +405,44 @@ flatkv_status* flatkv_namespace_chunk_keys(const flatkv_namespace* ns, const uin
  * word with the top bit set); flatkv_store_drop_session frees the chunk. */
 uint64_t flatkv_chunk_session(flatkv_key first_chunk_key);
 
+/* Prefix-cache pruning (flatkv/prune.h, docs/c_api.md): a pruned view of a
+ * stored chain holds only the KV rows of the tokens outside the removed
+ * ranges [begin, end) (sorted, disjoint, within n_keys * block_tokens, at
+ * least one token kept), packed in order, each block's slice laid out as a
+ * chain block's (K rows then V rows; MLA: one row per token), the last
+ * block's tail zero-filled. It is a session of its own, found only by
+ * requests that name the same ranges: their keys are
+ * flatkv_prune_view_keys of the logical chain's last key. */
+typedef struct flatkv_token_range {
+  uint32_t begin;
+  uint32_t end;
+} flatkv_token_range;
+
+typedef struct flatkv_prune_result {
+  uint64_t view_session;   /* the session the view is stored under (flatkv_store_drop_session frees it) */
+  uint32_t logical_blocks; /* blocks of the chain the view covers (n_keys) */
+  uint32_t kept_tokens;    /* tokens whose KV the view holds */
+  uint32_t view_blocks;    /* ceil(kept_tokens / block_tokens) */
+  uint32_t stored_blocks;  /* view blocks this call wrote (0: the view existed) */
+} flatkv_prune_result;
+
+/* Stores the pruned view of the chain `keys` (every block must be stored:
+ * NOT_FOUND says how many are, unless the view exists already: then
+ * nothing is written and stored_blocks is 0). The chain's own blocks stay
+ * until their session is dropped. *result may be NULL; it is zeroed on
+ * failure. Against a daemon it needs protocol version 6; the view is built
+ * there. */
+flatkv_status* flatkv_store_prune(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys,
+                                  const flatkv_token_range* ranges, uint64_t n_ranges, flatkv_prune_result* result);
+/* The keys of the view of a chain of `logical_blocks` blocks whose last key
+ * is `last_key`, without `ranges`: ceil(kept / block_tokens) of them.
+ * INVALID_ARGUMENT for a bad prune set or when keys_capacity is too small.
+ * Look them up and restore them like any keys (flatkv_store_match,
+ * flatkv_store_restore); a whole view matches all of them. */
+flatkv_status* flatkv_prune_view_keys(flatkv_key last_key, uint32_t logical_blocks, const flatkv_token_range* ranges,
+                                      uint64_t n_ranges, uint32_t block_tokens, flatkv_key* keys,
+                                      uint64_t keys_capacity, uint64_t* n_keys);
+
 /* Bytes of one token's slice of one layer (2 * kv_heads * head_dim or
  * latent_dim + rope_dim elements); 0 for NULL. A chunk of n tokens takes
  * layers * n * this many bytes in chunk rows. */

@@ -28,6 +28,7 @@
 #include "flatkv/keys.h"
 #include "flatkv/options.h"
 #include "flatkv/placement.h"
+#include "flatkv/prune.h"
 #include "flatkv/stats.h"
 #include "flatkv/status.h"
 
@@ -193,6 +194,26 @@ class Store {
   // (StoreStats::retain_refused_blocks counts the rest). Eviction that
   // finds only retained extents fails as it would with every extent in use.
   virtual Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) = 0;
+
+  // Prefix-cache pruning (flatkv/prune.h): stores a pruned view of the
+  // blocks of `chain` (all of which must be stored: NotFound names how many
+  // are) without the token positions in `ranges` (sorted, disjoint, within
+  // chain.size() x block_tokens; ValidatePruneSet). The view is a session of
+  // its own (PruneResult::view_session) under PruneViewKeys(chain.back(),
+  // ...): its blocks hold the kept tokens' KV rows in order (the slice
+  // layout of flatkv/codec.h), the last block zero-padded. The chain's own
+  // blocks are untouched (DropSession of their session frees them). When
+  // the view is wholly stored already nothing is read or written
+  // (stored_blocks 0), even if the chain is gone. `options` as for a Put
+  // (hint, codec, tenant). The base implementation restores the chain and
+  // puts the view through this interface; a daemon's RemoteStore runs it in
+  // the daemon.
+  virtual Result<PruneResult> Prune(std::span<const BlockKey> chain, std::span<const TokenRange> ranges,
+                                    const PutOptions& options = {});
+  // The leading blocks of the view of (chain, ranges) stored (no I/O); the
+  // view is whole when this is ceil(kept tokens / block_tokens). 0 for an
+  // invalid prune set.
+  uint32_t MatchPruned(std::span<const BlockKey> chain, std::span<const TokenRange> ranges) const;
 
   // Writes a compact manifest and closes files. Further calls fail.
   virtual Status Close() = 0;

@@ -74,6 +74,15 @@ def test_client_round_trip_tenants_and_warm_restart(daemon):
     with pytest.raises(flatkv.Error) as e:
         other.truncate_session(11, 0)
     assert e.value.code == "NotFound"
+    # prune through the daemon (protocol 6): the view is built there, in this tenant's namespace.
+    hist = ns.keys(np.arange(3000, 3000 + 4 * 16), 16)
+    store.put(12, hist, payload(4, store.block_bytes, seed=8))
+    r = store.prune(hist, [(5, 40)])
+    assert r["view_blocks"] == 2 and r["kept_tokens"] == 29
+    view = flatkv.prune_view_keys(hist[-1], 4, [(5, 40)], 16)
+    assert store.match(view) == 2 and other.match(view) == 0
+    store.drop_session(r["view_session"])
+    assert store.match(view) == 0
     for s in (store, shm, other):
         s.close()
 

@@ -193,3 +193,47 @@ def test_truncate_session_and_retain(tmp_path, ns):
         s.truncate_session(99, 0)
     assert e.value.code == "NotFound"
     s.close()
+
+
+def pruned_view(data, layers, layer_bytes, bt, ranges):
+    """The kept tokens' K and V rows of `data` (blocks x block bytes), packed in order, zero padded."""
+    blocks = data.shape[0]
+    row = layer_bytes // (2 * bt)
+    gone = set()
+    for b, e in ranges:
+        gone.update(range(b, e))
+    kept = [p for p in range(blocks * bt) if p not in gone]
+    out = np.zeros(((len(kept) + bt - 1) // bt, data.shape[1]), dtype=np.uint8)
+    for j, p in enumerate(kept):
+        for l in range(layers):
+            src, dst = data[p // bt, l * layer_bytes:], out[j // bt, l * layer_bytes:]
+            dst[(j % bt) * row:(j % bt + 1) * row] = src[(p % bt) * row:(p % bt + 1) * row]
+            dst[(bt + j % bt) * row:(bt + j % bt + 1) * row] = src[(bt + p % bt) * row:(bt + p % bt + 1) * row]
+    return out
+
+
+def test_prune(store, ns):
+    keys = ns.keys(np.arange(5 * BLOCK_TOKENS), BLOCK_TOKENS)
+    data = payload(5, store.block_bytes, seed=4)
+    store.put(6, keys, data)
+    ranges = [(2, 10), (30, 60)]
+    r = store.prune(keys, ranges)
+    assert r["kept_tokens"] == 80 - 38 and r["view_blocks"] == 3 and r["stored_blocks"] == 3
+    view = flatkv.prune_view_keys(keys[-1], len(keys), ranges, BLOCK_TOKENS)
+    assert view.shape == (3, 2) and store.match(view) == 3
+    assert r["view_session"] == flatkv.chunk_session(view[0])
+    store.drop_session(6)  # the unpruned blocks go, the view stays
+    assert store.match(keys) == 0
+    out = np.zeros((3, store.block_bytes), dtype=np.uint8)
+    assert store.restore(view, out) == 3
+    assert np.array_equal(out, pruned_view(data, store.layers, store.block_layer_bytes, BLOCK_TOKENS, ranges))
+    assert store.match(flatkv.prune_view_keys(keys[-1], len(keys), [(2, 10)], BLOCK_TOKENS)) == 0
+    with pytest.raises(flatkv.Error, match="overlaps or precedes") as e:
+        store.prune(keys, [(30, 60), (2, 10)])
+    assert e.value.code == "InvalidArgument"
+    assert store.prune(keys, ranges)["stored_blocks"] == 0  # the view exists: nothing to write
+    with pytest.raises(flatkv.Error, match="0 of the chain's 5 blocks") as e:
+        store.prune(keys, [(0, 3)])  # another view needs the chain, which is gone
+    assert e.value.code == "NotFound"
+    with pytest.raises(ValueError, match="shape"):
+        store.prune(keys, [1, 2, 3])

@@ -16,6 +16,7 @@
 
 #include "flatkv/flatkv.h"
 #include "flatkv/keys.h"
+#include "flatkv/prune.h"
 #include "flatkv/options.h"
 #include "flatkv/placement.h"
 #include "flatkv/shape.h"
@@ -88,6 +89,8 @@ class Backend {
   // Store::TruncateSession and Store::Retain.
   virtual Result<uint32_t> TruncateSession(uint64_t session, uint32_t keep_blocks) = 0;
   virtual Result<uint32_t> Retain(std::span<const BlockKey> keys, std::chrono::milliseconds ttl) = 0;
+  // Store::Prune (a daemon builds the view itself, protocol 6).
+  virtual Result<PruneResult> Prune(std::span<const BlockKey> keys, std::span<const TokenRange> ranges, PutHint hint) = 0;
   virtual Result<StoreStats> Stats() = 0;
   virtual Result<std::string> StatsJson() = 0;
   // The store's options (StoreOptionsToJson; a daemon's, from its stats).

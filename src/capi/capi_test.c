@@ -557,6 +557,92 @@ static flatkv_store* connect_to(const char* address, const char* token, uint64_t
 /* Starts `flatkv serve` on a Unix socket, uses it through the C API, stops
  * it with SIGTERM. Skipped (with a note) when no binary is given; a failure
  * when the one given is missing or has no `serve --config`. */
+/* The view of `blocks` blocks of `data` (block-major, `layers` slices of
+ * `layer_bytes`, `bt` tokens, K rows then V rows) without [b0, e0) and
+ * [b1, e1): the kept rows packed in order, zero padded. Returns its blocks. */
+static uint32_t expected_view(const uint8_t* data, uint32_t blocks, uint32_t layers, uint64_t layer_bytes, uint32_t bt,
+                              uint32_t b0, uint32_t e0, uint32_t b1, uint32_t e1, uint8_t* out) {
+  const uint64_t row = layer_bytes / (2 * bt), block_bytes = layers * layer_bytes;
+  uint32_t j = 0;
+  memset(out, 0, (uint64_t)blocks * block_bytes);
+  for (uint32_t p = 0; p < blocks * bt; ++p) {
+    if ((p >= b0 && p < e0) || (p >= b1 && p < e1)) continue;
+    for (uint32_t l = 0; l < layers; ++l) {
+      const uint8_t* src = data + (uint64_t)(p / bt) * block_bytes + l * layer_bytes;
+      uint8_t* dst = out + (uint64_t)(j / bt) * block_bytes + l * layer_bytes;
+      memcpy(dst + (j % bt) * row, src + (p % bt) * row, row);
+      memcpy(dst + (bt + j % bt) * row, src + (bt + p % bt) * row, row);
+    }
+    ++j;
+  }
+  return (j + bt - 1) / bt;
+}
+
+/* Prefix-cache pruning: the view holds the kept rows, only its prune set
+ * finds it, and it outlives the unpruned session. */
+static void test_prune(void) {
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/prune-ssd", temp_root);
+  flatkv_options* o = small_options(dir, 1u << 20);
+  flatkv_store* s = NULL;
+  OK(flatkv_store_open(o, &s));
+  flatkv_options_destroy(o);
+  if (s == NULL) return;
+  flatkv_namespace* ns = NULL;
+  OK(flatkv_namespace_create(FLATKV_HASH_XXH3, FLATKV_DEFAULT_HASH_SEED, "capi-prune", NULL, NULL, &ns));
+  enum { N = 5 };
+  flatkv_key keys[N];
+  prompt_keys(ns, 7, N, keys);
+  uint8_t* data = malloc((uint64_t)N * kBlockBytes);
+  uint8_t* want = malloc((uint64_t)N * kBlockBytes);
+  uint8_t* out = malloc((uint64_t)N * kBlockBytes);
+  fill_payload(data, N, kBlockBytes, 5);
+  OK(flatkv_store_put(s, 3, keys, N, data, (uint64_t)N * kBlockBytes, 0));
+  const flatkv_token_range ranges[2] = {{4, 9}, {20, 50}}; /* 35 of 80 tokens go */
+  flatkv_prune_result r;
+  OK(flatkv_store_prune(s, keys, N, ranges, 2, &r));
+  CHECK(r.logical_blocks == N && r.kept_tokens == 45 && r.view_blocks == 3 && r.stored_blocks == 3);
+  flatkv_key view[N];
+  uint64_t nv = 0;
+  OK(flatkv_prune_view_keys(keys[N - 1], N, ranges, 2, kBlockTokens, view, N, &nv));
+  CHECK(nv == 3);
+  CHECK(flatkv_chunk_session(view[0]) == r.view_session); /* the same formula: the first key's low word, top bit set */
+  OK(flatkv_store_drop_session(s, 3)); /* the unpruned blocks go; the view stays */
+  uint32_t got = 9;
+  OK(flatkv_store_match(s, keys, N, &got));
+  CHECK(got == 0);
+  OK(flatkv_store_restore(s, view, nv, out, nv * kBlockBytes, FLATKV_LAYOUT_BLOCK_MAJOR, &got));
+  CHECK(got == 3);
+  CHECK(expected_view(data, N, kLayers, kLayerBytes, kBlockTokens, 4, 9, 20, 50, want) == 3);
+  CHECK(memcmp(out, want, 3 * (uint64_t)kBlockBytes) == 0);
+  /* Another prune set names other keys; bad sets are refused. */
+  const flatkv_token_range other[1] = {{4, 9}};
+  flatkv_key other_keys[N];
+  OK(flatkv_prune_view_keys(keys[N - 1], N, other, 1, kBlockTokens, other_keys, N, &nv));
+  OK(flatkv_store_match(s, other_keys, nv, &got));
+  CHECK(got == 0);
+  const flatkv_token_range bad[2] = {{20, 50}, {4, 9}};
+  ERR(flatkv_prune_view_keys(keys[N - 1], N, bad, 2, kBlockTokens, other_keys, N, &nv), FLATKV_INVALID_ARGUMENT,
+      "range 1 [4, 9) overlaps or precedes");
+  ERR(flatkv_prune_view_keys(keys[N - 1], N, ranges, 2, kBlockTokens, other_keys, 2, &nv), FLATKV_INVALID_ARGUMENT,
+      "keys_capacity 2");
+  /* The view exists: pruning again writes nothing. Another set needs the dropped chain. */
+  flatkv_prune_result again;
+  OK(flatkv_store_prune(s, keys, N, ranges, 2, &again));
+  CHECK(again.view_session == r.view_session && again.stored_blocks == 0);
+  flatkv_prune_result failed;
+  ERR(flatkv_store_prune(s, keys, N, other, 1, &failed), FLATKV_NOT_FOUND, "0 of the chain's 5 blocks are stored");
+  CHECK(failed.view_session == 0 && failed.view_blocks == 0); /* cleared on failure */
+  ERR(flatkv_store_prune(s, keys, N, NULL, 2, &failed), FLATKV_INVALID_ARGUMENT, "ranges is NULL");
+  ERR(flatkv_store_prune(NULL, keys, N, ranges, 2, &failed), FLATKV_INVALID_ARGUMENT, "store is NULL");
+  OK(flatkv_store_drop_session(s, r.view_session));
+  flatkv_store_destroy(s);
+  flatkv_namespace_destroy(ns);
+  free(data);
+  free(want);
+  free(out);
+}
+
 static void test_daemon(const char* binary) {
   if (binary == NULL) {
     printf("capi_test: daemon tests skipped (no flatkv binary given)\n");
@@ -661,6 +747,30 @@ static void test_daemon(const char* binary) {
     CHECK(connect_to(address, "not-the-token-of-anyone", 0, &err) == NULL);
     CHECK(flatkv_status_code(err) == FLATKV_PERMISSION_DENIED);
     flatkv_status_destroy(err);
+    /* A pruned view built in the daemon (protocol 6), in tenant a's namespace only. */
+    flatkv_prune_result pr;
+    const flatkv_token_range ranges[2] = {{0, 3}, {17, 40}};
+    OK(flatkv_store_prune(a, keys, 4, ranges, 2, &pr));
+    CHECK(pr.kept_tokens == 38 && pr.view_blocks == 3 && pr.stored_blocks == 3);
+    flatkv_key view[4];
+    OK(flatkv_prune_view_keys(keys[3], 4, ranges, 2, 16, view, 4, &n));
+    CHECK(n == 3);
+    uint8_t* want = malloc(4 * bb);
+    CHECK(expected_view(data, 4, 5, bb / 5, 16, 0, 3, 17, 40, want) == 3);
+    memset(out, 0, 4 * bb);
+    OK(flatkv_store_restore(a, view, 3, out, 3 * bb, FLATKV_LAYOUT_BLOCK_MAJOR, &got));
+    CHECK(got == 3 && memcmp(out, want, 3 * bb) == 0);
+    free(want);
+    flatkv_store* b2 = connect_to(address, kTokenB, 0, &err);
+    OK(err);
+    OK(flatkv_store_match(b2, view, 3, &got));
+    CHECK(got == 0);
+    flatkv_prune_result none;
+    ERR(flatkv_store_prune(b2, keys, 4, ranges, 2, &none), FLATKV_NOT_FOUND, "0 of the chain's 4 blocks");
+    flatkv_store_destroy(b2);
+    OK(flatkv_store_drop_session(a, pr.view_session));
+    OK(flatkv_store_match(a, view, 3, &got));
+    CHECK(got == 0);
     OK(flatkv_store_drop_session(a, 1)); /* through the daemon (protocol 2) */
     OK(flatkv_store_match(a, keys, 4, &got));
     CHECK(got == 0);
@@ -691,6 +801,7 @@ int main(int argc, char** argv) {
   test_embedded();
   test_options_take_effect();
   test_restart_warm();
+  test_prune();
   test_daemon(argc > 1 ? argv[1] : NULL);
   nftw(temp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (failures) {

@@ -70,6 +70,11 @@ class EmbeddedBackend : public Backend {
   Result<uint32_t> Retain(std::span<const BlockKey> keys, std::chrono::milliseconds ttl) override {
     return store_->Retain(keys, ttl);
   }
+  Result<PruneResult> Prune(std::span<const BlockKey> keys, std::span<const TokenRange> ranges, PutHint hint) override {
+    PutOptions po;
+    po.hint = hint;
+    return store_->Prune(keys, ranges, po);
+  }
   Result<StoreStats> Stats() override { return store_->Stats(); }
   Result<std::string> StatsJson() override { return store_->Stats().ToJson(); }
   Result<std::string> OptionsJson() override { return StoreOptionsToJson(store_->options()); }

@@ -268,6 +268,9 @@ class RemoteBackend : public Backend {
   Result<uint32_t> Retain(std::span<const BlockKey> keys, std::chrono::milliseconds ttl) override {
     return With<uint32_t>([&](Connection& c) { return c.client->Retain(keys, ttl); });
   }
+  Result<PruneResult> Prune(std::span<const BlockKey> keys, std::span<const TokenRange> ranges, PutHint hint) override {
+    return With<PruneResult>([&](Connection& c) { return c.client->Prune(keys, ranges, hint); });
+  }
   Status DropSession(uint64_t session) override {
     return With<bool>([&](Connection& c) -> Result<bool> {
              FLATKV_RETURN_IF_ERROR(c.client->DropSession(session));

@@ -28,6 +28,7 @@
 #include "attention/compact.h"
 #include "flatkv/codec.h"
 #include "flatkv/keys.h"
+#include "flatkv/prune.h"
 #include "flatkv/store.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -65,6 +66,31 @@ struct Timing {
   double put_ms = 0;          // writing new blocks to the store (after the response)
 };
 
+// A request's prune set (flatkv/prune.h): the view of the prompt's first
+// `logical_blocks` blocks without the token positions in `ranges`.
+struct PruneSpec {
+  uint32_t logical_blocks = 0;
+  std::vector<TokenRange> ranges;
+};
+
+// What one incremental compaction (ExtendCompacted) or one compaction from
+// scratch cost, counted as query-key score evaluations (one q.k dot product
+// of head_dim terms each), summed over layers and query heads.
+struct CompactionWork {
+  uint64_t score_evals = 0;    // the eviction method's scoring (its observation window against the candidates)
+  uint64_t prefill_evals = 0;  // the attention of the tokens prefilled for it
+  uint32_t candidates = 0;     // tokens per head the eviction method chose among (the last layer's)
+  double prefill_ms = 0;       // wall time of that prefill
+  double score_ms = 0;         // wall time of the scoring, allocation and gathering after it
+};
+
+// Next-token log-likelihood of a continuation (ScoreCompacted).
+struct ContinuationNll {
+  double nll_sum = 0;  // sum of -log p(next[i+1] | context, next[0..i])
+  uint32_t count = 0;  // next.size() - 1
+  double Perplexity() const;
+};
+
 struct GenerateResult {
   std::vector<int> tokens;                // sampled tokens (the end-of-generation token included when hit)
   std::vector<std::vector<float>> logits; // per sampled token, when keep_logits
@@ -73,6 +99,7 @@ struct GenerateResult {
   uint32_t restored_tokens_ssd = 0;
   uint32_t restored_tokens_remote = 0;    // from the remote tier (StoreOptions::remote)
   uint32_t computed_prompt_tokens = 0;    // prompt tokens run through the model
+  uint32_t restored_pruned_tokens = 0;    // GeneratePruned: the kept tokens its pruned view restored
   uint32_t stored_blocks = 0;             // new blocks written to the store
   Timing timing;
 };
@@ -149,6 +176,53 @@ class Engine {
                       const std::string& tag);
   Result<attention::CompactedKv> RestoreCompacted(std::span<const int> prompt, const std::string& tag);
 
+  // Chain Cache (engine_chain.cc, docs/attention.md "Chain Cache"):
+  // continues compacted KV `prev` (request n's) with request n+1's new turn
+  // `turn` (positions prev.prefix_len..) and re-runs the eviction method over
+  // the kept entries plus the turn's tokens only, never the whole history:
+  // the turn is prefilled attending to prev's kept entries, its last
+  // `o.window` queries score the candidates, and each head keeps
+  // `keep_per_head` of them (uniform). `work` (optional) counts what it cost.
+  Result<attention::CompactedKv> ExtendCompacted(const attention::CompactedKv& prev, std::span<const int> turn,
+                                                 const attention::CompactOptions& o, uint32_t keep_per_head,
+                                                 CompactionWork* work = nullptr);
+  // The same compaction over the whole `prompt` (the "recompress every
+  // turn" baseline): each head keeps keep_per_head. The dense KV of
+  // prompt[0, cached) must be in this engine's cache already (the previous
+  // call's prompt, as a full-reuse restore would give it; 0: prefill from
+  // scratch); the rest is prefilled densely and the eviction method scores
+  // the whole prompt. A scorer using every query (H2O) needs cached = 0.
+  Result<attention::CompactedKv> CompactKeeping(std::span<const int> prompt, const attention::CompactOptions& o,
+                                                uint32_t keep_per_head, CompactionWork* work = nullptr,
+                                                uint32_t cached = 0);
+  // Every position of `prompt` kept (dense KV as a CompactedKv: decoding
+  // from it is bit-identical to dense); prefills `prompt` from scratch.
+  Result<attention::CompactedKv> Uncompacted(std::span<const int> prompt);
+  // Positions 0..n-1 of this engine's cache as they are (after a Generate of
+  // an n-token prompt: its dense KV), every one kept.
+  Result<attention::CompactedKv> CachedAsCompacted(uint32_t n) const;
+  // The log-likelihood of `next` (>= 2 tokens) continuing `ckv`: next is
+  // prefilled at positions ckv.prefix_len.. and each of next[score_from..]
+  // (score_from >= 1) is scored by the logits before it. Stores nothing.
+  Result<ContinuationNll> ScoreCompacted(const attention::CompactedKv& ckv, std::span<const int> next,
+                                         uint32_t score_from = 1);
+
+  // Prefix-cache pruning (engine_chain.cc): stores the pruned view of the
+  // stored blocks of `history`'s first prune.logical_blocks blocks (all
+  // must be stored; Store::Prune), with this namespace's codec.
+  Result<PruneResult> PruneHistory(std::span<const int> history, const PruneSpec& prune);
+  // Restores the pruned view of `prompt`'s first prune.logical_blocks blocks
+  // as compacted KV: every head keeps the kept tokens' rows at their
+  // original positions, prefix_len = logical_blocks x block_tokens. NotFound
+  // when the view is not wholly stored.
+  Result<attention::CompactedKv> RestorePruned(std::span<const int> prompt, const PruneSpec& prune);
+  // A request naming a prune set: continues the restored view with the rest
+  // of `prompt` and decodes (GenerateCompacted). Without the view it runs
+  // the request dense (Generate), so it never fails for a missing view;
+  // restored_pruned_tokens counts the view's kept tokens when it was used.
+  Result<GenerateResult> GeneratePruned(SessionId session, std::span<const int> prompt, const PruneSpec& prune,
+                                        const GenerateOptions& options);
+
   // Runs a segmented prompt to its first token's logits (no decode); see
   // BlendPrompt and BlendOptions. Chunks are stored under their chunk keys
   // (KeyHasher::ChunkKeys) in a session of their own, keys before RoPE.
@@ -172,6 +246,11 @@ class Engine {
   void PrefillChunk(std::span<const int> tokens, uint32_t pos0, std::vector<float>& x);
   std::vector<BlockKey> CompactedKeys(std::span<const int> prompt, const std::string& tag, uint32_t blocks) const;
   Status CheckTokens(std::span<const int> tokens, const char* what) const;
+  // Prefills `tokens` at pos0.. and, when `queries` is given, records their
+  // queries ([layer][h][t][d], t < tokens.size()) into it.
+  void PrefillRecording(std::span<const int> tokens, uint32_t pos0, std::vector<float>& x, std::vector<float>* queries);
+  // The chain keys of `tokens`' first `blocks` full blocks.
+  std::vector<BlockKey> PrefixKeys(std::span<const int> tokens, uint32_t blocks) const;
   // Blend's parts (engine_blend.cc).
   uint32_t RestorePrefix(std::span<const int> prefix, BlendResult& result);
   Status LoadChunk(std::span<const int> chunk, uint32_t pos0, bool store_chunk, BlendResult& result);

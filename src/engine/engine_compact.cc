@@ -5,34 +5,9 @@
 #include <cstring>
 
 #include "engine/engine.h"
+#include "engine/engine_hooks.h"
 
 namespace flatkv::engine {
-namespace {
-
-// Clears the transformer's attention hook when a compacted run ends.
-class HookGuard {
- public:
-  HookGuard(model::Transformer& t, model::Transformer::AttentionHook hook) : t_(t) { t_.set_attention_hook(std::move(hook)); }
-  ~HookGuard() { t_.set_attention_hook(nullptr); }
-  HookGuard(const HookGuard&) = delete;
-  HookGuard& operator=(const HookGuard&) = delete;
-
- private:
-  model::Transformer& t_;
-};
-
-class QuerySinkGuard {
- public:
-  QuerySinkGuard(model::Transformer& t, model::Transformer::QuerySink sink) : t_(t) { t_.set_query_sink(std::move(sink)); }
-  ~QuerySinkGuard() { t_.set_query_sink(nullptr); }
-  QuerySinkGuard(const QuerySinkGuard&) = delete;
-  QuerySinkGuard& operator=(const QuerySinkGuard&) = delete;
-
- private:
-  model::Transformer& t_;
-};
-
-}  // namespace
 
 Status Engine::CheckTokens(std::span<const int> tokens, const char* what) const {
   if (tokens.empty()) return Status::InvalidArgument(std::string(what) + ": no tokens");

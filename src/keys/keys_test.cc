@@ -1,5 +1,7 @@
 #include "flatkv/keys.h"
 
+#include "flatkv/prune.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -113,6 +115,32 @@ TEST(KeysTest, HexRoundTripAndErrors) {
   EXPECT_FALSE(BlockKey::FromHex("abc").ok());
   EXPECT_FALSE(BlockKey::FromHex(std::string(31, '0') + "g").ok());
   EXPECT_FALSE(ParseHashKind("md5").ok());
+}
+
+// Golden values of the pruned-view keys (docs/format_keys.md, "Pruned
+// views"), computed by an independent C program over libxxhash from the
+// byte layout the document gives.
+TEST(KeysTest, PrunedViewKeysAreGolden) {
+  const std::vector<TokenRange> ranges = {{10, 20}, {70, 200}};
+  const BlockKey digest = PruneSetDigest(ranges, 4);
+  EXPECT_EQ(digest, (BlockKey{0xac27af797f6c7a79ull, 0xcf04ff42d16a9a93ull}));
+  const auto keys = PruneViewKeys(BlockKey{0x0123456789abcdefull, 0xfedcba9876543210ull}, 4, ranges, 64);
+  ASSERT_EQ(keys.size(), 2u);  // 116 of 256 tokens kept
+  EXPECT_EQ(keys[0], (BlockKey{0x5e5c8247866ba347ull, 0x09025e644a063d16ull}));
+  EXPECT_EQ(keys[1], (BlockKey{0xc2ab5a95d32733abull, 0x3162531219f2bf60ull}));
+  EXPECT_EQ(PruneViewSession(keys[0]), keys[0].lo | (uint64_t{1} << 63));
+  // Any change to the set or the prefix gives unrelated keys.
+  EXPECT_NE(PruneSetDigest(ranges, 5), digest);
+  EXPECT_NE(PruneSetDigest(std::vector<TokenRange>{{10, 20}, {70, 201}}, 4), digest);
+  EXPECT_NE(PruneViewKeys(BlockKey{1, 2}, 4, ranges, 64)[0], keys[0]);
+  EXPECT_EQ(PruneKeptTokens(ranges, 256), 116u);
+  const auto kept = PruneKeptPositions(ranges, 256);
+  ASSERT_EQ(kept.size(), 116u);
+  EXPECT_EQ(kept[9], 9u);
+  EXPECT_EQ(kept[10], 20u);
+  EXPECT_EQ(kept[59], 69u);
+  EXPECT_EQ(kept[60], 200u);
+  EXPECT_EQ(kept.back(), 255u);
 }
 
 }  // namespace

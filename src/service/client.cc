@@ -233,6 +233,18 @@ class ClientImpl final : public Client {
     return wire::DecodeU32(reply);
   }
 
+  Result<PruneResult> Prune(std::span<const BlockKey> chain, std::span<const TokenRange> ranges, PutHint hint) override {
+    MutexLock lock(&mu_);
+    FLATKV_RETURN_IF_ERROR(NeedProtocol(6, "prune"));
+    wire::Prune m;
+    m.deadline_ms = DeadlineMs();
+    m.hint = static_cast<uint8_t>(hint);
+    m.ranges.assign(ranges.begin(), ranges.end());
+    m.keys.assign(chain.begin(), chain.end());
+    FLATKV_ASSIGN_OR_RETURN(auto reply, Call(wire::EncodePrune(NextId(), m), wire::Type::kPruneOk, Deadline()));
+    return wire::DecodePruneOk(reply);
+  }
+
   Status Health() override {
     MutexLock lock(&mu_);
     return Call(wire::EncodeEmpty(wire::Type::kPing, NextId()), wire::Type::kPong, Deadline()).status();

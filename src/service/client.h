@@ -145,6 +145,11 @@ class Client {
   // retained by what the tenant's pin budget leaves.
   virtual Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) = 0;
   virtual Result<uint32_t> TruncateSession(SessionId session, uint32_t keep_blocks) = 0;
+  // Store::Prune in the daemon (protocol 6): the view is built there, put
+  // in this tenant's session PruneResult::view_session (charged to its
+  // quota); a lookup or restore of PruneViewKeys finds it.
+  virtual Result<PruneResult> Prune(std::span<const BlockKey> chain, std::span<const TokenRange> ranges,
+                                    PutHint hint = PutHint::kAuto) = 0;
   // The daemon's /stats JSON (store and this server's counters).
   virtual Result<std::string> StatsJson() = 0;
   // A round trip: OK when the daemon answers and its store is open.

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "service/metrics.h"
 #include "service/server.h"
+#include "store/prune_view.h"
 
 namespace flatkv::service {
 namespace {
@@ -114,7 +115,7 @@ Connection::Next Connection::OnReadable() {
         return Next::kClose;
       }
     } else {
-      if (h.type == wire::Type::kPut || h.type == wire::Type::kRestore) return Next::kWorker;
+      if (h.type == wire::Type::kPut || h.type == wire::Type::kRestore || h.type == wire::Type::kPrune) return Next::kWorker;
       if (!ServeRequest()) return Next::kClose;
     }
     if (!pending_.empty()) return Next::kWorker;
@@ -264,6 +265,12 @@ Status Connection::Dispatch(const wire::Header& h, std::span<const std::byte> pa
       auto m = wire::DecodeTruncateSession(payload);
       return m.ok() ? TruncateSession(id, *m) : bad(m.status());
     }
+    case wire::Type::kPrune: {
+      if (protocol_ < 6)
+        return bad(Status::NotSupported("prune needs protocol version 6; this connection negotiated " + std::to_string(protocol_)));
+      auto m = wire::DecodePrune(payload);
+      return m.ok() ? Prune(id, *m, arrival) : bad(m.status());
+    }
     default:
       // Reply types.
       return bad(wire::ValidateRequest(h.type, payload).ok()
@@ -282,6 +289,47 @@ Status Connection::DropSession(uint32_t id, uint64_t session) {
   }
   server_->tenants_->Release(*tenant_, *salted);
   return Reply(wire::EncodeEmpty(wire::Type::kDropSessionOk, id));
+}
+
+Status Connection::Prune(uint32_t id, const wire::Prune& m, Clock::time_point arrival) {
+  Store& store = *server_->store_;
+  if (m.keys.empty()) return Error(id, Status::InvalidArgument("prune: empty chain"));
+  if (Clock::now() > DeadlineOf(m.deadline_ms, arrival)) {
+    server_->metrics_.deadline_exceeded.fetch_add(1, std::memory_order_relaxed);
+    return Error(id, Status::Aborted("prune: deadline of " + std::to_string(m.deadline_ms) + " ms exceeded before it started"));
+  }
+  const uint32_t bt = store.options().block_tokens, n = static_cast<uint32_t>(m.keys.size());
+  if (Status st = ValidatePruneSet(m.ranges, n * bt); !st.ok()) return Error(id, st);
+  // The view's keys and session as the client computes them (from its own,
+  // unsalted chain), salted like every key and session of the tenant: a
+  // lookup of PruneViewKeys finds the view, a drop_session of its
+  // view_session drops it.
+  const std::vector<BlockKey> view = PruneViewKeys(m.keys.back(), n, m.ranges, bt);
+  const uint64_t client_session = PruneViewSession(view[0]);
+  if (Status st = salter_->SaltKeys(m.keys, &salted_); !st.ok()) return Error(id, st);
+  const std::vector<BlockKey> chain = salted_;
+  if (Status st = salter_->SaltKeys(view, &salted_); !st.ok()) return Error(id, st);
+  // Nothing is charged (or evicted for the charge) for a chain not wholly
+  // stored, unless the view exists already (PruneInto then writes nothing).
+  if (const uint32_t stored = store.Match(chain); stored < n && store.Match(salted_) < view.size())
+    return Error(id, Status::NotFound("prune: " + std::to_string(stored) + " of the chain's " + std::to_string(n) +
+                                      " blocks are stored"));
+  auto session = salter_->SaltSession(client_session);
+  if (!session.ok()) return Error(id, session.status());
+  const uint64_t bb = store.BlockBytes();
+  const uint64_t fresh = (view.size() - store.Match(salted_)) * bb;
+  Status st = server_->tenants_->Charge(*tenant_, *session, fresh, [&](uint64_t victim) { return store.DropSession(victim); });
+  if (!st.ok()) return Error(id, st.WithContext("prune"));
+  PutOptions po;
+  po.hint = static_cast<PutHint>(m.hint);
+  po.tenant = tenant_->index + 1;
+  auto r = PruneInto(store, chain, m.ranges, salted_, *session, po);
+  if (!r.ok()) {
+    server_->tenants_->Refund(*tenant_, *session, fresh);
+    return Error(id, r.status());
+  }
+  r->view_session = client_session;
+  return Reply(wire::EncodePruneOk(id, *r));
 }
 
 Status Connection::Prefetch(uint32_t id, const wire::Lookup& m) {

@@ -79,6 +79,9 @@ class Connection {
   // bounded by the tenant's pin budget), and drop a session's tail.
   Status Retain(uint32_t id, const wire::Retain& m);
   Status TruncateSession(uint32_t id, const wire::TruncateSession& m);
+  // Protocol 6: a pruned view of the tenant's chain (Store::Prune), put in
+  // the tenant's salted view session and charged to its quota.
+  Status Prune(uint32_t id, const wire::Prune& m, Clock::time_point arrival);
   Status Restore(uint32_t id, const wire::Restore& m, Clock::time_point arrival);
   Status RegisterShm(uint32_t id, const wire::RegisterShm& m);
   // Sends a reply frame: on a worker, a blocking write until `deadline`; on

@@ -87,6 +87,11 @@ Result<uint32_t> RemoteStore::TruncateSession(SessionId session, uint32_t keep_b
 Result<uint32_t> RemoteStore::Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) {
   return client_->Retain(chain, ttl);
 }
+Result<PruneResult> RemoteStore::Prune(std::span<const BlockKey> chain, std::span<const TokenRange> ranges,
+                                       const PutOptions& options) {
+  return client_->Prune(chain, ranges, options.hint);
+}
+
 Result<uint32_t> RemoteStore::Prefetch(std::span<const BlockKey> chain) { return client_->Prefetch(chain); }
 
 Status RemoteStore::Close() {

@@ -35,6 +35,9 @@ class RemoteStore final : public Store {
   Result<uint32_t> Prefetch(std::span<const BlockKey> chain) override;
   Result<uint32_t> TruncateSession(SessionId session, uint32_t keep_blocks) override;
   Result<uint32_t> Retain(std::span<const BlockKey> chain, std::chrono::milliseconds ttl) override;
+  // Built in the daemon (protocol 6), its bytes never cross the socket.
+  Result<PruneResult> Prune(std::span<const BlockKey> chain, std::span<const TokenRange> ranges,
+                            const PutOptions& options = {}) override;
   Status Close() override;
   StoreStats Stats() const override;
   const StoreOptions& options() const override { return options_; }

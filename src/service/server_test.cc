@@ -372,7 +372,7 @@ TEST(ServerTest, DropSessionOverTheWire) {
   auto b = ConnectOrNull(server->tcp_address(), kTokenB);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(a->info().protocol_version, 5u);
+  EXPECT_EQ(a->info().protocol_version, 6u);
   const uint64_t bb = a->info().block_bytes;
   auto shared = ChainKeys(11, 2), own = ChainKeys(12, 2);
   ASSERT_TRUE(a->Put(1, shared, Blocks(bb, 2, 11)).ok());
@@ -390,6 +390,59 @@ TEST(ServerTest, DropSessionOverTheWire) {
   const Status again = a->DropSession(1);
   EXPECT_EQ(again.code(), Code::kNotFound) << again.ToString();
   EXPECT_NE(again.message().find("session 1 has no blocks"), std::string::npos) << again.ToString();
+}
+
+// prune (protocol 6): the daemon builds the tenant's view; its keys are
+// what the client derives from its own chain, its blocks are charged to the
+// tenant, another tenant reaches neither the chain nor the view.
+TEST(ServerTest, PruneOverTheWire) {
+  TempDir dir;
+  ServerConfig config = SmallServerConfig(dir.path());
+  config.tenants = {{"a", kTokenA, "", 1 << 30}, {"b", kTokenB, "", 0}};
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  auto a = ConnectOrNull(server->tcp_address(), kTokenA);
+  auto b = ConnectOrNull(server->tcp_address(), kTokenB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const uint64_t bb = a->info().block_bytes;
+  const uint32_t bt = a->info().block_tokens;
+  auto chain = ChainKeys(21, 4);
+  const std::vector<std::byte> data = Blocks(bb, 4, 21);
+  ASSERT_TRUE(a->Put(1, chain, data).ok());
+  const uint64_t used = server->tenants().UsedBytes(server->tenants().tenants()[0]);
+  const std::vector<TokenRange> ranges = {{1, bt + 5}, {2 * bt, 3 * bt}};
+  auto r = a->Prune(chain, ranges);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kept_tokens, 4 * bt - (bt + 4) - bt);
+  EXPECT_EQ(r->view_blocks, 2u);
+  EXPECT_EQ(r->stored_blocks, 2u);
+  const auto view = PruneViewKeys(chain.back(), 4, ranges, bt);
+  EXPECT_EQ(r->view_session, PruneViewSession(view[0]));
+  EXPECT_EQ(*a->Lookup(view), 2u);
+  EXPECT_EQ(*b->Lookup(view), 0u);
+  EXPECT_EQ(server->tenants().UsedBytes(server->tenants().tenants()[0]), used + 2 * bb);
+  // The view's bytes: the kept rows in order (row = a token's K or V of one layer).
+  std::vector<std::byte> out(2 * bb);
+  auto got = a->Restore(view, out);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->valid_blocks, 2u);
+  const uint64_t lb = a->info().block_layer_bytes, row = lb / (2 * bt);
+  const auto kept = PruneKeptPositions(ranges, 4 * bt);
+  for (uint32_t l = 0; l < a->info().shape.layers; ++l)
+    for (size_t j = 0; j < kept.size(); ++j) {
+      const std::byte* src = data.data() + (kept[j] / bt) * bb + l * lb;
+      const std::byte* dst = out.data() + (j / bt) * bb + l * lb;
+      ASSERT_EQ(0, std::memcmp(dst + (j % bt) * row, src + (kept[j] % bt) * row, row)) << "layer " << l << " token " << j;
+      ASSERT_EQ(0, std::memcmp(dst + (bt + j % bt) * row, src + (bt + kept[j] % bt) * row, row));
+    }
+  auto other = b->Prune(chain, ranges);
+  EXPECT_EQ(other.status().code(), Code::kNotFound) << other.status().ToString();
+  auto bad = a->Prune(chain, std::vector<TokenRange>{{5, 5}});
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  ASSERT_TRUE(a->DropSession(r->view_session).ok());
+  EXPECT_EQ(*a->Lookup(view), 0u);
+  EXPECT_EQ(*a->Lookup(chain), 4u);
 }
 
 // Prefetch over the wire: the tenant's SSD-only blocks come into DRAM in
@@ -482,7 +535,7 @@ TEST(ServerTest, APutsChainPositionCrossesTheWireSoTruncationCutsWhereTheEngineS
   ASSERT_NE(server, nullptr);
   auto a = ConnectOrNull(server->tcp_address(), kTokenA);
   ASSERT_NE(a, nullptr);
-  ASSERT_EQ(a->info().protocol_version, 5u);
+  ASSERT_GE(a->info().protocol_version, 5u);  // first_block is protocol 5
   const uint64_t bb = a->info().block_bytes;
   // Session 1: blocks 0..3 of one history, then a rewritten tail put at
   // positions 2..5 (first_block 2). Without the position it would have gone

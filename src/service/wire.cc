@@ -121,6 +121,7 @@ std::string_view TypeName(Type t) {
     case Type::kTruncateSession: return "truncate_session";
     case Type::kDropSession: return "drop_session";
     case Type::kPrefetch: return "prefetch";
+    case Type::kPrune: return "prune";
     case Type::kHelloOk: return "hello_ok";
     case Type::kLookupOk: return "lookup_ok";
     case Type::kPutOk: return "put_ok";
@@ -134,14 +135,15 @@ std::string_view TypeName(Type t) {
     case Type::kPrefetchOk: return "prefetch_ok";
     case Type::kRetainOk: return "retain_ok";
     case Type::kTruncateSessionOk: return "truncate_session_ok";
+    case Type::kPruneOk: return "prune_ok";
     case Type::kError: return "error";
   }
   return "unknown";
 }
 
-static bool KnownType(uint8_t t) { return (t >= 1 && t <= 12 && t != 10) || (t >= 64 && t <= 76) || t == 127; }
+static bool KnownType(uint8_t t) { return (t >= 1 && t <= 13 && t != 10) || (t >= 64 && t <= 77) || t == 127; }
 
-bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 12 && KnownType(static_cast<uint8_t>(t)); }
+bool IsRequest(Type t) { return static_cast<uint8_t>(t) >= 1 && static_cast<uint8_t>(t) <= 13 && KnownType(static_cast<uint8_t>(t)); }
 
 Result<Header> ParseHeader(std::span<const std::byte> b, uint64_t max_payload) {
   if (b.size() < kHeaderBytes) {
@@ -251,6 +253,31 @@ std::vector<std::byte> EncodeRetain(uint32_t id, const Retain& m) {
   return w.Finish();
 }
 
+std::vector<std::byte> EncodePrune(uint32_t id, const Prune& m) {
+  Writer w(Type::kPrune, id);
+  w.U32(m.deadline_ms);
+  w.U8(m.hint);
+  w.U8(0);
+  w.U16(0);
+  w.U32(static_cast<uint32_t>(m.ranges.size()));
+  for (const TokenRange& r : m.ranges) {
+    w.U32(r.begin);
+    w.U32(r.end);
+  }
+  w.Keys(m.keys);
+  return w.Finish();
+}
+
+std::vector<std::byte> EncodePruneOk(uint32_t id, const PruneResult& m) {
+  Writer w(Type::kPruneOk, id);
+  w.U64(m.view_session);
+  w.U32(m.logical_blocks);
+  w.U32(m.kept_tokens);
+  w.U32(m.view_blocks);
+  w.U32(m.stored_blocks);
+  return w.Finish();
+}
+
 std::vector<std::byte> EncodeTruncateSession(uint32_t id, const TruncateSession& m) {
   Writer w(Type::kTruncateSession, id);
   w.U64(m.session);
@@ -354,6 +381,35 @@ bool KnownPutHint(uint8_t hint) {
   return false;
 }
 }  // namespace
+
+Result<Prune> DecodePrune(std::span<const std::byte> p) {
+  Reader r(p, "prune");
+  Prune m;
+  uint8_t pad8 = 0;
+  uint16_t pad16 = 0;
+  uint32_t n = 0;
+  if (r.U32(&m.deadline_ms) && r.U8(&m.hint) && r.U8(&pad8) && r.U16(&pad16) && r.U32(&n)) {
+    if (!KnownPutHint(m.hint)) return Status::InvalidArgument("prune: unknown placement hint " + std::to_string(m.hint));
+    if (pad8 != 0 || pad16 != 0) return Status::InvalidArgument("prune: reserved bytes are not 0");
+    if (n > kMaxPruneRanges)
+      return Status::InvalidArgument("prune: " + std::to_string(n) + " ranges exceed the limit of " + std::to_string(kMaxPruneRanges));
+    m.ranges.resize(n);
+    for (uint32_t i = 0; i < n && r.U32(&m.ranges[i].begin) && r.U32(&m.ranges[i].end); ++i) {
+    }
+    (void)r.Keys(&m.keys);
+  }
+  FLATKV_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
+Result<PruneResult> DecodePruneOk(std::span<const std::byte> p) {
+  Reader r(p, "prune_ok");
+  PruneResult m;
+  (void)(r.U64(&m.view_session) && r.U32(&m.logical_blocks) && r.U32(&m.kept_tokens) && r.U32(&m.view_blocks) &&
+         r.U32(&m.stored_blocks));
+  FLATKV_RETURN_IF_ERROR(r.Done());
+  return m;
+}
 
 Result<Put> DecodePut(std::span<const std::byte> p) {
   Reader r(p, "put");
@@ -467,6 +523,7 @@ Status ValidateRequest(Type type, std::span<const std::byte> p) {
     case Type::kPrefetch: return DecodePrefetch(p).status();
     case Type::kRetain: return DecodeRetain(p).status();
     case Type::kTruncateSession: return DecodeTruncateSession(p).status();
+    case Type::kPrune: return DecodePrune(p).status();
     default:
       return Status::InvalidArgument("frame type " + std::string(TypeName(type)) + " is not a request");
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "flatkv/keys.h"
+#include "flatkv/prune.h"
 #include "flatkv/shape.h"
 #include "flatkv/status.h"
 
@@ -24,10 +25,13 @@ namespace flatkv::service::wire {
 inline constexpr uint32_t kMagic = 0x31564B46;  // "FKV1" as little-endian bytes
 inline constexpr uint8_t kVersion = 1;  // the frame format (every frame's header)
 // Protocol versions, negotiated by hello: 1 the first set of requests; 2
-// adds drop_session; 3 adds prefetch; 4 adds retain and truncate_session.
+// adds drop_session; 3 adds prefetch; 4 adds retain and truncate_session;
+// 5 adds a put's first_block; 6 adds prune.
 // A request newer than the connection's version is answered NotSupported
 // naming the version it needs.
-inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 5;
+inline constexpr uint32_t kMinProtocol = 1, kMaxProtocol = 6;
+// The most token ranges one prune may name.
+inline constexpr uint32_t kMaxPruneRanges = 1u << 16;
 inline constexpr size_t kHeaderBytes = 16;
 // The most keys one request may carry, and the longest token or name.
 inline constexpr uint32_t kMaxKeys = 1u << 20;
@@ -49,6 +53,7 @@ enum class Type : uint8_t {
   // 10 is unassigned (an unknown type).
   kDropSession = 11,  // protocol 2
   kPrefetch = 12,     // protocol 3: a Lookup's payload
+  kPrune = 13,        // protocol 6: u32 deadline_ms, u8 hint, u8 0, u16 0, u32 n, n x (u32 begin, u32 end), keys
   // server -> client
   kHelloOk = 64,
   kLookupOk = 65,
@@ -63,6 +68,7 @@ enum class Type : uint8_t {
   kPrefetchOk = 74,     // protocol 3: u32, the leading blocks found
   kRetainOk = 75,       // protocol 4: u32, the leading blocks retained
   kTruncateSessionOk = 76,  // protocol 4: u32, the blocks released
+  kPruneOk = 77,            // protocol 6: a PruneResult
   kError = 127,
 };
 std::string_view TypeName(Type t);
@@ -118,6 +124,12 @@ struct TruncateSession {
   uint64_t session = 0;
   uint32_t keep_blocks = 0;
 };
+struct Prune {  // Store::Prune
+  uint32_t deadline_ms = 0;
+  uint8_t hint = 0;  // PutHint of the view's blocks
+  std::vector<TokenRange> ranges;
+  std::vector<BlockKey> keys;  // the logical chain
+};
 
 // --- replies ---
 struct HelloOk {
@@ -152,6 +164,8 @@ std::vector<std::byte> EncodeRestore(uint32_t id, const Restore& m);
 std::vector<std::byte> EncodeRegisterShm(uint32_t id, const RegisterShm& m);
 std::vector<std::byte> EncodeRetain(uint32_t id, const Retain& m);
 std::vector<std::byte> EncodeTruncateSession(uint32_t id, const TruncateSession& m);
+std::vector<std::byte> EncodePrune(uint32_t id, const Prune& m);
+std::vector<std::byte> EncodePruneOk(uint32_t id, const PruneResult& m);
 std::vector<std::byte> EncodeEmpty(Type type, uint32_t id);  // Stats, Ping, Pong
 std::vector<std::byte> EncodeHelloOk(uint32_t id, const HelloOk& m);
 std::vector<std::byte> EncodeU32(Type type, uint32_t id, uint32_t v);  // LookupOk, PutOk, RestoreBegin, RestoreEnd
@@ -168,6 +182,8 @@ Result<Restore> DecodeRestore(std::span<const std::byte> p);
 Result<RegisterShm> DecodeRegisterShm(std::span<const std::byte> p);
 Result<Retain> DecodeRetain(std::span<const std::byte> p);
 Result<TruncateSession> DecodeTruncateSession(std::span<const std::byte> p);
+Result<Prune> DecodePrune(std::span<const std::byte> p);
+Result<PruneResult> DecodePruneOk(std::span<const std::byte> p);
 Result<HelloOk> DecodeHelloOk(std::span<const std::byte> p);
 Result<uint32_t> DecodeU32(std::span<const std::byte> p);
 Result<uint64_t> DecodeU64(std::span<const std::byte> p);

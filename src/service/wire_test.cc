@@ -166,5 +166,38 @@ TEST(WireTest, MalformedPayloadsAreRejectedWithTheField) {
   EXPECT_EQ(DecodeError(err).status().code(), Code::kInvalidArgument);  // code 0 is not an error
 }
 
+TEST(WireTest, PruneRoundTripsAndRefusesGarbage) {
+  Prune m;
+  m.deadline_ms = 250;
+  m.hint = 2;
+  m.ranges = {{3, 9}, {40, 100}};
+  m.keys = {BlockKey{1, 2}, BlockKey{3, 4}};
+  auto f = EncodePrune(5, m);
+  auto h = ParseHeader(f, kDefaultMaxFrameBytes);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->type, Type::kPrune);
+  EXPECT_TRUE(IsRequest(Type::kPrune));
+  EXPECT_EQ(TypeName(Type::kPrune), "prune");
+  auto back = DecodePrune(Payload(f));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->deadline_ms, 250u);
+  EXPECT_EQ(back->hint, 2u);
+  EXPECT_EQ(back->ranges, m.ranges);
+  EXPECT_EQ(back->keys, m.keys);
+  EXPECT_TRUE(ValidateRequest(Type::kPrune, Payload(f)).ok());
+  auto cut = f;
+  cut.pop_back();
+  EXPECT_EQ(DecodePrune(Payload(cut)).status().code(), Code::kInvalidArgument);
+  m.hint = 9;
+  EXPECT_NE(DecodePrune(Payload(EncodePrune(5, m))).status().message().find("unknown placement hint 9"), std::string::npos);
+  PruneResult r{0x8000000000000007ull, 4, 150, 3, 2};
+  auto ok = DecodePruneOk(Payload(EncodePruneOk(5, r)));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->view_session, r.view_session);
+  EXPECT_EQ(ok->kept_tokens, 150u);
+  EXPECT_EQ(ok->view_blocks, 3u);
+  EXPECT_EQ(ok->stored_blocks, 2u);
+}
+
 }  // namespace
 }  // namespace flatkv::service::wire

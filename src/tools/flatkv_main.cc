@@ -1,4 +1,4 @@
-// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench codecs`,
+// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench chain-cache`, `bench codecs`,
 // `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `bench gpu`, `serve`, `stats`,
 // `generate`, `perplexity`, `dump-kv`, `model tensors|tokenize|score|greedy`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
@@ -6,6 +6,7 @@
 
 #include "bench/bench_attention.h"
 #include "bench/bench_blend.h"
+#include "bench/bench_chain.h"
 #include "bench/bench_codecs.h"
 #include "bench/bench_engine.h"
 #include "bench/bench_gpu.h"
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_engine = AddBenchEngineCommand(*bench, engine_args);
   BenchBlendArgs blend_args;
   CLI::App* bench_blend = AddBenchBlendCommand(*bench, blend_args);
+  BenchChainArgs chain_args;
+  CLI::App* bench_chain = AddBenchChainCommand(*bench, chain_args);
   BenchAttentionArgs attention_args;
   CLI::App* bench_attention = AddBenchAttentionCommand(*bench, attention_args);
   BenchServeArgs serve_bench_args;
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
   if (bench_engine->parsed()) return RunBenchEngine(engine_args);
   if (bench_blend->parsed()) return RunBenchBlend(blend_args);
   if (bench_attention->parsed()) return RunBenchAttention(attention_args);
+  if (bench_chain->parsed()) return RunBenchChain(chain_args);
   if (bench_codecs->parsed()) return RunBenchCodecs(codecs_args);
   if (stats->parsed()) return RunStats(stats_args);
   if (generate->parsed()) return RunGenerate(generate_args);

@@ -48,7 +48,9 @@ TEST(SpeculativeTest, OutputIsTargetGreedyInEveryMode) {
       EXPECT_LE(r->acceptance_length(), gamma + 1.0);
       EXPECT_GT(r->prefill_score_evals, 0u);
       rejected_somewhere += r->steps * (gamma + 1) - r->emitted_in_steps;
-      if (mode == RefreshMode::kPrefillOnly) EXPECT_EQ(r->refreshes, 0u);
+      if (mode == RefreshMode::kPrefillOnly) {
+        EXPECT_EQ(r->refreshes, 0u);
+      }
       if (mode == RefreshMode::kEveryN) {
         EXPECT_GE(r->refreshes, kNew / 16 - 2);
         EXPECT_GT(r->refresh_score_evals, 0u);

@@ -189,7 +189,6 @@ nlohmann::json RunSynthetic(const BenchSparsePrefillArgs& a, uint32_t length) {
   // A full prefill computes the stats once for all blocks; the sampled rows carry their share.
   const double stats_s = std::chrono::duration<double>(Clock::now() - t0).count() * double(qblocks.size()) / blocks;
   const uint64_t rows = uint64_t(qblocks.size()) * B;
-  std::vector<float> dense_o(uint64_t(a.heads) * rows * d), dense_lse(uint64_t(a.heads) * rows);
   nlohmann::json runs = nlohmann::json::array();
   std::vector<uint32_t> pos(B), sel;
   attention::BlockAttendScratch scratch;
@@ -198,58 +197,64 @@ nlohmann::json RunSynthetic(const BenchSparsePrefillArgs& a, uint32_t length) {
   std::vector<std::pair<RbsMode, double>> configs{{RbsMode::kDense, 1.0}};
   for (double bm : a.synthetic_base_mass)
     for (RbsMode mode : {RbsMode::kRbs, RbsMode::kBaseOnly, RbsMode::kBaseMatched}) configs.push_back({mode, bm});
+  // Interleaved: each (head, query block) runs dense then every config back to back, so
+  // load changes on the shared machine hit all of them alike.
+  std::vector<attention::RbsRunStats> st(configs.size());
+  std::vector<attention::RbsOptions> opts(configs.size());
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    opts[ci].block = B;
+    opts[ci].mode = configs[ci].first;
+    opts[ci].base_mass = static_cast<float>(configs[ci].second);
+    opts[ci].rescue_share = static_cast<float>(a.rescue_share);
+    opts[ci].local_blocks = a.local_blocks;
+    st[ci].mask_s = configs[ci].first == RbsMode::kDense ? 0 : stats_s;
+  }
   double dense_s = 0;
-  for (const auto& [mode, bm] : configs) {
-    attention::RbsOptions opt;
-    opt.block = B;
-    opt.mode = mode;
-    opt.base_mass = static_cast<float>(bm);
-    opt.rescue_share = static_cast<float>(a.rescue_share);
-    opt.local_blocks = a.local_blocks;
-    attention::RbsRunStats st;
-    st.mask_s = mode == RbsMode::kDense ? 0 : stats_s;
-    for (int h = 0; h < a.heads; ++h) {
-      const attention::BlockRows k{s.head_k(h), uint64_t(B) * d, uint64_t(d)}, v{s.head_v(h), uint64_t(B) * d, uint64_t(d)};
-      for (size_t b = 0; b < qblocks.size(); ++b) {
-        std::iota(pos.begin(), pos.end(), qblocks[b] * B);
-        const float* q = s.q.data() + (uint64_t(h) * rows + b * B) * d;
+  std::vector<float> ref(uint64_t(B) * d), ref_lse(B);
+  for (int h = 0; h < a.heads; ++h) {
+    const attention::BlockRows k{s.head_k(h), uint64_t(B) * d, uint64_t(d)}, v{s.head_v(h), uint64_t(B) * d, uint64_t(d)};
+    for (size_t b = 0; b < qblocks.size(); ++b) {
+      std::iota(pos.begin(), pos.end(), qblocks[b] * B);
+      const float* q = s.q.data() + (uint64_t(h) * rows + b * B) * d;
+      for (size_t ci = 0; ci < configs.size(); ++ci) {
         const auto t1 = Clock::now();
-        attention::SelectBlocks(q, d, pos.data(), B, stats[h], opt, scale, kern, ms, sel, st.mask);
+        attention::SelectBlocks(q, d, pos.data(), B, stats[h], opts[ci], scale, kern, ms, sel, st[ci].mask);
         const auto t2 = Clock::now();
         attention::BlockAttendArgs args{q, uint64_t(d), pos.data(), B, d, scale, k, v, B, sel.data(),
                                         uint32_t(sel.size()), o.data(), uint64_t(d), lse.data()};
         kern.attend(args, scratch);
         const auto t3 = Clock::now();
-        st.mask_s += std::chrono::duration<double>(t2 - t1).count();
+        st[ci].mask_s += std::chrono::duration<double>(t2 - t1).count();
         const double attend_s = std::chrono::duration<double>(t3 - t2).count();
-        float* ref = dense_o.data() + (uint64_t(h) * rows + b * B) * d;
-        float* ref_lse = dense_lse.data() + uint64_t(h) * rows + b * B;
-        if (mode == RbsMode::kDense) {
-          std::copy(o.begin(), o.end(), ref);
-          std::copy(lse.begin(), lse.end(), ref_lse);
+        if (configs[ci].first == RbsMode::kDense) {  // configs[0]
+          ref = o;
+          ref_lse = lse;
           dense_s += attend_s;
         }
-        st.sparse_s += attend_s;
+        st[ci].sparse_s += attend_s;
         for (uint32_t r = 0; r < B; ++r) {
-          st.retention_sum += std::exp(double(lse[r]) - ref_lse[r]);
+          st[ci].retention_sum += std::exp(double(lse[r]) - ref_lse[r]);
           for (int x = 0; x < d; ++x) {
             const double e = double(o[uint64_t(r) * d + x]) - ref[uint64_t(r) * d + x];
-            st.err2 += e * e;
-            st.ref2 += double(ref[uint64_t(r) * d + x]) * ref[uint64_t(r) * d + x];
+            st[ci].err2 += e * e;
+            st[ci].ref2 += double(ref[uint64_t(r) * d + x]) * ref[uint64_t(r) * d + x];
           }
         }
-        st.rows += B;
+        st[ci].rows += B;
       }
     }
-    st.dense_s = dense_s;
-    nlohmann::json j = StatsJson(st);
+  }
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    const auto [mode, bm] = configs[ci];
+    st[ci].dense_s = dense_s;
+    nlohmann::json j = StatsJson(st[ci]);
     j["mode"] = ModeName(mode);
     j["rescue"] = mode == RbsMode::kRbs;
     j["base_mass"] = bm;
     j["rescue_share"] = a.rescue_share;
     j["local_blocks"] = a.local_blocks;
     std::fprintf(stderr, "  %s base_mass %.3f: density %.4f retention %.4f err %.5f speedup %.2f\n", ModeName(mode), bm,
-                 st.density(), st.retention(), st.rel_error(), st.speedup());
+                 st[ci].density(), st[ci].retention(), st[ci].rel_error(), st[ci].speedup());
     runs.push_back(std::move(j));
   }
   return {{"tokens", length}, {"query_blocks", qblocks.size()}, {"heads", a.heads}, {"head_dim", d},

@@ -96,6 +96,7 @@ void SelectBlocks(const float* q, uint64_t q_stride, const uint32_t* pos, uint32
   sc.u.resize(nb);
   sc.mass.assign(nb, 0.0f);
   sc.rescue.assign(nb, -std::numeric_limits<float>::infinity());
+  const float log_block = std::log(static_cast<float>(o.block));
   for (uint32_t r = 0; r < rows; ++r) {
     const float* qr = q + r * q_stride;
     kernels.dots(qr, st.centroid.data(), nb, d, scale, sc.s.data());
@@ -103,15 +104,15 @@ void SelectBlocks(const float* q, uint64_t q_stride, const uint32_t* pos, uint32
     if (rescue) kernels.dots(qr, st.far.data(), nb, d, scale, sc.u.data());
     float m = -std::numeric_limits<float>::infinity();
     for (uint32_t j = 0; j < nb; ++j) {
-      const uint32_t n_j = std::min(o.block, st.n_keys - j * o.block);
-      sc.s[j] += std::log(static_cast<float>(n_j));
+      const uint64_t first = uint64_t{j} * o.block;
+      sc.s[j] += first + o.block <= st.n_keys ? log_block : std::log(static_cast<float>(st.n_keys - first));
       m = std::max(m, sc.s[j]);
     }
-    double z = 0;
-    for (uint32_t j = 0; j < nb; ++j) z += std::exp(double(sc.s[j] - m));
-    const float lse = m + static_cast<float>(std::log(z));
+    float z = 0;
+    for (uint32_t j = 0; j < nb; ++j) z += (sc.s[j] = std::exp(sc.s[j] - m));  // s now holds exp(s - m)
+    const float inv = 1.0f / z, lse = m + std::log(z);
     for (uint32_t j = 0; j < nb; ++j) {
-      sc.mass[j] += std::exp(sc.s[j] - lse);
+      sc.mass[j] += sc.s[j] * inv;
       if (rescue) sc.rescue[j] = std::max(sc.rescue[j], sc.u[j] - lse);  // log of the outlier's share
     }
   }

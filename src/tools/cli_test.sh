@@ -42,6 +42,14 @@ import json; j = json.load(open('$WORK/attention.json')); names = {m['name'] for
 assert {'snapkv+uniform', 'quest', 'certified_sampler', 'dense'} <= names, names
 for m in j['methods']: assert m['attn_output_rel_err'] is None or m['attn_output_rel_err'] >= 0, m
 " || fail "bench attention --quick --json"
+"$FLATKV" bench sparse-prefill --skip-real --synthetic-tokens 4096 --sample-blocks 4 --synthetic-base-mass 0.7 --json > "$WORK/sparse.json"
+python3 -c "
+import json; j = json.load(open('$WORK/sparse.json')); runs = j['synthetic'][0]['runs']
+modes = {r['mode']: r for r in runs}
+assert {'dense', 'rbs', 'base_only', 'base_matched'} <= set(modes), modes
+assert modes['dense']['density'] == 1 and modes['rbs']['rescue'] and not modes['base_matched']['rescue'], modes
+for r in runs: assert 0 < r['density'] <= 1 and 0 < r['retention'] <= 1 + 1e-5 and r['prefill_attention_speedup'] > 0, r
+" || fail "bench sparse-prefill --skip-real --json"
 # The daemon: serve, ask it for stats, stop it with SIGTERM (a clean exit), restart warm.
 # No tenants: only the Unix socket listens, in its own 0700 directory.
 serve() { XDG_CACHE_HOME="$WORK/cache" XDG_RUNTIME_DIR="$WORK" "$FLATKV" serve --shape stories260K \
@@ -224,6 +232,10 @@ grep -v '^remote_' "$(dirname "$0")/../../data/hw/profiles.toml" > "$WORK/hw-loc
 msg=$("$FLATKV" replay --trace "$TR" --hw-file "$WORK/hw-local.toml" --nodes 2 2>&1 >/dev/null); [ $? -eq 2 ] || fail "replay --nodes, no remote figures"
 case "$msg" in *"h100-node: the profile has no remote_gbps"*) ;; *) fail "replay --nodes, no remote figures: $msg" ;; esac
 "$FLATKV" bench attention --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench attention --threads 0"
+msg=$("$FLATKV" bench sparse-prefill --chunk 100 2>&1 >/dev/null); [ $? -eq 2 ] || fail "bench sparse-prefill --chunk 100"
+case "$msg" in *"--chunk 100 must be a multiple of --block 64"*) ;; *) fail "bench sparse-prefill --chunk 100: $msg" ;; esac
+msg=$("$FLATKV" bench rift --modes sometimes 2>&1 >/dev/null); [ $? -eq 2 ] || fail "bench rift --modes sometimes"
+case "$msg" in *"got 'sometimes'"*) ;; *) fail "bench rift --modes sometimes: $msg" ;; esac
 "$FLATKV" generate --model "$WORK/missing.bin" --prompt x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing model"
 "$FLATKV" stats --ssd-dir "$WORK/nothing" >/dev/null 2>&1; [ $? -eq 2 ] || fail "stats on an empty dir"
 "$FLATKV" bench restore --sizes-mib 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bench with size 0"

@@ -1,5 +1,6 @@
-// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench chain-cache`, `bench codecs`,
-// `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `bench gpu`, `serve`, `stats`,
+// The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench chain-cache`,
+// `bench codecs`, `bench attention`, `bench sparse-prefill`, `bench rift`, `bench serve`, `bench metadata`,
+// `bench remote`, `bench gpu`, `serve`, `stats`,
 // `generate`, `perplexity`, `dump-kv`, `model tensors|tokenize|score|greedy`, `replay` and `crashtest`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
@@ -14,6 +15,8 @@
 #include "bench/bench_remote.h"
 #include "bench/bench_restore.h"
 #include "bench/bench_serve.h"
+#include "bench/bench_sparse_prefill.h"
+#include "bench/bench_rift.h"
 #include "crashtest/crashtest_cmd.h"
 #include "tools/model_cmds.h"
 #include "tools/model_ref_cmds.h"
@@ -40,6 +43,10 @@ int main(int argc, char** argv) {
   CLI::App* bench_chain = AddBenchChainCommand(*bench, chain_args);
   BenchAttentionArgs attention_args;
   CLI::App* bench_attention = AddBenchAttentionCommand(*bench, attention_args);
+  BenchSparsePrefillArgs sparse_prefill_args;
+  CLI::App* bench_sparse_prefill = AddBenchSparsePrefillCommand(*bench, sparse_prefill_args);
+  BenchRiftArgs rift_args;
+  CLI::App* bench_rift = AddBenchRiftCommand(*bench, rift_args);
   BenchServeArgs serve_bench_args;
   CLI::App* bench_serve = AddBenchServeCommand(*bench, serve_bench_args);
   BenchMetadataArgs metadata_args;
@@ -75,6 +82,8 @@ int main(int argc, char** argv) {
   if (bench_blend->parsed()) return RunBenchBlend(blend_args);
   if (bench_attention->parsed()) return RunBenchAttention(attention_args);
   if (bench_chain->parsed()) return RunBenchChain(chain_args);
+  if (bench_sparse_prefill->parsed()) return RunBenchSparsePrefill(sparse_prefill_args);
+  if (bench_rift->parsed()) return RunBenchRift(rift_args);
   if (bench_codecs->parsed()) return RunBenchCodecs(codecs_args);
   if (stats->parsed()) return RunStats(stats_args);
   if (generate->parsed()) return RunGenerate(generate_args);

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -179,6 +180,7 @@ nlohmann::json EntryJson(const Entry& e, const std::string& model_path, DType dt
   if (!e.peer.empty()) {
     j["peer"] = e.peer;
   } else {
+    j["spec"] = e.s.spec;
     j["path"] = e.s.store ? "store" : "dataset";
     j["dtype"] = e.s.store ? "f32" : std::string(DTypeName(dtype));
     j["recent_tokens"] = e.s.recent;
@@ -203,8 +205,7 @@ nlohmann::json EntryJson(const Entry& e, const std::string& model_path, DType dt
 
 // The quanto peer: bench/quanto_peer.py over the same prompts.
 Status RunQuanto(const BenchCodecsArgs& a, const model::Model& m, const std::vector<eval::Prompt>& prompts,
-                 const std::vector<eval::PromptResult>& refs, const std::vector<int>& nbits,
-                 std::map<int, Entry>& out, nlohmann::json& settings) {
+                 const std::vector<int>& nbits, nlohmann::json& result) {
   const std::string src = FLATKV_SOURCE_DIR;
   const std::string python = a.peer_python.empty() ? src + "/build/pyenv/kvpeers/bin/python" : a.peer_python;
   const std::string hf = a.hf_model_dir.empty() ? src + "/build/models/smollm2-135m-hf" : a.hf_model_dir;
@@ -227,7 +228,16 @@ Status RunQuanto(const BenchCodecsArgs& a, const model::Model& m, const std::vec
   auto j = RunPythonJson(python, src + "/bench/quanto_peer.py", args, scratch, "quanto");
   std::filesystem::remove_all(scratch);
   if (!j.ok()) return j.status();
-  settings = j->value("peer_settings", nlohmann::json::object());
+  result = std::move(j).value();
+  return Status::Ok();
+}
+
+// The quanto peer's runs as entries, pooled with flatkv's context-helps filter.
+Status ParseQuanto(const nlohmann::json& jr, const model::Model& m, const std::vector<eval::Prompt>& prompts,
+                   const std::vector<eval::PromptResult>& refs, const std::vector<int>& nbits,
+                   std::map<int, Entry>& out) {
+  const nlohmann::json* j = &jr;
+  const nlohmann::json settings = j->value("peer_settings", nlohmann::json::object());
   try {
     for (int b : nbits) {
       Entry e;
@@ -301,9 +311,23 @@ int RunBenchCodecsModel(const BenchCodecsArgs& a, const std::string& model_path)
     else if (p != "none") return Fail(kExitUsage, "--peers: unknown peer '" + p + "' (quanto:int4, quanto:int2, zstd-1:bf16, none)");
   }
 
-  std::vector<ModelSetting> settings = {{"raw"},           {"int8"},          {"kivi:bits=4"},  {"kivi:bits=4", 128},
-                                        {"kivi:bits=2"},   {"kivi:bits=2", 128}, {"hadamard-int4"}, {"turbo:bits=4"},
-                                        {"turbo:bits=3"},  {"turbo:bits=2"}};
+  // --quick (tests): fewer settings, the same code paths.
+  // The quanto peer runs in its own process beside flatkv's loop (its own threads), read at the end.
+  std::vector<int> nbits;
+  if (quanto4) nbits.push_back(4);
+  if (quanto2) nbits.push_back(2);
+  nlohmann::json quanto_json;
+  std::future<Status> quanto_run;
+  if (!nbits.empty()) {
+    std::fprintf(stderr, "bench codecs: the quanto peer (transformers' QuantizedCache) on %zu prompts, in the background\n",
+                 prompts->size());
+    quanto_run = std::async(std::launch::async, [&] { return RunQuanto(a, m, *prompts, nbits, quanto_json); });
+  }
+  std::vector<ModelSetting> settings =
+      a.quick ? std::vector<ModelSetting>{{"raw"}, {"int8"}, {"kivi:bits=4"}, {"kivi:bits=2"}, {"hadamard-int4"}}
+              : std::vector<ModelSetting>{{"raw"},         {"int8"},        {"kivi:bits=4"},  {"kivi:bits=4", 128},
+                                          {"kivi:bits=2"}, {"kivi:bits=2", 128}, {"hadamard-int4"}, {"turbo:bits=4"},
+                                          {"turbo:bits=3"}, {"turbo:bits=2"}};
   std::vector<Entry> entries;
   Entry zstd;
   zstd.peer = zstd.name = "zstd-1:bf16";
@@ -345,15 +369,17 @@ int RunBenchCodecsModel(const BenchCodecsArgs& a, const std::string& model_path)
       if (!eps.ok()) return Fail(kExitFailure, "pred eps search: " + eps.status().ToString());
       pred_eps = *eps;
       char buf[96];
-      for (double f : {1.0, 0.5, 0.25}) {
+      for (double f : a.quick ? std::vector<double>{1.0} : std::vector<double>{1.0, 0.5, 0.25}) {
         std::snprintf(buf, sizeof buf, "pred:eps=%.6g", pred_eps * f);
         settings.push_back({WithTheta(buf, d.rope_theta)});
       }
       std::snprintf(buf, sizeof buf, "pred:eps=%.6g", pred_eps);
-      settings.push_back({buf});
-      if (!a.no_store)
-        for (const char* s : {"int8", "kivi:bits=4", "hadamard-int4", "turbo:bits=4"}) settings.push_back({s, 0, true});
-      if (!a.no_store) settings.push_back({WithTheta(buf, d.rope_theta), 0, true});
+      if (!a.quick) settings.push_back({buf});
+      if (!a.no_store) {
+        for (const char* s : {"int8", "kivi:bits=4", "hadamard-int4", "turbo:bits=4"})
+          if (!a.quick || std::string(s) != "turbo:bits=4") settings.push_back({s, 0, true});
+        if (!a.quick) settings.push_back({WithTheta(buf, d.rope_theta), 0, true});
+      }
       for (const ModelSetting& s : settings) {
         Entry en;
         en.s = s;
@@ -409,14 +435,11 @@ int RunBenchCodecsModel(const BenchCodecsArgs& a, const std::string& model_path)
   zstd.speed.decode_gbps = base.zstd1_decompress_gbps;
   zstd.speed.encode_gbps = base.zstd1_compress_gbps;
 
-  std::vector<int> nbits;
-  if (quanto4) nbits.push_back(4);
-  if (quanto2) nbits.push_back(2);
   std::map<int, Entry> quanto;
-  nlohmann::json quanto_settings;
   if (!nbits.empty()) {
-    std::fprintf(stderr, "bench codecs: the quanto peer (transformers' QuantizedCache) on %zu prompts\n", prompts->size());
-    Status st = RunQuanto(a, m, *prompts, refs, nbits, quanto, quanto_settings);
+    std::fprintf(stderr, "bench codecs: waiting for the quanto peer (transformers' QuantizedCache)\n");
+    Status st = quanto_run.get();
+    if (st.ok()) st = ParseQuanto(quanto_json, m, *prompts, refs, nbits, quanto);
     if (!st.ok()) return Fail(kExitFailure, st.ToString());
   }
 
@@ -426,9 +449,10 @@ int RunBenchCodecsModel(const BenchCodecsArgs& a, const std::string& model_path)
   for (const auto& [b, en] : quanto) codecs.push_back(EntryJson(en, model_path, dtype));
 
   // The goals (issue 32), judged on the dataset path's rows.
-  auto find = [&](const std::string& name) -> const nlohmann::json* {
+  auto find = [&](const std::string& spec) -> const nlohmann::json* {  // a dataset row by spec, or a peer
     for (const auto& c : codecs)
-      if (c["name"] == name) return &c;
+      if ((c.value("spec", "") == spec && c["path"] == "dataset" && c["recent_tokens"] == 0) || c.value("peer", "") == spec)
+        return &c;
     return nullptr;
   };
   nlohmann::json goals = nlohmann::json::object();
@@ -445,7 +469,7 @@ int RunBenchCodecsModel(const BenchCodecsArgs& a, const std::string& model_path)
     const bool le1 = std::fabs(val(c, "ppl_delta")) <= 0.01;
     const bool beats = q4 && val(c, "ppl_delta") <= val(q4, "ppl_delta") && val(c, "bits_per_element") <= val(q4, "bits_per_element");
     any_beats = any_beats || beats;
-    four.push_back({{"name", n}, {"ppl_delta", (*c)["ppl_delta"]}, {"bits_per_element", (*c)["bits_per_element"]},
+    four.push_back({{"name", (*c)["name"]}, {"ppl_delta", (*c)["ppl_delta"]}, {"bits_per_element", (*c)["bits_per_element"]},
                     {"within_1pct", le1}, {"at_or_below_quanto_int4", beats}});
   }
   goals["four_bit"] = four;

@@ -20,6 +20,7 @@ CLI::App* AddWorkloadCommand(CLI::App& app, WorkloadArgs& a) {
   c->add_option("--kinds", a.kinds, "only these kinds: long, multidoc, retrieval");
   c->add_option("--ids", a.ids, "only these prompt ids");
   c->add_option("--max-context", a.max_context, "only prompts whose context is at most this many tokens");
+  c->add_option("--workload-list", a.list, "another workload list (default data/workload/realtext.tsv)");
   c->add_flag("--eval", a.eval, "run each prompt's exact-cache reference: context-helps filter, retrieval answer");
   c->add_flag("--json", a.json, "print one JSON object");
   return c;
@@ -32,10 +33,11 @@ int RunWorkload(const WorkloadArgs& a) {
     auto m = model::LoadModel(*path, "");
     if (!m.ok()) return std::fprintf(stderr, "flatkv workload: --model %s: %s\n", path->c_str(), m.status().ToString().c_str()), kExitUsage;
     eval::WorkloadOptions wo;
-  wo.data_dir = std::string(FLATKV_SOURCE_DIR) + "/data/workload";
+    wo.data_dir = std::string(FLATKV_SOURCE_DIR) + "/data/workload";
     wo.kinds = a.kinds;
     wo.ids = a.ids;
     wo.max_context = a.max_context;
+    if (!a.list.empty()) wo.list_path = a.list;
     auto prompts = eval::BuildWorkload(*m, wo);
     if (!prompts.ok()) return std::fprintf(stderr, "flatkv workload: %s\n", prompts.status().ToString().c_str()), kExitFailure;
     if (!a.out.empty()) {

@@ -18,6 +18,7 @@ struct WorkloadArgs {
   std::vector<std::string> kinds;   // long, multidoc, retrieval
   std::vector<std::string> ids;
   uint32_t max_context = 0;
+  std::string list;                 // another list than data/workload/realtext.tsv
   bool eval = false;                // run the exact-cache reference of every prompt
   bool json = false;
 };

@@ -12,6 +12,8 @@
 #include <memory>
 #include <sstream>
 
+#include "eval/workload.h"
+
 namespace flatkv::tools {
 namespace {
 
@@ -22,14 +24,7 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? std::string(v) : fallback;
 }
 
-Result<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::FromErrno(errno, "open " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return Status::IoError("read " + path);
-  return s.str();
-}
+Result<std::string> ReadWhole(const std::string& path) { return eval::ReadWholeFile(path); }
 
 std::string Hex(const unsigned char* d, unsigned n) {
   static const char* digits = "0123456789abcdef";
@@ -41,12 +36,7 @@ std::string Hex(const unsigned char* d, unsigned n) {
   return out;
 }
 
-std::string Sha256Hex(std::string_view bytes) {
-  unsigned char d[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_Digest(bytes.data(), bytes.size(), d, &n, EVP_sha256(), nullptr);
-  return Hex(d, n);
-}
+using eval::Sha256Hex;
 
 
 double MedianOf(std::vector<double> v) {

@@ -53,7 +53,9 @@ modes = {m["mode"]: m for m in b["modes"]}
 for m in ("full", "naive", "cacheblend-5%", "cacheblend-15%", "cacheblend-30%", "sink"):
     check(m in modes, f"blend mode {m} missing")
     check("ppl_delta" in modes.get(m, {}) and "greedy_agreement" in modes.get(m, {}), f"blend {m} fields")
-check(modes["full"]["ppl_delta"] == 0.0 and modes["full"]["greedy_agreement"] == 1.0, "blend full is the reference")
+check(modes["full"]["ppl_delta"] in (0.0, None) and modes["full"]["greedy_agreement"] == 1.0, "blend full is the reference")
+check(all(p["full"]["ppl_delta"] == 0.0 for p in b["prompts"]), "blend full's per-prompt ppl_delta is 0")
+check(all("ppl_delta" in p[m] for p in b["prompts"] for m in modes), "blend per-prompt figures")
 if fails:
     print("FAIL:\n  " + "\n  ".join(fails)); sys.exit(1)
 print("ok: %d codec entries, %d blend modes" % (len(c["codecs"]), len(b["modes"])))

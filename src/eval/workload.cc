@@ -18,15 +18,6 @@ namespace {
 constexpr const char* kProseSuffix = "#text";
 constexpr const char* kDebianPackages = "libpython3.11-minimal and libpython3.11-stdlib (Debian 12)";
 
-Result<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::FromErrno(errno, "open " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return Status::IoError("read " + path);
-  return s.str();
-}
-
 std::vector<std::string> SplitOn(std::string_view s, char sep) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -79,7 +70,7 @@ class Builder {
 
   Status LoadSums() {
     const std::string path = o_.sha256_path.empty() ? o_.data_dir + "/realtext.sha256" : o_.sha256_path;
-    FLATKV_ASSIGN_OR_RETURN(const std::string text, ReadWhole(path));
+    FLATKV_ASSIGN_OR_RETURN(const std::string text, ReadWholeFile(path));
     for (const std::string& line : SplitOn(text, '\n')) {
       if (line.empty() || line[0] == '#') continue;
       const size_t sp = line.find("  ");
@@ -99,7 +90,7 @@ class Builder {
     if (sum == sums_.end())
       return Status::InvalidArgument("workload source " + rel + " is not in realtext.sha256 (add it with its SHA-256)");
     const std::string path = o_.root + "/" + rel;
-    auto bytes = ReadWhole(path);
+    auto bytes = ReadWholeFile(path);
     if (!bytes.ok())
       return Status::NotFound("workload source " + path + " cannot be read (" + bytes.status().ToString() +
                               "); it comes from " + kDebianPackages);
@@ -200,6 +191,15 @@ class Builder {
 
 }  // namespace
 
+Result<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::FromErrno(errno, "open " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) return Status::IoError("read " + path);
+  return s.str();
+}
+
 const char* PromptKindName(PromptKind kind) {
   switch (kind) {
     case PromptKind::kLong: return "long";
@@ -273,7 +273,7 @@ Result<std::vector<Prompt>> BuildWorkload(const model::Model& model, const Workl
   if (options.data_dir.empty() && (options.list_path.empty() || options.sha256_path.empty()))
     return Status::InvalidArgument("workload: no data_dir (the directory of realtext.tsv and realtext.sha256)");
   const std::string list = options.list_path.empty() ? options.data_dir + "/realtext.tsv" : options.list_path;
-  FLATKV_ASSIGN_OR_RETURN(const std::string text, ReadWhole(list));
+  FLATKV_ASSIGN_OR_RETURN(const std::string text, ReadWholeFile(list));
   FLATKV_ASSIGN_OR_RETURN(const std::vector<PromptSpec> specs, ParseWorkloadList(text));
   for (const std::string& k : options.kinds)
     if (k != "long" && k != "multidoc" && k != "retrieval")

@@ -84,5 +84,7 @@ nlohmann::json WorkloadJson(const model::Model& model, const std::vector<Prompt>
 
 // Lower-case hex SHA-256 of `bytes`.
 std::string Sha256Hex(std::string_view bytes);
+// A whole file's bytes; errors name the path.
+Result<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace flatkv::eval

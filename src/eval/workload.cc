@@ -107,7 +107,7 @@ class Builder {
     Prompt p;
     p.id = s.id;
     p.kind = s.kind;
-    p.genre = s.sources[0].ends_with(kProseSuffix) ? "prose" : "code";
+    p.genre = s.sources[0].find(kProseSuffix) != std::string::npos ? "prose" : "code";
     const uint32_t cont = o_.continuation_tokens;
     auto too_short = [&](const std::string& src, size_t have, size_t need) {
       return Status::InvalidArgument("workload prompt " + s.id + ": source " + src + " gives " + std::to_string(have) +

@@ -16,12 +16,13 @@ missing() {
 MODEL=${FLATKV_SMOLLM2:-$SRC/build/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$MODEL" ] || missing "$MODEL is missing: install it with scripts/install-deps.sh models"
 [ -x "$SRC/build/pyenv/kvpeers/bin/python" ] || missing "build/pyenv/kvpeers is missing: scripts/install-deps.sh pyenv:kvpeers"
-[ -f "$SRC/build/models/smollm2-135m-hf/config.json" ] || missing "build/models/smollm2-135m-hf is missing: scripts/install-deps.sh pyenv:vllm converts it"
+HF=${FLATKV_SMOLLM2_HF:-$SRC/build/models/smollm2-135m-hf}
+[ -f "$HF/config.json" ] || missing "$HF is missing: scripts/install-deps.sh pyenv:vllm converts the GGUF to it"
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 set -e
-"$FLATKV" bench codecs --model "$MODEL" --workload-list "$SRC/data/workload/ci.tsv" --max-context 8192 --quick --json \
+"$FLATKV" bench codecs --model "$MODEL" --workload-list "$SRC/data/workload/ci.tsv" --max-context 8192 --quick --hf-model "$HF" --json \
   >"$TMP/codecs.json" 2>"$TMP/codecs.err" || { tail -20 "$TMP/codecs.err"; exit 1; }
 "$FLATKV" bench blend --model "$MODEL" --workload-list "$SRC/data/workload/ci.tsv" --json \
   >"$TMP/blend.json" 2>"$TMP/blend.err" || { tail -20 "$TMP/blend.err"; exit 1; }

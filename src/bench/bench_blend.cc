@@ -43,6 +43,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_engine_inputs.h"
 #include "engine/engine.h"
 #include "flatkv/store.h"
 #include "tools/tool_common.h"
@@ -263,10 +264,18 @@ CLI::App* AddBenchBlendCommand(CLI::App& bench, BenchBlendArgs& a) {
   c->add_option("--workload", a.workload, "story: the second story's own sampled next tokens are scored; greedy: a bridge and the full model's greedy continuation are; serial: one story cut into 3 consecutive chunks (a 4th from another story first in half the prompts), its own next tokens scored")
       ->check(CLI::IsMember({"greedy", "serial", "story"}));
   c->add_flag("--json", a.json, "print one JSON object");
+  c->add_option("--ids", a.ids, "GGUF --model: only these multidoc workload prompts");
+  c->add_option("--max-context", a.max_context, "GGUF --model: prompts with at most this many context tokens");
+  c->add_option("--workload-list", a.workload_list, "GGUF --model: another workload list (default data/workload/realtext.tsv)");
   return c;
 }
 
 int RunBenchBlend(const BenchBlendArgs& a) {
+  if (a.model == "smollm2-135m" || a.model.ends_with(".gguf")) {
+    auto path = ResolveModelPath(a.model);
+    if (!path.ok()) return Fail(kExitUsage, "--model: " + path.status().ToString());
+    return RunBenchBlendModel(a, *path);
+  }
   const std::string model_path = a.model.empty() ? DefaultModelDir() + "/stories260K.bin" : a.model;
   const std::string tok_path = a.tokenizer.empty() && a.model.empty() ? DefaultModelDir() + "/tok512.bin" : a.tokenizer;
   auto loaded = model::LoadModel(model_path, tok_path);

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "model/transformer.h"
 #include "bench/bench_codecs_data.h"
+#include "bench/bench_engine_inputs.h"
 #include "tools/tool_common.h"
 
 namespace flatkv::tools {
@@ -141,12 +142,11 @@ EndToEnd Compare(const RealRun& r, const std::vector<std::vector<float>>& lp) {
   return e;
 }
 
+}  // namespace
+
 // ---- speed ----
 
-struct Speed {
-  double encode_gbps = 0, decode_gbps = 0;
-};
-
+namespace {
 template <typename F>
 double Rate(uint64_t bytes_per_pass, double min_seconds, F&& pass) {
   pass();  // warm
@@ -161,11 +161,7 @@ double Rate(uint64_t bytes_per_pass, double min_seconds, F&& pass) {
   return double(bytes_per_pass) * passes / (t - t0) / 1e9;
 }
 
-struct SliceSet {
-  std::vector<SliceLayout> layouts;
-  std::vector<std::vector<std::byte>> in;
-  uint64_t bytes = 0;
-};
+}  // namespace
 
 SliceSet Slices(const Dataset& d) {
   SliceSet s;
@@ -202,10 +198,6 @@ Result<Speed> MeasureSpeed(const SliceSet& s, const Codec& codec, double min_sec
   return sp;
 }
 
-struct Baselines {
-  double memcpy_gbps = 0, zstd1_ratio = 0, zstd1_compress_gbps = 0, zstd1_decompress_gbps = 0;
-};
-
 Baselines MeasureBaselines(const SliceSet& s, double min_seconds) {
   Baselines b;
   std::vector<std::byte> out(s.in[0].size() + 64);
@@ -239,6 +231,7 @@ Baselines MeasureBaselines(const SliceSet& s, double min_seconds) {
 
 // ---- the report ----
 
+namespace {
 struct Row {
   std::string dataset, name;
   uint32_t recent = 0;
@@ -289,6 +282,8 @@ struct Setting {
   uint32_t recent = 0;
 };
 
+}  // namespace
+
 std::string WithTheta(const std::string& spec, double theta) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "rope_theta=%g", theta);
@@ -318,6 +313,8 @@ Result<double> SearchEps(const Dataset& d, double target, bool quick, const std:
   }
   return lo;
 }
+
+namespace {
 
 // ---- MLA: what the latent's and the RoPE key's errors do, separately ----
 
@@ -417,6 +414,14 @@ CLI::App* AddBenchCodecsCommand(CLI::App& bench, BenchCodecsArgs& a) {
   c->add_option("--dtype", a.dtype, "element type the codecs see: bf16, f16 or f32");
   c->add_flag("--json", a.json, "print one JSON object");
   c->add_flag("--quick", a.quick, "smaller inputs, shorter timings");
+  c->add_option("--kinds", a.kinds, "GGUF --model: workload kinds (long, multidoc, retrieval; default all)");
+  c->add_option("--ids", a.ids, "GGUF --model: only these workload prompt ids");
+  c->add_option("--max-context", a.max_context, "GGUF --model: prompts with at most this many context tokens");
+  c->add_option("--workload-list", a.workload_list, "GGUF --model: another workload list (default data/workload/realtext.tsv)");
+  c->add_option("--peers", a.peers, "GGUF --model: peers to run beside (quanto:int4 quanto:int2 zstd-1:bf16; 'none')");
+  c->add_option("--peer-python", a.peer_python, "GGUF --model: Python with transformers and optimum-quanto");
+  c->add_option("--hf-model", a.hf_model_dir, "GGUF --model: the same model as safetensors, for the quanto peer");
+  c->add_flag("--no-store", a.no_store, "GGUF --model: skip the rows through the store");
   return c;
 }
 
@@ -425,6 +430,11 @@ int RunBenchCodecs(const BenchCodecsArgs& a) {
   if (!dtype.ok()) return Fail(kExitUsage, "--dtype: " + dtype.status().ToString());
   const double min_seconds = a.quick ? 0.03 : 0.3;
   std::vector<std::string> notes;
+  if (a.model == "smollm2-135m" || a.model.ends_with(".gguf")) {
+    auto path = ResolveModelPath(a.model);
+    if (!path.ok()) return Fail(kExitUsage, "--model: " + path.status().ToString());
+    return RunBenchCodecsModel(a, *path);
+  }
 
   // Real data.
   std::optional<Dataset> real;

@@ -50,6 +50,31 @@ Result<Quality> EvalCodec(const Dataset& d, const Codec& codec, uint32_t recent_
                           std::vector<std::vector<float>>* decoded_k = nullptr,
                           std::vector<std::vector<float>>* decoded_v = nullptr);
 
+// Every slice of a dataset, encoded as the codecs see it.
+struct SliceSet {
+  std::vector<SliceLayout> layouts;
+  std::vector<std::vector<std::byte>> in;
+  uint64_t bytes = 0;
+};
+SliceSet Slices(const Dataset& d);
+
+// Single-core speeds (bench_codecs.cc): raw input bytes per CPU-second of
+// the measuring thread, each pass repeated for at least min_seconds.
+struct Speed {
+  double encode_gbps = 0, decode_gbps = 0;
+};
+Result<Speed> MeasureSpeed(const SliceSet& s, const Codec& codec, double min_seconds);
+struct Baselines {
+  double memcpy_gbps = 0, zstd1_ratio = 0, zstd1_compress_gbps = 0, zstd1_decompress_gbps = 0;
+};
+Baselines MeasureBaselines(const SliceSet& s, double min_seconds);
+
+// `spec` with rope_theta=THETA added (pred undoes RoPE on keys with it).
+std::string WithTheta(const std::string& spec, double theta);
+// The largest pred eps (log grid, then bisection) keeping attention-output
+// error below `target` on `d`; `extra` is appended to the spec.
+Result<double> SearchEps(const Dataset& d, double target, bool quick, const std::string& extra);
+
 // Synthetic Llama-3.1-8B-shaped sequence (codec/synthetic_kv.h).
 Dataset SyntheticLlamaDataset(uint32_t tokens, uint32_t layers, DType dtype);
 // Reads a `flatkv dump-kv` file (docs/format_kv_dump.md).

@@ -48,12 +48,6 @@ std::string Sha256Hex(std::string_view bytes) {
   return Hex(d, n);
 }
 
-// `s` in single quotes for /bin/sh.
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 double MedianOf(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -120,6 +114,36 @@ Result<PromptText> LoadPromptText(const model::Model& model, size_t min_tokens) 
   return out;
 }
 
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+Result<nlohmann::json> RunPythonJson(const std::string& python, const std::string& script, const std::string& args,
+                                     const std::string& scratch_dir, const std::string& what) {
+  const std::string err_path = scratch_dir + "/" + what + "_stderr.txt";
+  const std::string cmd = ShellQuote(python) + " " + ShellQuote(script) + args + " 2>" + ShellQuote(err_path);
+  std::fflush(nullptr);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return Status::FromErrno(errno, what + ": popen " + python);
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  auto err = ReadWhole(err_path);
+  const std::string err_text = err.ok() ? *err : "";
+  std::filesystem::remove(err_path);
+  if (rc != 0) {
+    return Status::IoError(what + ": " + script + " failed (exit " + std::to_string(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) +
+                           "): " + err_text.substr(err_text.size() > 4000 ? err_text.size() - 4000 : 0));
+  }
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Corruption(what + ": " + script + " printed no JSON: " + out.substr(0, 500));
+  return j;
+}
+
 Result<LlamaCppResult> RunLlamaCpp(const std::string& model_path, const std::vector<std::vector<int>>& prompts,
                                    const LlamaCppOptions& o) {
   const std::string python = o.python.empty() ? SourceDir() + "/build/pyenv/refs/bin/python" : o.python;
@@ -131,38 +155,20 @@ Result<LlamaCppResult> RunLlamaCpp(const std::string& model_path, const std::vec
   }
   if (!std::filesystem::exists(script)) return Status::NotFound("llama.cpp: the script " + script + " is missing");
   const std::string prompts_path = o.scratch_dir + "/llamacpp_prompts.json";
-  const std::string err_path = o.scratch_dir + "/llamacpp_stderr.txt";
   {
     std::ofstream f(prompts_path);
     f << nlohmann::json({{"prompts", prompts}}).dump();
     if (!f) return Status::IoError("llama.cpp: write " + prompts_path);
   }
-  const std::string cmd = ShellQuote(python) + " " + ShellQuote(script) + " --model " + ShellQuote(model_path) +
-                          " --threads " + std::to_string(o.threads) + " --decode-tokens " +
-                          std::to_string(o.decode_tokens) + " --reps " + std::to_string(o.reps) + " --n-ctx " + std::to_string(o.n_ctx) + " --prompts " +
-                          ShellQuote(prompts_path) + " 2>" + ShellQuote(err_path);
-  std::fflush(nullptr);
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return Status::FromErrno(errno, "llama.cpp: popen " + python);
-  std::string out;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
-  auto err = ReadWhole(err_path);
-  const std::string err_text = err.ok() ? *err : "";
+  const std::string args = " --model " + ShellQuote(model_path) + " --threads " + std::to_string(o.threads) +
+                           " --decode-tokens " + std::to_string(o.decode_tokens) + " --reps " + std::to_string(o.reps) +
+                           " --n-ctx " + std::to_string(o.n_ctx) + " --prompts " + ShellQuote(prompts_path);
+  auto ran = RunPythonJson(python, script, args, o.scratch_dir, "llama.cpp");
   std::filesystem::remove(prompts_path);
-  std::filesystem::remove(err_path);
-  if (rc != 0) {
-    return Status::IoError("llama.cpp: " + script + " failed (exit " +
-                           std::to_string(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) + "): " +
-                           err_text.substr(err_text.size() > 4000 ? err_text.size() - 4000 : 0));
-  }
-  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.contains("runs") || !j["runs"].is_array() || j["runs"].size() != prompts.size()) {
-    return Status::Corruption("llama.cpp: " + script + " printed no JSON with one entry of \"runs\" per prompt: " +
-                              out.substr(0, 500));
-  }
+  if (!ran.ok()) return ran.status();
+  nlohmann::json j = std::move(ran).value();
+  if (!j.contains("runs") || !j["runs"].is_array() || j["runs"].size() != prompts.size())
+    return Status::Corruption("llama.cpp: " + script + " printed no JSON with one entry of \"runs\" per prompt");
   LlamaCppResult r;
   try {
     for (const auto& run : j["runs"]) {

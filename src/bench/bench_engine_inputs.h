@@ -43,6 +43,15 @@ struct PromptText {
 // than `min_tokens` tokens.
 Result<PromptText> LoadPromptText(const model::Model& model, size_t min_tokens);
 
+// `s` in single quotes for /bin/sh.
+std::string ShellQuote(const std::string& s);
+
+// Runs `python script args` (args already shell-quoted, starting with a
+// space), its stderr kept in scratch_dir; returns the JSON it printed on
+// stdout. Errors name `what`, the script and its exit status and stderr.
+Result<nlohmann::json> RunPythonJson(const std::string& python, const std::string& script, const std::string& args,
+                                     const std::string& scratch_dir, const std::string& what);
+
 // llama.cpp on one model and a set of prompts (token ids), measured by
 // bench/llamacpp_bench.py in a child process.
 struct LlamaCppOptions {

@@ -1,6 +1,7 @@
 // The `flatkv` command-line tool: `bench restore`, `bench engine`, `bench blend`, `bench codecs`,
 // `bench attention`, `bench serve`, `bench metadata`, `bench remote`, `bench gpu`, `serve`, `stats`,
-// `generate`, `perplexity`, `dump-kv`, `model tensors|tokenize|score|greedy`, `replay` and `crashtest`.
+// `generate`, `perplexity`, `dump-kv`, `model tensors|tokenize|score|greedy`, `replay`, `crashtest` and
+// `workload`.
 // Exit codes: 0 success, 1 a failure while running, 2 a bad argument.
 #include <CLI/CLI.hpp>
 
@@ -19,6 +20,7 @@
 #include "tools/replay_cmd.h"
 #include "tools/serve_cmd.h"
 #include "tools/stats_cmd.h"
+#include "tools/workload_cmd.h"
 #include "tools/tool_common.h"
 
 int main(int argc, char** argv) {
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
   CLI::App* serve = AddServeCommand(app, serve_args);
   CrashtestArgs crashtest_args;
   CLI::App* crashtest = AddCrashtestCommand(app, crashtest_args);
+  WorkloadArgs workload_args;
+  CLI::App* workload = AddWorkloadCommand(app, workload_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -84,5 +88,6 @@ int main(int argc, char** argv) {
   if (bench_remote->parsed()) return RunBenchRemote(remote_args);
   if (bench_gpu->parsed()) return RunBenchGpu(gpu_args);
   if (crashtest->parsed()) return RunCrashtest(crashtest_args);
+  if (workload->parsed()) return RunWorkload(workload_args);
   return kExitUsage;
 }

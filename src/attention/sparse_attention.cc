@@ -65,6 +65,17 @@ void SparseAttention::Append(int layer, const model::KvCache& cache, uint32_t p)
   m.filled = p + 1;
 }
 
+// ||out - exact|| / ||exact|| of query head h.
+double SparseAttention::RelErr(int h, int d) const {
+  double num = 0, den = 0;
+  for (int j = 0; j < d; ++j) {
+    const double e = double(out_[size_t(h) * d + j]) - exact_[size_t(h) * d + j];
+    num += e * e;
+    den += double(exact_[size_t(h) * d + j]) * exact_[size_t(h) * d + j];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // Forgets positions >= pos: page bounds from pos's page on are rebuilt from
 // the rows before pos (min/max cannot be taken back).
 void SparseAttention::Truncate(int layer, uint32_t pos) {
@@ -125,6 +136,11 @@ void SparseAttention::Step(int layer, uint32_t p, const float* q, float* o) {
     ++stats_.steps;
     stats_.tokens_read += qst.tokens_read;
     stats_.tokens_total += uint64_t(n) * H;
+    if (st.ok() && o_.check) {
+      exact_.resize(out_.size());
+      ExactDecode(view, heads, qs, exact_);
+      for (int h = 0; h < heads; ++h) stats_.rel_err_sum += RelErr(h, d), ++stats_.rel_err_count;
+    }
   } else {
     six_.vnorm.resize(size_t(H) * n);
     for (int h = 0; h < H; ++h)
@@ -144,13 +160,7 @@ void SparseAttention::Step(int layer, uint32_t p, const float* q, float* o) {
         stats_.tokens_total += n;
         if (certs_[h].level < 0) ++stats_.exact_fallbacks;
         if (!o_.check) continue;
-        double num = 0, den = 0;
-        for (int j = 0; j < d; ++j) {
-          const double e = double(out_[size_t(h) * d + j]) - exact_[size_t(h) * d + j];
-          num += e * e;
-          den += double(exact_[size_t(h) * d + j]) * exact_[size_t(h) * d + j];
-        }
-        const double err = std::sqrt(num / std::max(den, 1e-30));
+        const double err = RelErr(h, d);
         stats_.rel_err_sum += err;
         ++stats_.rel_err_count;
         if (certs_[h].certified) {

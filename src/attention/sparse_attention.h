@@ -44,7 +44,7 @@ struct SparseAttentionOptions {
   uint32_t page_tokens = 16;      // Quest
   uint32_t token_budget = 4096;   // Quest: tokens read per KV head per step
   SamplerOptions sampler;         // the sampler (seed advanced per step)
-  bool check = false;             // sampler: compare certified heads with the exact output
+  bool check = false;             // compare every sparse step with exact decoding (double) of the same f16 cache
   int threads = 1;                // decode threads
 };
 
@@ -52,8 +52,8 @@ struct SparseAttentionStats {
   uint64_t steps = 0;             // (token, layer) decode steps on the sparse path
   uint64_t tokens_read = 0;       // keys (Quest) or values (sampler) read, over KV/query heads
   uint64_t tokens_total = 0;      // what a dense step would have read, same unit
-  uint64_t certified = 0, violated = 0, exact_fallbacks = 0;  // sampler, per query head
-  double rel_err_sum = 0;         // check: sum over heads of the relative output error
+  uint64_t certified = 0, violated = 0, exact_fallbacks = 0;  // sampler, per query head (violations: check)
+  double rel_err_sum = 0;         // check: sum over (step, query head) of the relative output error
   uint64_t rel_err_count = 0;
 };
 
@@ -69,6 +69,7 @@ class SparseAttention {
   SparseAttention(const model::Config& c, const SparseAttentionOptions& o);
   void Append(int layer, const model::KvCache& cache, uint32_t p);
   void Truncate(int layer, uint32_t pos);
+  double RelErr(int h, int d) const;
   void Step(int layer, uint32_t p, const float* q, float* o);
 
   model::Config c_;

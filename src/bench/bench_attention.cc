@@ -211,6 +211,7 @@ CLI::App* AddBenchAttentionCommand(CLI::App& bench, BenchAttentionArgs& a) {
   c->add_option("--sparse-min-context", a.sparse_min_context,
                 "--model GGUF: Quest and the sampler on prompts this long (0: the longest)");
   c->add_flag("--no-sparse", a.no_sparse, "--model GGUF: skip Quest and the sampler");
+  c->add_option("--selectors", a.selectors, "--model GGUF: scorer+allocator names (default: all; none: no selection)");
   c->add_flag("--json", a.json, "print one JSON object");
   return c;
 }

@@ -48,6 +48,7 @@ struct BenchAttentionArgs {
   uint32_t h2o_max_context = 2048;     // H2O scores with every prompt query, O(C^2): longer prompts skip it
   uint32_t sparse_min_context = 0;     // Quest and the sampler on prompts this long (0: the longest)
   bool no_sparse = false;
+  std::vector<std::string> selectors;  // scorer+allocator names to run (empty: all; "none": no selection)
 };
 
 CLI::App* AddBenchAttentionCommand(CLI::App& bench, BenchAttentionArgs& args);

@@ -329,6 +329,14 @@ int RunBenchAttentionModel(const BenchAttentionArgs& a, const std::string& model
   for (const auto& p : *prompts) longest = std::max<uint32_t>(longest, uint32_t(p.context.size()));
   const uint32_t sparse_min = a.sparse_min_context ? a.sparse_min_context : longest;
 
+  auto wanted = [&](const Method& me) {
+    return a.selectors.empty() || std::find(a.selectors.begin(), a.selectors.end(), me.name()) != a.selectors.end();
+  };
+  for (const std::string& s : a.selectors) {
+    bool known = s == "none";
+    for (const Method& me : Methods()) known = known || me.name() == s;
+    if (!known) return Fail(kExitUsage, "--selectors: unknown selector '" + s + "' (e.g. snapkv+uniform, none)");
+  }
   eval::ProtocolOptions po;
   po.threads = a.threads;
   std::vector<Entry> rows;  // method-major, then ratio
@@ -354,16 +362,18 @@ int RunBenchAttentionModel(const BenchAttentionArgs& a, const std::string& model
     auto ev = eval::PromptEvaluator::Create(m, p, po);
     if (!ev.ok()) return Fail(kExitFailure, ev.status().ToString());
     refs.push_back((*ev)->reference());
-    const PromptQueries pq = RecordQueries(m, p, a.threads);
+    const bool selecting = !(a.selectors.size() == 1 && a.selectors[0] == "none");
+    const PromptQueries pq = selecting ? RecordQueries(m, p, a.threads) : PromptQueries{};
     t_prefill += NowSeconds() - t0;
     t0 = NowSeconds();
     const std::vector<uint32_t> sees_all(kProbeTokens, UINT32_MAX);
     size_t row = 0;
     for (const Method& me : Methods()) {
+      if (!selecting) break;
       auto scorer = MakeScorer(me.scorer);
       for (double r : ratios) {
         Entry& e = rows[row++];
-        if (me.all_queries_cost && C > a.h2o_max_context) continue;  // out of this run's scope (docs/attention.md)
+        if (!wanted(me) || (me.all_queries_cost && C > a.h2o_max_context)) continue;  // out of this run's scope
         attention::CompactOptions co;
         co.scorer = scorer.get();
         co.allocator = me.allocator;

@@ -21,6 +21,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "attention/scoring.h"
 #include "flatkv/status.h"
 #include "model/model.h"
 
@@ -71,6 +72,10 @@ struct QualitySetup {
   uint32_t continuation_tokens = 128;
   std::vector<double> budgets = {0.25, 0.5, 0.75, 0.9};
 };
+
+// The bench's scorers by name (streaming, h2o, snapkv, agentkv, rehearsal), at the settings
+// docs/attention.md lists.
+std::unique_ptr<attention::Scorer> MakeScorer(const std::string& name);
 
 Result<std::vector<SelectorRow>> RunSelectorQuality(const model::Model& m, const QualitySetup& setup,
                                                     uint32_t* text_tokens);

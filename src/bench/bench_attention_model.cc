@@ -23,16 +23,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "attention/compact.h"
 #include "attention/sparse_attention.h"
 #include "bench/bench_attention.h"
 #include "bench/bench_engine_inputs.h"
+#include "bench/bench_peer_eval.h"
 #include "bench/bench_util.h"
 #include "eval/protocol.h"
 #include "eval/workload.h"
@@ -72,14 +70,6 @@ const std::vector<Method>& Methods() {
       {"rehearsal", Allocator::kAdaKv, ""},
   };
   return m;
-}
-
-std::unique_ptr<attention::Scorer> MakeScorer(const std::string& name) {
-  if (name == "streaming") return attention::MakeStreamingScorer(4);
-  if (name == "h2o") return attention::MakeH2oScorer(0.1);
-  if (name == "snapkv") return attention::MakeSnapKvScorer(32, 7);
-  if (name == "agentkv") return attention::MakeAgentKvScorer(true, 7);
-  return attention::MakeRehearsalScorer(7);
 }
 
 // One row: a method (or peer) at one budget, its per-prompt results.
@@ -227,31 +217,13 @@ PromptQueries RecordQueries(const model::Model& m, const eval::Prompt& p, int th
 Status RunKvpress(const BenchAttentionArgs& a, const model::Model& m, const std::vector<eval::Prompt>& prompts,
                   const std::vector<eval::PromptResult>& refs, const std::vector<double>& ratios,
                   std::map<std::string, Entry>& out, nlohmann::json& settings) {
-  const std::string src = FLATKV_SOURCE_DIR;
-  const std::string python = a.peer_python.empty() ? src + "/build/pyenv/kvpeers/bin/python" : a.peer_python;
-  const std::string hf = a.hf_model_dir.empty() ? src + "/build/models/smollm2-135m-hf" : a.hf_model_dir;
-  if (!std::filesystem::exists(python))
-    return Status::NotFound("kvpress peer: the Python interpreter " + python +
-                            " is missing (scripts/install-deps.sh pyenv:kvpeers installs kvpress; --peers none skips it)");
-  if (!std::filesystem::exists(hf + "/config.json"))
-    return Status::NotFound("kvpress peer: " + hf + " is missing (scripts/install-deps.sh pyenv:vllm converts the GGUF to it)");
-  const std::string scratch = std::filesystem::temp_directory_path() / ("flatkv-kvpress-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(scratch);
-  const std::string wl = scratch + "/workload.json";
-  {
-    std::ofstream f(wl);
-    f << eval::WorkloadJson(m, prompts).dump();
-    if (!f) return Status::IoError("kvpress peer: write " + wl);
-  }
-  std::string args = " --model-dir " + ShellQuote(hf) + " --workload " + ShellQuote(wl) + " --threads " +
-                     std::to_string(a.threads) + " --ratios";
-  for (double r : ratios) args += " " + std::to_string(r);
+  PeerScript ps{"kvpress", "kvpress_peer.py", a.peer_python, a.hf_model_dir, " --threads " + std::to_string(a.threads) + " --ratios"};
+  for (double r : ratios) ps.args += " " + std::to_string(r);
   if (!a.presses.empty()) {
-    args += " --presses";
-    for (const auto& p : a.presses) args += " " + ShellQuote(p);
+    ps.args += " --presses";
+    for (const auto& p : a.presses) ps.args += " " + ShellQuote(p);
   }
-  auto j = RunPythonJson(python, src + "/bench/kvpress_peer.py", args, scratch, "kvpress");
-  std::filesystem::remove_all(scratch);
+  auto j = RunPeerScript(m, prompts, ps);
   if (!j.ok()) return j.status();
   settings = j->value("peer_settings", nlohmann::json::object());
   try {
@@ -265,26 +237,9 @@ Status RunKvpress(const BenchAttentionArgs& a, const model::Model& m, const std:
       const auto& runs = it.value();
       if (runs.size() != prompts.size()) return Status::Corruption("kvpress peer: a run per prompt expected in " + key);
       for (size_t i = 0; i < runs.size(); ++i) {
-        const auto& r = runs[i];
-        eval::PromptResult pr;
-        pr.id = r.at("id").get<std::string>();
-        if (pr.id != prompts[i].id) return Status::Corruption("kvpress peer: prompt order differs at " + pr.id);
-        pr.kind = prompts[i].kind;
-        pr.context_tokens = uint32_t(prompts[i].context.size());
-        pr.scored = r.value("scored", 0u);
-        pr.nll = r.value("nll", 0.0);
-        pr.nll_full = r.value("nll_full", 0.0);
-        pr.kl_sum = r.value("kl_sum", 0.0);
-        pr.greedy_common = r.at("greedy_common").get<uint32_t>();
-        pr.greedy_tokens = r.at("greedy_tokens").get<uint32_t>();
-        pr.retrieval_correct = r.value("retrieval_correct", -1);
-        pr.answer_text = r.value("answer_text", "");
-        // The filter is the prompt's, from flatkv's exact-cache reference.
-        pr.filter_nll_context = refs[i].filter_nll_context;
-        pr.filter_nll_none = refs[i].filter_nll_none;
-        pr.filter_scored = refs[i].filter_scored;
-        e.kept += r.at("kept_entries").get<uint64_t>();
-        e.dense += r.at("dense_entries").get<uint64_t>();
+        FLATKV_ASSIGN_OR_RETURN(eval::PromptResult pr, PeerPromptResult(runs[i], prompts[i], refs[i], "kvpress"));
+        e.kept += runs[i].at("kept_entries").get<uint64_t>();
+        e.dense += runs[i].at("dense_entries").get<uint64_t>();
         e.results.push_back(pr);
       }
       e.extra["settings"] = settings.value("presses", nlohmann::json::object()).value(key.substr(0, at), "");

@@ -4,7 +4,7 @@
 #      manager leaves, press by press and at both budgets (tests/kvpeers/test_kvpress_peer.py);
 #   2. `flatkv bench attention --model` on SmolLM2 over the short prompts of data/workload/ci.tsv,
 #      with kvpress in the same run: every entry carries the protocol's fields, every paired press
-#      is there, Quest and the certified sampler ran with no violated certificate.
+#      is there, Quest and the certified sampler ran, violated certificates within delta.
 # A missing model, environment or converted model skips (77) naming the install command; with
 # CI=true it fails instead.
 #   run_kvpress_tests.sh FLATKV_BINARY
@@ -40,7 +40,8 @@ names = {(e["name"], e["budget"]) for e in j["methods"]}
 for e in j["methods"]:
     for k in ("model", "ppl_delta", "greedy_agreement", "retrieval_accuracy"):
         check(k in e, f"{e['name']}: no {k}")
-    check(e["prompts"] == 2, f"{e['name']}: {e['prompts']} prompts")
+    want = 1 if e["name"] in ("quest", "certified_sampler") else 2  # sparse decode: the longest prompt only
+    check(e["prompts"] == want, f"{e['name']}: {e['prompts']} prompts")
     check(0 <= e["greedy_agreement"] <= 1, f"{e['name']}: greedy agreement {e['greedy_agreement']}")
 for press in ("snapkv", "streaming_llm", "pyramidkv", "adakv_snapkv", "knorm"):
     for r in (0.5, 0.75):
@@ -54,7 +55,9 @@ sparse = {e["name"]: e for e in j["methods"] if e["name"] in ("quest", "certifie
 check(set(sparse) == {"quest", "certified_sampler"}, "quest / certified_sampler missing")
 if "certified_sampler" in sparse:
     s = sparse["certified_sampler"]
-    check(s["violations"] == 0 and s["certified_heads"] > 0, f"sampler: {s['violations']} of {s['certified_heads']} certificates violated")
+    # The guarantee: a certificate is false with probability <= delta (0.01) per head and step.
+    check(s["certified_heads"] > 0 and s["violations"] <= 0.01 * s["certified_heads"],
+          f"sampler: {s['violations']} of {s['certified_heads']} certificates violated")
     check(s["attn_output_rel_err"] < 0.05, f"sampler error {s['attn_output_rel_err']}")
 if "quest" in sparse:
     check(0 < sparse["quest"]["read_fraction"] < 1, f"quest read fraction {sparse['quest']['read_fraction']}")

@@ -19,6 +19,7 @@
 #include "attention/decode.h"
 #include "attention/quest.h"
 #include "attention/synthetic.h"
+#include "bench/bench_engine_inputs.h"
 #include "bench/bench_util.h"
 #include "tools/tool_common.h"
 
@@ -197,12 +198,31 @@ CLI::App* AddBenchAttentionCommand(CLI::App& bench, BenchAttentionArgs& a) {
                  "synthetic caches: special-logit factor of the most dispersed head (heads spread up to 1)")
       ->check(CLI::Range(0.1, 1.0));
   c->add_flag("--quick", a.quick, "small shapes and one budget (well under a minute)");
+  c->add_option("--ids", a.ids, "--model GGUF: workload prompt ids (default: 8 at 2K and 4 at 7,936 tokens)");
+  c->add_option("--max-context", a.max_context, "--model GGUF: only prompts with at most this context");
+  c->add_option("--workload-list", a.workload_list, "--model GGUF: another workload list (data/workload/ci.tsv)");
+  c->add_option("--kept", a.kept_fractions, "--model GGUF: budgets, fractions of the context's KV kept")
+      ->check(CLI::Range(0.01, 1.0));
+  c->add_option("--peers", a.peers, "--model GGUF: kvpress or none");
+  c->add_option("--presses", a.presses, "--model GGUF: kvpress presses (default: bench/kvpress_peer.py's list)");
+  c->add_option("--peer-python", a.peer_python, "--model GGUF: the interpreter with kvpress (build/pyenv/kvpeers)");
+  c->add_option("--hf-model", a.hf_model_dir, "--model GGUF: the model as safetensors for the peers");
+  c->add_option("--h2o-max-context", a.h2o_max_context, "--model GGUF: H2O only on prompts this long or shorter");
+  c->add_option("--sparse-min-context", a.sparse_min_context,
+                "--model GGUF: Quest and the sampler on prompts this long (0: the longest)");
+  c->add_flag("--no-sparse", a.no_sparse, "--model GGUF: skip Quest and the sampler");
+  c->add_option("--selectors", a.selectors, "--model GGUF: scorer+allocator names (default: all; none: no selection)");
   c->add_flag("--json", a.json, "print one JSON object");
   return c;
 }
 
 int RunBenchAttention(const BenchAttentionArgs& args) {
   BenchAttentionArgs a = args;
+  if (a.model == "smollm2-135m" || a.model.ends_with(".gguf")) {
+    auto path = ResolveModelPath(a.model);
+    if (!path.ok()) return Fail(kExitUsage, "--model: " + path.status().ToString());
+    return RunBenchAttentionModel(a, *path);
+  }
   const std::string model_path = a.model.empty() ? DefaultModelDir() + "/stories260K.bin" : a.model;
   const std::string tok_path = a.tokenizer.empty() && a.model.empty() ? DefaultModelDir() + "/tok512.bin" : a.tokenizer;
   auto loaded = model::LoadModel(model_path, tok_path);

@@ -40,14 +40,6 @@ struct Method {
   attention::Allocator allocator;
 };
 
-std::unique_ptr<attention::Scorer> MakeScorer(const std::string& name) {
-  if (name == "streaming") return attention::MakeStreamingScorer(4);
-  if (name == "h2o") return attention::MakeH2oScorer(0.1);
-  if (name == "snapkv") return attention::MakeSnapKvScorer(32, 7);
-  if (name == "agentkv") return attention::MakeAgentKvScorer(true, 7);
-  return attention::MakeRehearsalScorer(7);
-}
-
 // Runs `tokens` through a fresh transformer from position 0, recording every
 // query [layer][pos][h][d]; returns the cache and, for positions >= from,
 // the logits [pos - from][vocab].
@@ -100,6 +92,14 @@ double LogSoftmaxAt(const std::vector<float>& logits, int target, std::vector<do
 }
 
 }  // namespace
+
+std::unique_ptr<attention::Scorer> MakeScorer(const std::string& name) {
+  if (name == "streaming") return attention::MakeStreamingScorer(4);
+  if (name == "h2o") return attention::MakeH2oScorer(0.1);
+  if (name == "snapkv") return attention::MakeSnapKvScorer(32, 7);
+  if (name == "agentkv") return attention::MakeAgentKvScorer(true, 7);
+  return attention::MakeRehearsalScorer(7);
+}
 
 Result<std::vector<SelectorRow>> RunSelectorQuality(const model::Model& m, const QualitySetup& setup,
                                                     uint32_t* text_tokens) {

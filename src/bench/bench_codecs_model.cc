@@ -31,6 +31,7 @@
 #include "bench/bench_codecs.h"
 #include "bench/bench_codecs_data.h"
 #include "bench/bench_engine_inputs.h"
+#include "bench/bench_peer_eval.h"
 #include "codec/dtype.h"
 #include "engine/engine.h"
 #include "eval/protocol.h"
@@ -206,27 +207,9 @@ nlohmann::json EntryJson(const Entry& e, const std::string& model_path, DType dt
 // The quanto peer: bench/quanto_peer.py over the same prompts.
 Status RunQuanto(const BenchCodecsArgs& a, const model::Model& m, const std::vector<eval::Prompt>& prompts,
                  const std::vector<int>& nbits, nlohmann::json& result) {
-  const std::string src = FLATKV_SOURCE_DIR;
-  const std::string python = a.peer_python.empty() ? src + "/build/pyenv/kvpeers/bin/python" : a.peer_python;
-  const std::string hf = a.hf_model_dir.empty() ? src + "/build/models/smollm2-135m-hf" : a.hf_model_dir;
-  if (!std::filesystem::exists(python))
-    return Status::NotFound("quanto peer: the Python interpreter " + python +
-                            " is missing (scripts/install-deps.sh pyenv:kvpeers installs transformers and "
-                            "optimum-quanto; --peers none skips the peers)");
-  if (!std::filesystem::exists(hf + "/config.json"))
-    return Status::NotFound("quanto peer: " + hf + " is missing (scripts/install-deps.sh pyenv:vllm converts the GGUF to it)");
-  const std::string scratch = std::filesystem::temp_directory_path() / ("flatkv-quanto-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(scratch);
-  const std::string wl = scratch + "/workload.json";
-  {
-    std::ofstream f(wl);
-    f << eval::WorkloadJson(m, prompts).dump();
-    if (!f) return Status::IoError("quanto peer: write " + wl);
-  }
-  std::string args = " --model-dir " + ShellQuote(hf) + " --workload " + ShellQuote(wl) + " --nbits";
-  for (int b : nbits) args += " " + std::to_string(b);
-  auto j = RunPythonJson(python, src + "/bench/quanto_peer.py", args, scratch, "quanto");
-  std::filesystem::remove_all(scratch);
+  PeerScript ps{"quanto", "quanto_peer.py", a.peer_python, a.hf_model_dir, " --nbits"};
+  for (int b : nbits) ps.args += " " + std::to_string(b);
+  auto j = RunPeerScript(m, prompts, ps);
   if (!j.ok()) return j.status();
   result = std::move(j).value();
   return Status::Ok();
@@ -247,22 +230,7 @@ Status ParseQuanto(const nlohmann::json& jr, const model::Model& m, const std::v
       double dec = 0;
       for (size_t i = 0; i < runs.size(); ++i) {
         const auto& r = runs[i];
-        eval::PromptResult pr;
-        pr.id = r.at("id").get<std::string>();
-        if (pr.id != prompts[i].id) return Status::Corruption("quanto peer: prompt order differs at " + pr.id);
-        pr.kind = prompts[i].kind;
-        pr.context_tokens = uint32_t(prompts[i].context.size());
-        pr.scored = r.value("scored", 0u);
-        pr.nll = r.value("nll", 0.0);
-        pr.nll_full = r.value("nll_full", 0.0);
-        pr.kl_sum = r.value("kl_sum", 0.0);
-        pr.greedy_common = r.at("greedy_common").get<uint32_t>();
-        pr.greedy_tokens = r.at("greedy_tokens").get<uint32_t>();
-        pr.retrieval_correct = r.value("retrieval_correct", -1);
-        // The filter is the prompt's, from flatkv's exact-cache reference.
-        pr.filter_nll_context = refs[i].filter_nll_context;
-        pr.filter_nll_none = refs[i].filter_nll_none;
-        pr.filter_scored = refs[i].filter_scored;
+        FLATKV_ASSIGN_OR_RETURN(eval::PromptResult pr, PeerPromptResult(r, prompts[i], refs[i], "quanto"));
         const double bits = r.at("bits_per_element").get<double>();
         const uint64_t elements = uint64_t(prompts[i].context.size() - 1) * m.config.kv_dim() * 2 * m.config.n_layers;
         e.elements += elements;

@@ -46,7 +46,6 @@ int Fail(int code, const std::string& msg) {
   return code;
 }
 
-nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 // A flatkv selector and, where kvpress implements the same method, its press.
 struct Method {
@@ -87,27 +86,20 @@ nlohmann::json EntryJson(const Entry& e, const std::string& model_path) {
                       {"name", e.name},
                       {"budget", e.ratio},
                       {"budget_kind", "fraction_removed"},
-                      {"kept_fraction", e.dense ? Num(double(e.kept) / double(e.dense)) : nullptr},
+                      {"kept_fraction", e.dense ? JsonNum(double(e.kept) / double(e.dense)) : nullptr},
                       {"prompts", s.prompts},
                       {"ppl_prompts", s.ppl_prompts},
-                      {"ppl_delta", Num(s.ppl_delta)},
-                      {"ppl_delta_ci95", {Num(s.ppl_delta_lo), Num(s.ppl_delta_hi)}},
-                      {"next_token_kl", Num(s.kl)},
-                      {"greedy_agreement", Num(s.greedy_agreement)},
-                      {"greedy_agreement_ci95", {Num(s.greedy_lo), Num(s.greedy_hi)}},
-                      {"retrieval_accuracy", Num(s.retrieval_accuracy)},
-                      {"retrieval_accuracy_ci95", {Num(s.retrieval_lo), Num(s.retrieval_hi)}}};
+                      {"ppl_delta", JsonNum(s.ppl_delta)},
+                      {"ppl_delta_ci95", {JsonNum(s.ppl_delta_lo), JsonNum(s.ppl_delta_hi)}},
+                      {"next_token_kl", JsonNum(s.kl)},
+                      {"greedy_agreement", JsonNum(s.greedy_agreement)},
+                      {"greedy_agreement_ci95", {JsonNum(s.greedy_lo), JsonNum(s.greedy_hi)}},
+                      {"retrieval_accuracy", JsonNum(s.retrieval_accuracy)},
+                      {"retrieval_accuracy_ci95", {JsonNum(s.retrieval_lo), JsonNum(s.retrieval_hi)}}};
   if (!e.peer.empty()) j["peer"] = e.peer;
   if (!e.pair.empty()) j["pair"] = e.pair;
   for (auto it = e.extra.begin(); it != e.extra.end(); ++it) j[it.key()] = it.value();
-  nlohmann::json per = nlohmann::json::array();
-  for (const auto& r : e.results) {
-    nlohmann::json pj = {{"id", r.id}, {"greedy_agreement", Num(r.greedy_agreement())}};
-    if (r.scored) pj["ppl_delta"] = Num(r.ppl_delta()), pj["kl"] = Num(r.kl());
-    if (r.retrieval_correct >= 0) pj["retrieval_correct"] = r.retrieval_correct == 1;
-    per.push_back(pj);
-  }
-  j["per_prompt"] = per;
+  j["per_prompt"] = PerPromptJson(e.results);
   return j;
 }
 
@@ -144,7 +136,7 @@ nlohmann::json PairJson(const Entry& f, const Entry& k) {
     // the interval is a point, so "zero within" allows 1e-4 either side.
     const bool within = ci.lo <= 1e-4 && ci.hi >= -1e-4;
     agree = agree && within;
-    j[kMetricNames[w]] = {{"difference", d}, {"ci95", {Num(ci.lo), Num(ci.hi)}}, {"zero_within_ci", within}};
+    j[kMetricNames[w]] = {{"difference", d}, {"ci95", {JsonNum(ci.lo), JsonNum(ci.hi)}}, {"zero_within_ci", within}};
   }
   j["agree"] = agree;
   return j;
@@ -449,8 +441,8 @@ int RunBenchAttentionModel(const BenchAttentionArgs& a, const std::string& model
     methods.push_back(EntryJson(e, model_path));
   }
   auto sparse_json = [&](Entry& e, const attention::SparseAttentionStats& s, bool is_quest) {
-    e.extra["attn_output_rel_err"] = Num(s.rel_err_count ? s.rel_err_sum / s.rel_err_count : std::nan(""));
-    e.extra["read_fraction"] = Num(s.tokens_total ? double(s.tokens_read) / double(s.tokens_total) : std::nan(""));
+    e.extra["attn_output_rel_err"] = JsonNum(s.rel_err_count ? s.rel_err_sum / s.rel_err_count : std::nan(""));
+    e.extra["read_fraction"] = JsonNum(s.tokens_total ? double(s.tokens_read) / double(s.tokens_total) : std::nan(""));
     e.extra["decode_steps"] = s.steps;
     e.extra["dense_layers"] = 2;
     if (is_quest) {

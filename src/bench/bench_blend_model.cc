@@ -28,6 +28,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_peer_eval.h"
 #include "bench/bench_blend.h"
 #include "engine/engine.h"
 #include "eval/protocol.h"
@@ -48,7 +49,6 @@ int Fail(int code, const std::string& msg) {
   return code;
 }
 
-nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 struct Mode {
   explicit Mode(std::string n) : name(std::move(n)) {}
@@ -188,10 +188,10 @@ int RunBenchBlendModel(const BenchBlendArgs& a, const std::string& model_path) {
       const bool timed = md.name != "sink";
       md.ttft_ms.push_back(timed ? br.timing.ttft_ms : std::nan(""));
       md.computed.push_back(timed ? br.computed_fraction : std::nan(""));
-      row[md.name] = {{"ppl_delta", Num(r->ppl_delta())}, {"kl", Num(r->kl())},
-                      {"greedy_agreement", r->greedy_agreement()}, {"ttft_ms", Num(md.ttft_ms.back())},
-                      {"ttft_over_full", Num(md.ttft_ms.back() / full->timing.ttft_ms)},
-                      {"computed_fraction", Num(md.computed.back())}};
+      row[md.name] = {{"ppl_delta", JsonNum(r->ppl_delta())}, {"kl", JsonNum(r->kl())},
+                      {"greedy_agreement", r->greedy_agreement()}, {"ttft_ms", JsonNum(md.ttft_ms.back())},
+                      {"ttft_over_full", JsonNum(md.ttft_ms.back() / full->timing.ttft_ms)},
+                      {"computed_fraction", JsonNum(md.computed.back())}};
       std::fprintf(stderr, "  %-16s ppl_delta %+.3f%% kl %.5f agreement %.3f ttft %.0f ms\n", md.name.c_str(),
                    100 * r->ppl_delta(), r->kl(), r->greedy_agreement(), md.ttft_ms.back());
     }
@@ -211,14 +211,14 @@ int RunBenchBlendModel(const BenchBlendArgs& a, const std::string& model_path) {
                         {"mode", md.name},
                         {"prompts", s.prompts},
                         {"ppl_prompts", s.ppl_prompts},
-                        {"ppl_delta", Num(s.ppl_delta)},
-                        {"ppl_delta_ci95", {Num(s.ppl_delta_lo), Num(s.ppl_delta_hi)}},
-                        {"kl_vs_full", Num(s.kl)},
-                        {"greedy_agreement", Num(s.greedy_agreement)},
-                        {"greedy_agreement_ci95", {Num(s.greedy_lo), Num(s.greedy_hi)}},
+                        {"ppl_delta", JsonNum(s.ppl_delta)},
+                        {"ppl_delta_ci95", {JsonNum(s.ppl_delta_lo), JsonNum(s.ppl_delta_hi)}},
+                        {"kl_vs_full", JsonNum(s.kl)},
+                        {"greedy_agreement", JsonNum(s.greedy_agreement)},
+                        {"greedy_agreement_ci95", {JsonNum(s.greedy_lo), JsonNum(s.greedy_hi)}},
                         {"retrieval_accuracy", nullptr},
-                        {"ttft_over_full_at_longest", Num(ttft_long)},
-                        {"ttft_ms_at_longest", Num(md.ttft_ms[longest])}};
+                        {"ttft_over_full_at_longest", JsonNum(ttft_long)},
+                        {"ttft_ms_at_longest", JsonNum(md.ttft_ms[longest])}};
     if (md.name == "naive") naive_kl = s.kl, naive_ppl = s.ppl_delta;
     if (md.name == "cacheblend-15%") kl15 = s.kl, ttft15 = ttft_long;
     mj.push_back(j);
@@ -228,11 +228,11 @@ int RunBenchBlendModel(const BenchBlendArgs& a, const std::string& model_path) {
       {"modes", mj},
       {"prompts", rows},
       {"goals",
-       {{"naive_ppl_delta", Num(naive_ppl)},
+       {{"naive_ppl_delta", JsonNum(naive_ppl)},
         {"naive_costs_over_1pct", naive_ppl > 0.01},
-        {"kl_at_15_over_naive", Num(kl15 / naive_kl)},
+        {"kl_at_15_over_naive", JsonNum(kl15 / naive_kl)},
         {"kl_goal_met", kl15 <= 0.1 * naive_kl},
-        {"ttft_at_15_over_full_at_longest", Num(ttft15)},
+        {"ttft_at_15_over_full_at_longest", JsonNum(ttft15)},
         {"ttft_goal_met", ttft15 <= 0.45},
         {"longest_prompt", (*prompts)[longest].id}}},
       {"config",

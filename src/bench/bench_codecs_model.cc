@@ -162,7 +162,6 @@ Status ThroughStore(const model::Model& m, const eval::Prompt& p, const model::K
   return Status::Ok();
 }
 
-nlohmann::json Num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 nlohmann::json EntryJson(const Entry& e, const std::string& model_path, DType dtype) {
   const eval::Summary s = eval::Summarize(e.results);
@@ -170,14 +169,14 @@ nlohmann::json EntryJson(const Entry& e, const std::string& model_path, DType dt
                       {"name", e.name},
                       {"prompts", s.prompts},
                       {"ppl_prompts", s.ppl_prompts},
-                      {"ppl_delta", Num(s.ppl_delta)},
-                      {"ppl_delta_ci95", {Num(s.ppl_delta_lo), Num(s.ppl_delta_hi)}},
-                      {"next_token_kl", Num(s.kl)},
-                      {"greedy_agreement", Num(s.greedy_agreement)},
-                      {"greedy_agreement_ci95", {Num(s.greedy_lo), Num(s.greedy_hi)}},
-                      {"retrieval_accuracy", Num(s.retrieval_accuracy)},
-                      {"retrieval_accuracy_ci95", {Num(s.retrieval_lo), Num(s.retrieval_hi)}},
-                      {"bits_per_element", e.elements ? Num(8.0 * double(e.bytes) / double(e.elements)) : nullptr}};
+                      {"ppl_delta", JsonNum(s.ppl_delta)},
+                      {"ppl_delta_ci95", {JsonNum(s.ppl_delta_lo), JsonNum(s.ppl_delta_hi)}},
+                      {"next_token_kl", JsonNum(s.kl)},
+                      {"greedy_agreement", JsonNum(s.greedy_agreement)},
+                      {"greedy_agreement_ci95", {JsonNum(s.greedy_lo), JsonNum(s.greedy_hi)}},
+                      {"retrieval_accuracy", JsonNum(s.retrieval_accuracy)},
+                      {"retrieval_accuracy_ci95", {JsonNum(s.retrieval_lo), JsonNum(s.retrieval_hi)}},
+                      {"bits_per_element", e.elements ? JsonNum(8.0 * double(e.bytes) / double(e.elements)) : nullptr}};
   if (!e.peer.empty()) {
     j["peer"] = e.peer;
   } else {
@@ -193,14 +192,7 @@ nlohmann::json EntryJson(const Entry& e, const std::string& model_path, DType dt
   }
   if (e.has_speed) j["decode_gbps"] = e.speed.decode_gbps, j["encode_gbps"] = e.speed.encode_gbps;
   for (auto it = e.extra.begin(); it != e.extra.end(); ++it) j[it.key()] = it.value();
-  nlohmann::json per = nlohmann::json::array();
-  for (const auto& r : e.results) {
-    nlohmann::json pj = {{"id", r.id}, {"greedy_agreement", Num(r.greedy_agreement())}};
-    if (r.scored) pj["ppl_delta"] = Num(r.ppl_delta()), pj["kl"] = Num(r.kl());
-    if (r.retrieval_correct >= 0) pj["retrieval_correct"] = r.retrieval_correct == 1;
-    per.push_back(pj);
-  }
-  j["per_prompt"] = per;
+  j["per_prompt"] = PerPromptJson(e.results);
   return j;
 }
 
@@ -464,7 +456,7 @@ int RunBenchCodecsModel(const BenchCodecsArgs& a, const std::string& model_path)
                         {"codecs", codecs},
                         {"goals", goals}};
   const eval::Summary rs = eval::Summarize(refs);
-  out["full_cache"] = {{"retrieval_accuracy", Num(rs.retrieval_accuracy)},
+  out["full_cache"] = {{"retrieval_accuracy", JsonNum(rs.retrieval_accuracy)},
                        {"retrieval_prompts", rs.retrieval_prompts},
                        {"ppl_prompts", rs.ppl_prompts},
                        {"ppl_filtered_out", rs.ppl_filtered_out}};

@@ -1,5 +1,6 @@
 #include "bench/bench_peer_eval.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -59,6 +60,19 @@ Result<eval::PromptResult> PeerPromptResult(const nlohmann::json& r, const eval:
   } catch (const nlohmann::json::exception& ex) {
     return Status::Corruption(what + " peer: malformed result for " + p.id + ": " + ex.what());
   }
+}
+
+nlohmann::json JsonNum(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+nlohmann::json PerPromptJson(const std::vector<eval::PromptResult>& results) {
+  nlohmann::json per = nlohmann::json::array();
+  for (const auto& r : results) {
+    nlohmann::json pj = {{"id", r.id}, {"greedy_agreement", JsonNum(r.greedy_agreement())}};
+    if (r.scored) pj["ppl_delta"] = JsonNum(r.ppl_delta()), pj["kl"] = JsonNum(r.kl());
+    if (r.retrieval_correct >= 0) pj["retrieval_correct"] = r.retrieval_correct == 1;
+    per.push_back(pj);
+  }
+  return per;
 }
 
 }  // namespace flatkv::tools

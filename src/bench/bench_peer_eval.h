@@ -37,4 +37,11 @@ Result<nlohmann::json> RunPeerScript(const model::Model& m, const std::vector<ev
 Result<eval::PromptResult> PeerPromptResult(const nlohmann::json& r, const eval::Prompt& p, const eval::PromptResult& ref,
                                             const std::string& what);
 
+// A JSON number, or null where `x` is not finite (no prompt passed the filter, say).
+nlohmann::json JsonNum(double x);
+
+// The `per_prompt` array of a `--model` entry: id, greedy_agreement, and ppl_delta and kl where
+// the prompt was scored, retrieval_correct where it has a key; flatkv's rows and the peers' alike.
+nlohmann::json PerPromptJson(const std::vector<eval::PromptResult>& results);
+
 }  // namespace flatkv::tools

@@ -518,8 +518,9 @@ Result<std::unique_ptr<Manifest>> Manifest::Open(const std::string& dir, const M
   FLATKV_ASSIGN_OR_RETURN(uint64_t size, m->file_.Size());
   // The header, then the records streamed kChunkBytes at a time (the log
   // is never held whole: at 10M blocks it is hundreds of MB).
+  const int fd = m->file_.fd();  // m is not shared yet; the lambda reads through the fd alone
   auto read = [&](uint64_t at, uint8_t* dst, uint64_t n) {
-    return engine->Execute({io::Op::kRead, m->file_.fd(), at, dst, n, nullptr}).WithContext("read " + path);
+    return engine->Execute({io::Op::kRead, fd, at, dst, n, nullptr}).WithContext("read " + path);
   };
   std::vector<uint8_t> head(std::min<uint64_t>(size, kHeaderBytes));
   if (!head.empty()) FLATKV_RETURN_IF_ERROR(read(0, head.data(), head.size()));

@@ -592,6 +592,11 @@ std::string StoreKnobValue(std::string_view key, const ServerConfig& c) {
                     k->field);
 }
 
+uint32_t DefaultLoopThreads() {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && cpus < 4 ? 1 : 2;
+}
+
 Status FinalizeConfig(ServerConfig* c) {
   if (!(c->dram_fraction >= 0 && c->dram_fraction <= 0.9)) {
     return Status::InvalidArgument("store.dram_fraction " + std::to_string(c->dram_fraction) + " is outside [0, 0.9]");

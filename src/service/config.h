@@ -27,6 +27,14 @@
 namespace flatkv::service {
 
 inline constexpr std::string_view kTcpAuto = "auto";
+
+// server.loop_threads when the configuration names none: one loop below 4
+// CPUs, as Redis answers every request on one thread, else two. On 2 CPUs
+// shared with the clients a second loop is one more thread to be descheduled
+// behind them, and its connections' requests wait a time slice: `bench
+// serve --clients 64` measured lookup p99 1.6-2.8x Redis GET's with two loops
+// and 0.93-1.03x with one (docs/benchmarks.md, "The daemon").
+uint32_t DefaultLoopThreads();
 inline constexpr std::string_view kDefaultTcpAddress = "127.0.0.1:7471";
 
 struct ServerConfig {
@@ -57,9 +65,9 @@ struct ServerConfig {
   std::string tls_key_file;
 
   // [server] Event-loop threads (each waits on its share of the connections
-  // and answers small requests), and the worker threads kept ready for
-  // requests that can block (more start while all are busy).
-  uint32_t loop_threads = 2;
+  // and answers small requests; DefaultLoopThreads()), and the worker threads
+  // kept ready for requests that can block (more start while all are busy).
+  uint32_t loop_threads = DefaultLoopThreads();
   uint32_t workers = 2;
 
   // Largest frame payload accepted or sent, bytes (a put is split by clients to fit).

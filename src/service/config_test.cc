@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -110,7 +112,8 @@ TEST(ServerConfigTest, InsecureConfigurationsAreRefusedSayingWhatToSet) {
   EXPECT_PRED3(has, msg("[limits]\nmax_restore_ms = \"3s\"\n"), "limits.max_restore_ms", "expected an integer of milliseconds");
 
   // [server]: the event loops and the workers kept ready.
-  EXPECT_EQ(base.loop_threads, 2u);
+  EXPECT_EQ(base.loop_threads, DefaultLoopThreads());
+  EXPECT_EQ(DefaultLoopThreads(), ::sysconf(_SC_NPROCESSORS_ONLN) < 4 ? 1u : 2u);
   EXPECT_EQ(base.workers, 2u);
   ASSERT_TRUE(ApplyConfigToml("[server]\nloop_threads = 4\nworkers = 8\n", "f.toml", &c).ok());
   EXPECT_EQ(c.loop_threads, 4u);

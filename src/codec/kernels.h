@@ -32,7 +32,8 @@ struct Kernels {
   // pred's reconstruction while tokens are plain (1..254): out[i] =
   // dtype(pred[i] + float(q) * step) with q = unzigzag(tok[i] - 1).
   // Returns how many elements it did; stops early (possibly before a plain
-  // token) at escapes (0, 255) or anything the fast path does not take.
+  // token) at escapes (0, 255) or anything the fast path does not take, and
+  // may have written out[] past that point (below n): the caller rewrites it.
   size_t (*pred_reconstruct)(const uint8_t* tok, const float* pred, float* out, size_t n, float step, int dtype);
 };
 

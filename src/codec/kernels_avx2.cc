@@ -167,17 +167,21 @@ size_t PredReconstruct(const uint8_t* tok, const float* pred, float* out, size_t
     uint64_t w;
     std::memcpy(&w, tok + i, 8);
     const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(w)));
-    if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi32(b, zero), _mm256_cmpeq_epi32(b, ff)))) break;
+    const __m256i escape = _mm256_or_si256(_mm256_cmpeq_epi32(b, zero), _mm256_cmpeq_epi32(b, ff));
     const __m256i z = _mm256_sub_epi32(b, one);
     const __m256i q = _mm256_xor_si256(_mm256_srli_epi32(z, 1), _mm256_sub_epi32(zero, _mm256_and_si256(z, one)));
     const __m256 r = _mm256_add_ps(_mm256_loadu_ps(pred + i), _mm256_mul_ps(_mm256_cvtepi32_ps(q), st));
-    if (_mm256_movemask_ps(_mm256_cmp_ps(r, r, _CMP_UNORD_Q))) break;
     __m256 o = r;
     if (dt == DType::kBF16)
       o = RoundBf16(r);
     else if (dt == DType::kF16)
       o = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     _mm256_storeu_ps(out + i, o);
+    // An escape token or a NaN: the lanes before it are done; the caller
+    // takes that element (and rewrites the lanes after it).
+    const uint32_t stop = uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(escape))) |
+                          uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(r, r, _CMP_UNORD_Q)));
+    if (stop) return i + size_t(__builtin_ctz(stop));
   }
   return i + scalar::kKernels.pred_reconstruct(tok + i, pred + i, out + i, std::min<size_t>(n - i, 8), step, dtype);
 }

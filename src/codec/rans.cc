@@ -3,13 +3,17 @@
 #include <algorithm>
 #include <cstring>
 
-namespace flatkv::codec {
-namespace {
+#include "codec/rans_internal.h"
+#include "common/cpu.h"
 
-constexpr uint32_t kScaleBits = 12;
-constexpr uint32_t kTotal = 1u << kScaleBits;
-constexpr int kStates = 8;           // interleaved: symbol i uses state i % 8
-constexpr uint32_t kLow = 1u << 16;  // states live in [2^16, 2^32); renormalised 16 bits at a time
+namespace flatkv::codec {
+
+using rans::kLow;
+using rans::kScaleBits;
+using rans::kTotal;
+using rans::Slot;
+
+namespace {
 
 // Normalises counts to frequencies summing to kTotal, each present symbol >= 1.
 void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
@@ -40,10 +44,11 @@ void Normalise(const uint64_t* count, uint64_t n, uint32_t* freq) {
 
 }  // namespace
 
-size_t RansBound(size_t n) { return n == 0 ? 0 : 32 + 2 * 256 + 4 * kStates + 2 * n + 16; }
+size_t RansBound(size_t n, int states) { return n == 0 ? 0 : 32 + 2 * 256 + 4 * size_t(states) + 2 * n + 16; }
 
-size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t* scratch) {
-  if (n == 0) return 0;
+size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t* scratch, int states) {
+  if (n == 0 || (states != kRansNarrow && states != kRansWide)) return 0;
+  const int kStates = states;
   uint64_t count[256] = {};
   for (size_t i = 0; i < n; ++i) ++count[in[i]];
   uint32_t freq[256], cum[257];
@@ -51,10 +56,10 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
   cum[0] = 0;
   for (int s = 0; s < 256; ++s) cum[s + 1] = cum[s] + freq[s];
   // Encode backwards into the end of scratch.
-  const size_t scratch_size = RansBound(n);
+  const size_t scratch_size = RansBound(n, states);
   uint8_t* end = scratch + scratch_size;
   uint8_t* p = end;
-  uint32_t state[kStates];
+  uint32_t state[kRansWide];
   std::fill_n(state, kStates, kLow);
   for (size_t i = n; i-- > 0;) {
     const uint8_t s = in[i];
@@ -97,37 +102,30 @@ size_t RansEncode(const uint8_t* in, size_t n, uint8_t* out, size_t cap, uint8_t
   return total;
 }
 
-bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
-  if (n == 0) return len == 0;
-  if (len < 32) return false;
-  // One entry per slot: the symbol, its frequency and slot - cum.
-  struct Slot {
-    uint16_t freq;
-    uint16_t bias;
-    uint8_t sym;
-  };
-  Slot table[kTotal];
+namespace rans {
+
+const uint8_t* ParseTable(const uint8_t* in, size_t len, Slot* table) {
+  if (len < 32) return nullptr;
   uint32_t sum = 0;
   const uint8_t* p = in + 32;
   const uint8_t* end = in + len;
   for (int s = 0; s < 256; ++s) {
     if (!(in[s >> 3] >> (s & 7) & 1)) continue;
-    if (p == end) return false;
+    if (p == end) return nullptr;
     uint32_t f = *p++;
     if (f & 0x80) {
-      if (p == end) return false;
+      if (p == end) return nullptr;
       f = (f & 0x7F) | (uint32_t(*p++) << 7);
     }
-    if (f == 0 || sum + f > kTotal) return false;
+    if (f == 0 || sum + f > kTotal) return nullptr;
     for (uint32_t k = 0; k < f; ++k) table[sum + k] = {uint16_t(f), uint16_t(k), uint8_t(s)};
     sum += f;
   }
-  if (sum != kTotal || end - p < 4 * kStates) return false;
-  uint32_t x[kStates];
-  std::memcpy(x, p, 4 * kStates);
-  p += 4 * kStates;
-  for (uint32_t v : x)
-    if (v < kLow) return false;
+  return sum == kTotal ? p : nullptr;
+}
+
+bool DecodeTail(const Slot* table, uint32_t* x, int states, size_t i, const uint8_t* p, const uint8_t* end,
+                uint8_t* out, size_t n) {
   bool ok = true;
   auto step = [&](uint32_t& st, uint8_t* o) {
     const Slot e = table[st & (kTotal - 1)];
@@ -144,6 +142,26 @@ bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
     st = need ? (st << 16) | word : st;
     p += need && ok ? 2 : 0;
   };
+  for (; i < n; ++i) step(x[i % size_t(states)], out + i);
+  // The encoder started from kLow in every state: anything else is damage.
+  for (int k = 0; k < states; ++k) ok = ok && x[k] == kLow;
+  return ok && p == end;
+}
+
+}  // namespace rans
+
+bool RansDecodeScalar(const uint8_t* in, size_t len, uint8_t* out, size_t n, int states) {
+  if (states != kRansNarrow && states != kRansWide) return false;
+  if (n == 0) return len == 0;
+  Slot table[kTotal];
+  const uint8_t* p = rans::ParseTable(in, len, table);
+  const uint8_t* end = in + len;
+  if (p == nullptr || size_t(end - p) < 4 * size_t(states)) return false;
+  uint32_t x[kRansWide];
+  std::memcpy(x, p, 4 * size_t(states));
+  p += 4 * size_t(states);
+  for (int k = 0; k < states; ++k)
+    if (x[k] < kLow) return false;
   // Fast loop: eight symbols read at most 16 bytes, so no bounds checks.
   auto fast = [&](uint32_t& st, uint8_t* o) {
     const Slot e = table[st & (kTotal - 1)];
@@ -158,14 +176,19 @@ bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n) {
     p += need * 2;
   };
   size_t i = 0;
-  for (; i + kStates <= n && end - p >= 2 * kStates; i += kStates) {
+  for (; i + size_t(states) <= n && end - p >= 2 * states; i += size_t(states)) {
+    for (int g = 0; g < states; g += 8) {
 #pragma GCC unroll 8
-    for (int k = 0; k < kStates; ++k) fast(x[k], out + i + k);
+      for (int k = 0; k < 8; ++k) fast(x[g + k], out + i + size_t(g + k));
+    }
   }
-  for (; i < n; ++i) step(x[i % kStates], out + i);
-  // The encoder started from kLow in every state: anything else is damage.
-  for (uint32_t v : x) ok = ok && v == kLow;
-  return ok && p == end;
+  return rans::DecodeTail(table, x, states, i, p, end, out, n);
+}
+
+bool RansDecode(const uint8_t* in, size_t len, uint8_t* out, size_t n, int states) {
+  static const bool avx2 = DetectedSimd() >= SimdLevel::kAvx2;
+  if (states == kRansWide && avx2) return rans::DecodeWideAvx2(in, len, out, n);
+  return RansDecodeScalar(in, len, out, n, states);
 }
 
 }  // namespace flatkv::codec

@@ -96,6 +96,13 @@ SizePlan PlanSize(const KvShape& shape, uint64_t mib, uint32_t fixed_block_token
   return p;
 }
 
+// The copy threads of memcpy and dram_restore alike: --copy-threads, else one per CPU online.
+uint32_t CopyThreads(const BenchRestoreArgs& args) {
+  if (args.copy_threads != 0) return args.copy_threads;
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 ? uint32_t(cpus) : 1;
+}
+
 std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, const PageCacheEvictor* ev,
                                                   const std::shared_ptr<const Codec>& codec,
                                                   const std::shared_ptr<PeerContext>& peers) {
@@ -103,9 +110,9 @@ std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, 
   std::vector<std::unique_ptr<RestoreRun>> runs;
   for (std::string_view n : kRunNames) {
     if (!names.empty() && std::find(names.begin(), names.end(), n) == names.end()) continue;
-    if (n == "memcpy") runs.push_back(MakeMemcpyRun());
+    if (n == "memcpy") runs.push_back(MakeMemcpyRun(CopyThreads(args)));
     if (n == "raw_direct_read") runs.push_back(MakeRawDirectReadRun(uint64_t{args.raw_request_kib} << 10, args.raw_queue_depth));
-    if (n == "dram_restore") runs.push_back(MakeStoreRun(Medium::kDram, args.window_layers));
+    if (n == "dram_restore") runs.push_back(MakeStoreRun(Medium::kDram, args.window_layers, nullptr, 0, CopyThreads(args)));
     if (n == "ssd_restore") runs.push_back(MakeStoreRun(Medium::kSsd, args.window_layers));
     if (n == "files_per_block") runs.push_back(MakeFilesPerBlockRun(ev));
     if (n == "rocksdb") runs.push_back(MakeRocksDbRun(ev, RocksDbConfig::kDefaults));
@@ -430,6 +437,9 @@ CLI::App* AddBenchRestoreCommand(CLI::App& bench, BenchRestoreArgs& a) {
   cmd->add_option("--codec", a.codec,
                   "Also restore the session stored with this codec (ssd_codec_restore; e.g. pred, kivi:bits=2) "
                   "and fill every run's session with synthetic KV");
+  cmd->add_option("--copy-threads", a.copy_threads,
+                  "Threads of the memcpy baseline and StoreOptions::dram_threads of dram_restore (default: one per CPU online)")
+      ->check(CLI::Range(1u, 256u));
   cmd->add_option("--decode-threads", a.decode_threads,
                   "StoreOptions::decode_threads for ssd_codec_restore (default: the store's default)")
       ->check(CLI::Range(1u, 256u));

@@ -30,6 +30,8 @@ struct BenchRestoreArgs {
   // of random bytes, for every run.
   std::string codec;
   uint32_t decode_threads = 0;      // StoreOptions::decode_threads for the store runs; 0: its default
+  // memcpy's threads and dram_restore's StoreOptions::dram_threads; 0: the CPUs online.
+  uint32_t copy_threads = 0;
 };
 
 // Adds `restore` to `bench`, parsing into `args`.

@@ -78,17 +78,21 @@ class RestoreRun {
 // Checks `dst` holds the session in `layout`; names the first differing block and layer.
 Status VerifyDestination(const BenchSession& session, DestLayout layout, std::span<const std::byte> dst);
 
-// memcpy of the session from its pre-faulted source buffer.
-std::unique_ptr<RestoreRun> MakeMemcpyRun();
+// memcpy of the session from its pre-faulted source buffer by `threads`
+// threads (kept ready between runs, as the store's copy workers are), each
+// a contiguous share.
+std::unique_ptr<RestoreRun> MakeMemcpyRun(uint32_t threads = 1);
 // O_DIRECT sequential read of one file holding the session, `request_bytes`
 // per request, `queue_depth` in flight through io_uring.
 std::unique_ptr<RestoreRun> MakeRawDirectReadRun(uint64_t request_bytes, uint32_t queue_depth);
 // A flatkv Store holding the session on one medium (kDram or kSsd).
 // `window_layers` overrides StoreOptions::window_layers when nonzero. With
 // a codec the run is ssd_codec_restore (SSD) and the blocks are stored encoded.
-// `decode_threads` overrides StoreOptions::decode_threads when nonzero.
+// `decode_threads` overrides StoreOptions::decode_threads when nonzero, and
+// `dram_threads` StoreOptions::dram_threads.
 std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers = 0,
-                                         std::shared_ptr<const Codec> codec = nullptr, uint32_t decode_threads = 0);
+                                         std::shared_ptr<const Codec> codec = nullptr, uint32_t decode_threads = 0,
+                                         uint32_t dram_threads = 0);
 // One file per block, written with write()+fsync and read with buffered pread
 // by LMCache's 4 disk worker threads.
 std::unique_ptr<RestoreRun> MakeFilesPerBlockRun(const PageCacheEvictor* evictor);

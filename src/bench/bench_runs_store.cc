@@ -23,8 +23,13 @@ uint64_t ExtentBytes(uint64_t layer_target, uint64_t block_layer_bytes, uint64_t
 
 class StoreRun final : public RestoreRun {
  public:
-  StoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec, uint32_t decode_threads)
-      : medium_(medium), window_layers_(window_layers), codec_(std::move(codec)), decode_threads_(decode_threads) {}
+  StoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec, uint32_t decode_threads,
+           uint32_t dram_threads)
+      : medium_(medium),
+        window_layers_(window_layers),
+        codec_(std::move(codec)),
+        decode_threads_(decode_threads),
+        dram_threads_(dram_threads) {}
   ~StoreRun() override { (void)Teardown(); }
 
   std::string_view name() const override {
@@ -45,6 +50,8 @@ class StoreRun final : public RestoreRun {
     o.codec = codec_;
     if (decode_threads_ != 0) o.decode_threads = decode_threads_;
     decode_threads_used_ = o.decode_threads;
+    if (dram_threads_ != 0) o.dram_threads = dram_threads_;
+    dram_threads_used_ = o.dram_threads;
     if (window_layers_ != 0) o.window_layers = window_layers_;
     window_layers_used_ = o.window_layers;
     // Encoded blocks may exceed their raw size (headers, incompressible
@@ -191,6 +198,7 @@ class StoreRun final : public RestoreRun {
     nlohmann::json j = {{"medium", std::string(MediumName(medium_))},
                         {"restores", restores_},
                         {"window_layers", window_layers_used_},
+                        {"dram_threads", dram_threads_used_},
                         {"capacity_bytes", m.capacity_bytes},
                         {"hit_blocks", m.hit_blocks - base.hit_blocks},
                         {"checksum_failures", st.checksum_failures},
@@ -223,7 +231,9 @@ class StoreRun final : public RestoreRun {
   const std::shared_ptr<const Codec> codec_;  // null: raw
   std::vector<std::byte> expected_;           // a lossy codec's decoded session; empty otherwise
   const uint32_t decode_threads_;             // 0: the StoreOptions default
+  const uint32_t dram_threads_;               // 0: the StoreOptions default
   uint32_t decode_threads_used_ = 0;
+  uint32_t dram_threads_used_ = 0;
   uint32_t window_layers_used_ = 0;
   const BenchSession* session_ = nullptr;
   std::unique_ptr<Store> store_;
@@ -254,8 +264,8 @@ class StoreRun final : public RestoreRun {
 }  // namespace
 
 std::unique_ptr<RestoreRun> MakeStoreRun(Medium medium, uint32_t window_layers, std::shared_ptr<const Codec> codec,
-                                         uint32_t decode_threads) {
-  return std::make_unique<StoreRun>(medium, window_layers, std::move(codec), decode_threads);
+                                         uint32_t decode_threads, uint32_t dram_threads) {
+  return std::make_unique<StoreRun>(medium, window_layers, std::move(codec), decode_threads, dram_threads);
 }
 
 }  // namespace flatkv::tools

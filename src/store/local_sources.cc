@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/stream_copy.h"
 #include "store/store_impl.h"
 
 namespace flatkv {
@@ -39,7 +40,7 @@ void DramSource::Read(ReadRequest req, ReadDone done) {
     for (uint32_t j = 0; j < n;) {
       uint32_t k = j + 1;
       while (req.stride == req.block_bytes && k < n && where[k] == where[j] + uint64_t{k - j} * req.block_bytes) ++k;
-      std::memcpy(const_cast<std::byte*>(where[j]), from + uint64_t{j} * req.stride, uint64_t{k - j} * req.block_bytes);
+      StreamCopy(const_cast<std::byte*>(where[j]), from + uint64_t{j} * req.stride, uint64_t{k - j} * req.block_bytes);
       j = k;
     }
     done(Status::Ok(), std::move(req.where));

@@ -48,6 +48,7 @@
 #include <memory>
 
 #include "codec/synthetic_kv.h"
+#include "common/thread_pool.h"
 #include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/shape.h"
@@ -98,9 +99,7 @@ SizePlan PlanSize(const KvShape& shape, uint64_t mib, uint32_t fixed_block_token
 
 // The copy threads of memcpy and dram_restore alike: --copy-threads, else one per CPU online.
 uint32_t CopyThreads(const BenchRestoreArgs& args) {
-  if (args.copy_threads != 0) return args.copy_threads;
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 ? uint32_t(cpus) : 1;
+  return args.copy_threads != 0 ? args.copy_threads : uint32_t(ThreadPool::HardwareThreads());
 }
 
 std::vector<std::unique_ptr<RestoreRun>> MakeRuns(const BenchRestoreArgs& args, const PageCacheEvictor* ev,

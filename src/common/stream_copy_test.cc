@@ -1,5 +1,5 @@
 // StreamCopy's AVX2 path against memcpy: every alignment of both ends, sizes
-// around the 128-byte step and the threshold.
+// around the 128-byte step, the 16 KiB four-stream step and the threshold.
 #include "common/stream_copy.h"
 
 #include <gtest/gtest.h>
@@ -18,7 +18,8 @@ TEST(StreamCopy, EqualsMemcpyAtEveryAlignmentAndSize) {
   std::vector<uint8_t> src(kStreamCopyMinBytes * 2 + 4096);
   for (auto& b : src) b = uint8_t(rng());
   const bool avx2 = DetectedSimd() >= SimdLevel::kAvx2;
-  for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{127}, size_t{128}, size_t{129}, size_t{4095}, size_t{100000},
+  for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{127}, size_t{128}, size_t{129}, size_t{4095}, size_t{16383},
+                   size_t{16384}, size_t{16384 + 3 * 128 + 5}, size_t{100000},
                    kStreamCopyMinBytes - 1, kStreamCopyMinBytes, kStreamCopyMinBytes + 77}) {
     for (size_t so : {0, 1, 31, 32, 63}) {
       for (size_t dof : {0, 5, 32, 33}) {

@@ -39,7 +39,7 @@ void StreamCopyAvx2(void* dst, const void* src, size_t n) {
   // which restarts at every page and every 256 KiB piece of a restore; four
   // keep more reads in flight. On one core copying a 1 GiB restore's 256 KiB
   // pieces: 0.55x memcpy one stream, 0.81x with a prefetch 2 KiB ahead, 0.87x
-  // four streams (docs/benchmarks.md, "DRAM restores: four streams a copy").
+  // four streams (docs/benchmarks.md, "Four streams a copy").
   for (; i + kStreams * kPage <= n; i += kStreams * kPage) {
     for (size_t o = 0; o < kPage; o += 128) {
       for (size_t p = 0; p < kStreams; ++p) {

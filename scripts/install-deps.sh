@@ -107,8 +107,12 @@ install_pyenv() {  # install_pyenv NAME
     # site-packages holding it), so pip finds BASE's packages installed and Python imports them.
     site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     base_site=$("build/pyenv/$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    "$PY" -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$base_site" "$site" \
-      > "$site/flatkv-pyenv-base-$base.pth"
+    # A second line runs at every start: without BASE (removed, or never installed) the
+    # environment says so and how to mend it, instead of a bare "No module named torch".
+    "$PY" -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))
+print("import os, sys; os.path.isdir(%r) or sys.stderr.write(%r)" % (sys.argv[1],
+      "flatkv: this environment uses %s, which is missing: run scripts/install-deps.sh pyenv:%s\n" % (sys.argv[1], sys.argv[3])))' \
+      "$base_site" "$site" "$base" > "$site/flatkv-pyenv-base-$base.pth"
   fi
   # llama-cpp-python is an sdist: build llama.cpp for this CPU family (AVX2/FMA/F16C), CPU only.
   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF" \

@@ -229,7 +229,16 @@ Result<Selection> Allocate(Allocator a, std::span<const HeadScores> scores, cons
   Selection sel(layers);
   if (a == Allocator::kPyramid) {
     if (!(o.pyramid_beta >= 1)) return Status::InvalidArgument("budget: pyramid beta " + std::to_string(o.pyramid_beta));
-    const double min_num = k / o.pyramid_beta, max_num = 2.0 * k - min_num;
+    double min_num = k / o.pyramid_beta, max_num = 2.0 * k - min_num;
+    const double window = o.pyramid_window;
+    if (window > 0 && max_num >= n - window) {  // kvpress's get_layer_budget
+      max_num = n - window;
+      min_num = 2.0 * k - max_num;
+    }
+    if (window > 0 && !(n >= max_num && max_num >= min_num && min_num >= window)) {
+      for (int l = 0; l < layers; ++l) sel[l] = SelectCounts(scores[l], std::vector<uint32_t>(heads, k));
+      return sel;
+    }
     std::vector<double> w(layers);
     std::vector<uint32_t> floors(layers, std::min<uint32_t>(n, 1) * heads), caps(layers, n * static_cast<uint32_t>(heads));
     for (int l = 0; l < layers; ++l)

@@ -8,6 +8,10 @@
 //   uniform    every head of every layer keeps the same count.
 //   pyramid    PyramidKV: layer budgets fall linearly with depth from
 //              2k - k/beta to k/beta (k the mean), beta = 20; uniform within a layer.
+//              With pyramid_window > 0, kvpress's PyramidKVPress rule as well:
+//              the top budget is capped at n - window (the bottom one raised to
+//              keep the mean), and the allocation falls back to uniform unless
+//              n >= top >= bottom >= window.
 //   adakv      Ada-KV: per layer, each head first keeps its alpha * k best
 //              tokens (the safeguard, alpha = 0.5), then one top-k over all
 //              heads' remaining scores fills the layer's budget H * k.
@@ -43,6 +47,7 @@ Result<Allocator> ParseAllocator(const std::string& name);
 struct BudgetOptions {
   double ratio = 0.5;            // fraction of tokens removed, [0, 1)
   double pyramid_beta = 20;      // PyramidKV: deepest layer keeps k / beta
+  uint32_t pyramid_window = 0;   // PyramidKV: kvpress's window_size rule (0: none)
   double ada_alpha = 0.5;        // Ada-KV safeguard: each head keeps >= alpha * k
   double champion_floor = 0.2;   // ChampionKV: each head keeps >= floor * k
   double champion_abnormal_max = 0.9;  // ChampionKV: max normalised score above this = abnormal head

@@ -74,6 +74,40 @@ TEST(AttentionBudgetTest, PyramidShrinksWithDepth) {
   EXPECT_GE((*sel)[4][0].size(), 5u);
 }
 
+// kvpress's PyramidKVPress.get_layer_budget with window_size 64: n = 400 at
+// 25% kept (k = 100): bottom k/20 = 5 < 64, uniform; n = 4000 at 25%
+// (k = 1000): bottom 50 < 64, uniform; n = 2000 at 50% (k = 1000): top
+// 1950 >= 2000 - 64, so it is capped at 1936 and the bottom raised to 64: a
+// pyramid from 1936 to 64 (the 2,047-token prompts at 50% are this case).
+TEST(AttentionBudgetTest, PyramidFollowsKvpresssWindowRule) {
+  BudgetOptions o;
+  o.pyramid_window = 64;
+  auto uniform_everywhere = [](const Selection& sel, size_t k) {
+    for (auto& l : sel)
+      for (auto& h : l)
+        if (h.size() != k) return false;
+    return true;
+  };
+  o.ratio = 0.75;
+  auto small = Allocate(Allocator::kPyramid, MakeScores(5, 2, 400, {false, false}, 3), o);
+  ASSERT_TRUE(small.ok());
+  EXPECT_TRUE(uniform_everywhere(*small, 100));
+  auto flat = Allocate(Allocator::kPyramid, MakeScores(5, 2, 4000, {false, false}, 4), o);
+  ASSERT_TRUE(flat.ok());
+  EXPECT_TRUE(uniform_everywhere(*flat, 1000));
+  o.ratio = 0.5;
+  auto capped = Allocate(Allocator::kPyramid, MakeScores(5, 2, 2000, {false, false}, 5), o);
+  ASSERT_TRUE(capped.ok());
+  EXPECT_NEAR(double((*capped)[0][0].size()), 1936, 1);
+  EXPECT_NEAR(double((*capped)[4][0].size()), 64, 1);
+  EXPECT_EQ(Kept(*capped), uint64_t{1000} * 5 * 2);
+  o.pyramid_window = 0;  // flatkv's own rule: no cap, no fallback
+  auto own = Allocate(Allocator::kPyramid, MakeScores(5, 2, 2000, {false, false}, 5), o);
+  ASSERT_TRUE(own.ok());
+  EXPECT_NEAR(double((*own)[0][0].size()), 1950, 1);
+  EXPECT_NEAR(double((*own)[4][0].size()), 50, 1);
+}
+
 TEST(AttentionBudgetTest, AdaKvSafeguardAndGlobalTopK) {
   auto scores = MakeScores(1, 2, 100, {true, false}, 2);
   BudgetOptions o;

@@ -89,8 +89,8 @@ class H2oScorer final : public Scorer {
 
 class SnapKvScorer final : public Scorer {
  public:
-  SnapKvScorer(uint32_t window, uint32_t kernel) : window_(window), kernel_(kernel) {}
-  std::string name() const override { return "snapkv"; }
+  SnapKvScorer(uint32_t window, uint32_t kernel, Pool pool) : window_(window), kernel_(kernel), pool_(pool) {}
+  std::string name() const override { return pool_ == Pool::kMax ? "snapkv" : "snapkv_avg"; }
   Result<HeadScores> Score(const LayerKv& kv, const ScoreContext&) const override {
     FLATKV_RETURN_IF_ERROR(kv.Validate());
     FLATKV_RETURN_IF_ERROR(CheckQueries(kv, kv.recent, "recent queries"));
@@ -98,13 +98,20 @@ class SnapKvScorer final : public Scorer {
     const OwnedBlock win = Suffix(kv, kv.recent, window_);
     HeadScores s = Zeros(kv);
     AccumulateAttention(kv, win.view(), s.s);
-    MaxPool(s, kernel_);
+    if (pool_ == Pool::kMax) {
+      MaxPool(s, kernel_);
+    } else {
+      uint32_t before = 0;  // keys before the window
+      while (before < kv.n_tokens && kv.KeyPos(before) < win.pos.front()) ++before;
+      AvgPool(s, kernel_, before);
+    }
     KeepFrom(kv, win.pos.front(), s);
     return s;
   }
 
  private:
   uint32_t window_, kernel_;
+  Pool pool_;
 };
 
 // Normalises each head's row to sum 1 (rows of zeros stay zero).
@@ -235,10 +242,27 @@ void MaxPool(HeadScores& scores, uint32_t kernel) {
   }
 }
 
+void AvgPool(HeadScores& scores, uint32_t kernel, uint32_t n) {
+  n = std::min(n, scores.n_tokens);
+  if (kernel <= 1 || n == 0) return;
+  const uint32_t r = kernel / 2;
+  std::vector<float> row(n);
+  for (int h = 0; h < scores.n_kv_heads; ++h) {
+    float* s = scores.head(h);
+    std::copy_n(s, n, row.begin());
+    for (uint32_t t = 0; t < n; ++t) {
+      const uint32_t a = t >= r ? t - r : 0, b = std::min(n - 1, t + r);
+      double sum = 0;
+      for (uint32_t i = a; i <= b; ++i) sum += row[i];
+      s[t] = static_cast<float>(sum / kernel);
+    }
+  }
+}
+
 std::unique_ptr<Scorer> MakeStreamingScorer(uint32_t sinks) { return std::make_unique<StreamingScorer>(sinks); }
 std::unique_ptr<Scorer> MakeH2oScorer(double recent_fraction) { return std::make_unique<H2oScorer>(recent_fraction); }
-std::unique_ptr<Scorer> MakeSnapKvScorer(uint32_t window, uint32_t kernel) {
-  return std::make_unique<SnapKvScorer>(window, kernel);
+std::unique_ptr<Scorer> MakeSnapKvScorer(uint32_t window, uint32_t kernel, Pool pool) {
+  return std::make_unique<SnapKvScorer>(window, kernel, pool);
 }
 std::unique_ptr<Scorer> MakeAgentKvScorer(bool use_max, uint32_t kernel) {
   return std::make_unique<AgentKvScorer>(use_max, kernel);

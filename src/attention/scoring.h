@@ -88,8 +88,13 @@ std::unique_ptr<Scorer> MakeStreamingScorer(uint32_t sinks = 4);
 // queries, causal), with the latest `recent_fraction` of tokens always kept.
 std::unique_ptr<Scorer> MakeH2oScorer(double recent_fraction = 0.1);
 // SnapKV: attention of the last `window` queries of `recent`, summed, then
-// 1-D max pooled with `kernel`; the window's own keys are always kept.
-std::unique_ptr<Scorer> MakeSnapKvScorer(uint32_t window = 32, uint32_t kernel = 7);
+// 1-D pooled with `kernel`; the window's own keys are always kept.
+//   kMax  max pooling over every key (flatkv's default: window 32, kernel 7).
+//   kAvg  average pooling over the keys before the window only, zero padded
+//         and divided by `kernel` at the edges: F.avg_pool1d as NVIDIA
+//         kvpress's SnapKVPress applies it (window 64, kernel 5 there).
+enum class Pool { kMax, kAvg };
+std::unique_ptr<Scorer> MakeSnapKvScorer(uint32_t window = 32, uint32_t kernel = 7, Pool pool = Pool::kMax);
 // AgentKV-style: SnapKV scoring against each phase's query buffer
 // (ctx.phases), each normalised to a distribution, combined by max (or mean)
 // over phases; the `recent` window is scored as one more phase.
@@ -105,5 +110,9 @@ std::unique_ptr<Scorer> MakeRehearsalScorer(uint32_t kernel = 7);
 void AccumulateAttention(const LayerKv& kv, const QueryBlock& queries, std::span<float> out);
 // In place 1-D max pooling of each head's row with an odd `kernel` (same size).
 void MaxPool(HeadScores& scores, uint32_t kernel);
+// In place 1-D average pooling of the first `n` entries of each head's row
+// with an odd `kernel`, zero padded (torch's avg_pool1d with padding
+// kernel / 2 and count_include_pad); entries from `n` on are left alone.
+void AvgPool(HeadScores& scores, uint32_t kernel, uint32_t n);
 
 }  // namespace flatkv::attention

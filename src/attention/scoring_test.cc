@@ -69,6 +69,38 @@ TEST(AttentionScoringTest, SnapKvPoolsAroundTheHotKeyAndKeepsTheWindow) {
   for (uint32_t t = 56; t < 64; ++t) EXPECT_TRUE(std::isinf(s->head(0)[t]));  // the window
 }
 
+// torch.nn.functional.avg_pool1d([1, 2, 3, 4, 5, 6], kernel_size=5, padding=2, stride=1)
+// = [1.2, 2.0, 3.0, 4.0, 3.6, 3.0] (count_include_pad: edges divided by 5 too).
+TEST(AttentionScoringTest, AvgPoolMatchesTorchAvgPool1dAndLeavesTheTailAlone) {
+  HeadScores s;
+  s.n_kv_heads = 1;
+  s.n_tokens = 8;
+  s.s = {1, 2, 3, 4, 5, 6, 100, 200};
+  AvgPool(s, 5, 6);
+  const float want[] = {1.2f, 2.0f, 3.0f, 4.0f, 3.6f, 3.0f, 100, 200};
+  for (int t = 0; t < 8; ++t) EXPECT_NEAR(s.s[t], want[t], 1e-6) << t;
+}
+
+// kvpress's SnapKVPress pools only the keys before the window: the key just
+// before it is averaged with zeros, not with the window's own attention.
+TEST(AttentionScoringTest, SnapKvAveragePoolingIsKvpresssAndKeepsTheWindow) {
+  Toy toy(64, 10, 8, 6.0f);
+  auto avg = MakeSnapKvScorer(8, 5, Pool::kAvg)->Score(toy.View(), {});
+  ASSERT_TRUE(avg.ok());
+  std::vector<float> raw(64, 0.0f);
+  LayerKv kv = toy.View();
+  AccumulateAttention(kv, kv.recent, raw);
+  for (uint32_t t = 0; t < 56; ++t) {
+    double sum = 0;
+    for (int i = int(t) - 2; i <= int(t) + 2; ++i)
+      if (i >= 0 && i < 56) sum += raw[i];
+    EXPECT_NEAR(avg->head(0)[t], sum / 5, 1e-6) << t;
+  }
+  for (uint32_t t = 56; t < 64; ++t) EXPECT_TRUE(std::isinf(avg->head(0)[t]));
+  EXPECT_GT(avg->head(0)[12], 10 * avg->head(0)[13]);  // the hot key reaches 2 neighbours each side (kernel 5),
+  EXPECT_GT(avg->head(0)[8], 10 * avg->head(0)[7]);    // not 3 as max pooling with kernel 7 does
+}
+
 TEST(AttentionScoringTest, H2oKeepsTenPercentRecent) {
   Toy toy(50, 2, 50, 4.0f);
   for (uint32_t j = 0; j < 50; ++j) toy.qpos[j] = j;

@@ -73,7 +73,7 @@ struct QualitySetup {
   std::vector<double> budgets = {0.25, 0.5, 0.75, 0.9};
 };
 
-// The bench's scorers by name (streaming, h2o, snapkv, agentkv, rehearsal), at the settings
+// The bench's scorers by name (streaming, h2o, snapkv, snapkv_kvpress, agentkv, rehearsal), at the settings
 // docs/attention.md lists.
 std::unique_ptr<attention::Scorer> MakeScorer(const std::string& name);
 

@@ -53,15 +53,24 @@ struct Method {
   Allocator allocator;
   std::string kvpress;  // the paired press ("" = none)
   bool all_queries_cost = false;  // H2O: O(C^2) scoring, limited by --h2o-max-context
+  bool kvpress_settings = false;  // Ada-KV's safeguard and PyramidKV's window rule as kvpress 0.5.5's
   std::string name() const { return scorer + "+" + attention::AllocatorName(allocator); }
 };
 
+// snapkv: flatkv's SnapKV (window 32, max pool 7, Ada-KV safeguard 0.5).
+// snapkv_kvpress: the same code set up as kvpress 0.5.5's defaults (window
+// 64, average pool 5 before the window, AdaKVPress alpha_safeguard 0.2,
+// PyramidKVPress window_size 64), so that a pair that disagrees with kvpress
+// can be told apart: settings (snapkv_kvpress agrees) or a bug (it does not).
 const std::vector<Method>& Methods() {
   static const std::vector<Method> m = {
       {"streaming", Allocator::kUniform, "streaming_llm"},
       {"snapkv", Allocator::kUniform, "snapkv"},
       {"snapkv", Allocator::kPyramid, "pyramidkv"},
       {"snapkv", Allocator::kAdaKv, "adakv_snapkv"},
+      {"snapkv_kvpress", Allocator::kUniform, "snapkv", false, true},
+      {"snapkv_kvpress", Allocator::kPyramid, "pyramidkv", false, true},
+      {"snapkv_kvpress", Allocator::kAdaKv, "adakv_snapkv", false, true},
       {"h2o", Allocator::kUniform, "", true},
       {"agentkv", Allocator::kUniform, ""},
       {"agentkv", Allocator::kAdaKv, ""},
@@ -327,6 +336,7 @@ int RunBenchAttentionModel(const BenchAttentionArgs& a, const std::string& model
         co.scorer = scorer.get();
         co.allocator = me.allocator;
         co.budget.ratio = r;
+        if (me.kvpress_settings) co.budget.ada_alpha = 0.2, co.budget.pyramid_window = 64;
         co.phases.resize(c.n_layers);
         co.probes.resize(c.n_layers);
         for (int l = 0; l < c.n_layers; ++l) {

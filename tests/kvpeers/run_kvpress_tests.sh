@@ -50,7 +50,7 @@ for press in ("snapkv", "streaming_llm", "pyramidkv", "adakv_snapkv", "knorm"):
 for e in j["methods"]:
     if e.get("budget_kind") == "fraction_removed":
         check(abs(e["kept_fraction"] - (1 - e["budget"])) < 0.03, f"{e['name']}@{e['budget']}: kept {e['kept_fraction']}")
-check(len(j["pairs"]) == 8, f"{len(j['pairs'])} flatkv/kvpress pairs, expected 8")
+check(len(j["pairs"]) == 14, f"{len(j['pairs'])} flatkv/kvpress pairs, expected 14")
 sparse = {e["name"]: e for e in j["methods"] if e["name"] in ("quest", "certified_sampler")}
 check(set(sparse) == {"quest", "certified_sampler"}, "quest / certified_sampler missing")
 if "certified_sampler" in sparse:

@@ -229,11 +229,12 @@ Result<Selection> Allocate(Allocator a, std::span<const HeadScores> scores, cons
   Selection sel(layers);
   if (a == Allocator::kPyramid) {
     if (!(o.pyramid_beta >= 1)) return Status::InvalidArgument("budget: pyramid beta " + std::to_string(o.pyramid_beta));
-    double min_num = k / o.pyramid_beta, max_num = 2.0 * k - min_num;
-    const double window = o.pyramid_window;
-    if (window > 0 && max_num >= n - window) {  // kvpress's get_layer_budget
+    // kvpress's get_layer_budget works from the unrounded mean n * (1 - ratio).
+    const double window = o.pyramid_window, mean = window > 0 ? n * (1.0 - o.ratio) : k;
+    double min_num = mean / o.pyramid_beta, max_num = 2.0 * mean - min_num;
+    if (window > 0 && max_num >= n - window) {
       max_num = n - window;
-      min_num = 2.0 * k - max_num;
+      min_num = 2.0 * mean - max_num;
     }
     if (window > 0 && !(n >= max_num && max_num >= min_num && min_num >= window)) {
       for (int l = 0; l < layers; ++l) sel[l] = SelectCounts(scores[l], std::vector<uint32_t>(heads, k));

@@ -117,7 +117,7 @@ Result<CompactedKv> ScoreAndCompact(const model::KvCache& cache, const model::Co
                                    std::to_string(per_layer * c.n_layers));
   if (prefix_len == 0) return Status::InvalidArgument("compact: empty prefix");
   const bool all_queries = o.scorer->uses_all_queries();
-  const uint32_t w = all_queries ? prefix_len : std::min(o.window, prefix_len);
+  const uint32_t w = all_queries ? prefix_len : std::min(std::max(o.window, o.scorer->recent_queries()), prefix_len);
   std::vector<uint32_t> qpos(w);
   for (uint32_t j = 0; j < w; ++j) qpos[j] = prefix_len - w + j;
   std::vector<HeadScores> scores;

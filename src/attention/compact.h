@@ -67,14 +67,15 @@ struct CompactOptions {
   const Scorer* scorer = nullptr;
   Allocator allocator = Allocator::kUniform;
   BudgetOptions budget;
-  uint32_t window = 32;  // recent queries handed to the scorer as LayerKv::recent
+  uint32_t window = 32;  // recent queries handed to the scorer as LayerKv::recent (more if it asks)
   std::vector<std::vector<QueryBlock>> phases;  // [layer] -> phase buffers (AgentKV)
   std::vector<QueryBlock> probes;               // [layer] -> probe queries (rehearsal)
 };
 
 // Scores and compacts a cache that holds `prefix_len` prompt positions whose
 // queries are `queries` ([layer][h][t][d], as recorded by the transformer's
-// query sink). H2O uses every query; the others see the last `window`.
+// query sink). H2O uses every query; the others see the last `window`, or
+// the last Scorer::recent_queries() where that is more (SnapKV's window).
 [[nodiscard]] Result<CompactedKv> ScoreAndCompact(const model::KvCache& cache, const model::Config& c,
                                                   uint32_t prefix_len, std::span<const float> queries,
                                                   const CompactOptions& o);

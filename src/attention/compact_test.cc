@@ -76,6 +76,23 @@ TEST(AttentionCompactTest, HalfRemovedStaysCloseAndKeepsItsBudget) {
   EXPECT_EQ(got->tokens.size(), 4u);
 }
 
+// A SnapKV window wider than CompactOptions::window gets all its queries:
+// kvpress's 64-query window keeps its 64 newest keys, not the default 32.
+TEST(AttentionCompactTest, TheScorersOwnWindowWinsOverTheDefault) {
+  REQUIRE_MODEL();
+  const auto prompt = Tokens(200, 5);
+  auto e = engine::Engine::Create(*model, nullptr, {});
+  auto scorer = MakeSnapKvScorer(64, 5, Pool::kAvg);
+  CompactOptions co;
+  co.scorer = scorer.get();
+  co.budget.ratio = 0.5;
+  ASSERT_EQ(co.window, 32u);
+  auto ckv = e->Compact(prompt, co);
+  ASSERT_TRUE(ckv.ok()) << ckv.status().ToString();
+  for (const auto& h : ckv->heads)
+    for (uint32_t p = 136; p < 200; ++p) EXPECT_TRUE(std::binary_search(h.pos.begin(), h.pos.end(), p)) << p;
+}
+
 TEST(AttentionCompactTest, StoreRoundTripCarriesACompressedConversation) {
   REQUIRE_MODEL();
   ::flatkv::testing::TempDir dir;

@@ -91,6 +91,7 @@ class SnapKvScorer final : public Scorer {
  public:
   SnapKvScorer(uint32_t window, uint32_t kernel, Pool pool) : window_(window), kernel_(kernel), pool_(pool) {}
   std::string name() const override { return pool_ == Pool::kMax ? "snapkv" : "snapkv_avg"; }
+  uint32_t recent_queries() const override { return window_; }
   Result<HeadScores> Score(const LayerKv& kv, const ScoreContext&) const override {
     FLATKV_RETURN_IF_ERROR(kv.Validate());
     FLATKV_RETURN_IF_ERROR(CheckQueries(kv, kv.recent, "recent queries"));

@@ -79,6 +79,9 @@ class Scorer {
   // Whether the scorer wants every prompt query as LayerKv::recent (H2O's
   // accumulated attention) rather than the last window of them.
   virtual bool uses_all_queries() const { return false; }
+  // How many of the prompt's latest queries it reads as `recent` (its
+  // observation window); 0: whatever the caller hands it.
+  virtual uint32_t recent_queries() const { return 0; }
   [[nodiscard]] virtual Result<HeadScores> Score(const LayerKv& kv, const ScoreContext& ctx) const = 0;
 };
 

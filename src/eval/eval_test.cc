@@ -116,6 +116,13 @@ TEST_F(WorkloadBuild, BuildsLongAndMultiDocPrompts) {
   EXPECT_EQ((*only)[0].id, "two");
   o_.ids = {"three"};
   EXPECT_FALSE(BuildWorkload(*model, o_).ok());
+  o_.ids = {"two"};  // named but over --max-context: an error that says so, not an empty workload
+  o_.max_context = 128;
+  auto over = BuildWorkload(*model, o_);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("'two' has 192 context tokens, over the maximum of 128"), std::string::npos)
+      << over.status().ToString();
+  o_.max_context = 0;
   o_.ids = {};
   o_.kinds = {"long"};
   auto longs = BuildWorkload(*model, o_);

@@ -278,9 +278,14 @@ Result<std::vector<Prompt>> BuildWorkload(const model::Model& model, const Workl
   for (const std::string& k : options.kinds)
     if (k != "long" && k != "multidoc" && k != "retrieval")
       return Status::InvalidArgument("workload kind '" + k + "' (want long, multidoc or retrieval)");
-  for (const std::string& id : options.ids)
-    if (std::none_of(specs.begin(), specs.end(), [&](const PromptSpec& s) { return s.id == id; }))
-      return Status::InvalidArgument("workload prompt id '" + id + "' is not in " + list);
+  for (const std::string& id : options.ids) {
+    auto spec = std::find_if(specs.begin(), specs.end(), [&](const PromptSpec& s) { return s.id == id; });
+    if (spec == specs.end()) return Status::InvalidArgument("workload prompt id '" + id + "' is not in " + list);
+    if (options.max_context > 0 && spec->context > options.max_context)  // named, so not silently dropped
+      return Status::InvalidArgument("workload prompt id '" + id + "' has " + std::to_string(spec->context) +
+                                     " context tokens, over the maximum of " + std::to_string(options.max_context) +
+                                     " (--max-context)");
+  }
   Builder b(model, options);
   FLATKV_RETURN_IF_ERROR(b.LoadSums());
   std::vector<Prompt> out;

@@ -229,21 +229,12 @@ void AccumulateAttention(const LayerKv& kv, const QueryBlock& queries, std::span
   }
 }
 
-void MaxPool(HeadScores& scores, uint32_t kernel) {
-  if (kernel <= 1) return;
-  const uint32_t r = kernel / 2, n = scores.n_tokens;
-  std::vector<float> row(n);
-  for (int h = 0; h < scores.n_kv_heads; ++h) {
-    float* s = scores.head(h);
-    std::copy_n(s, n, row.begin());
-    for (uint32_t t = 0; t < n; ++t) {
-      const uint32_t a = t >= r ? t - r : 0, b = std::min(n - 1, t + r);
-      s[t] = *std::max_element(row.begin() + a, row.begin() + b + 1);
-    }
-  }
-}
+namespace {
 
-void AvgPool(HeadScores& scores, uint32_t kernel, uint32_t n) {
+// Replaces each of the first `n` entries of every head's row by `reduce` over
+// its window [t - kernel/2, t + kernel/2], clipped to [0, n).
+template <class Reduce>
+void Pool1d(HeadScores& scores, uint32_t kernel, uint32_t n, Reduce reduce) {
   n = std::min(n, scores.n_tokens);
   if (kernel <= 1 || n == 0) return;
   const uint32_t r = kernel / 2;
@@ -253,11 +244,23 @@ void AvgPool(HeadScores& scores, uint32_t kernel, uint32_t n) {
     std::copy_n(s, n, row.begin());
     for (uint32_t t = 0; t < n; ++t) {
       const uint32_t a = t >= r ? t - r : 0, b = std::min(n - 1, t + r);
-      double sum = 0;
-      for (uint32_t i = a; i <= b; ++i) sum += row[i];
-      s[t] = static_cast<float>(sum / kernel);
+      s[t] = reduce(row.data() + a, row.data() + b + 1);
     }
   }
+}
+
+}  // namespace
+
+void MaxPool(HeadScores& scores, uint32_t kernel) {
+  Pool1d(scores, kernel, scores.n_tokens, [](const float* a, const float* b) { return *std::max_element(a, b); });
+}
+
+void AvgPool(HeadScores& scores, uint32_t kernel, uint32_t n) {
+  Pool1d(scores, kernel, n, [kernel](const float* a, const float* b) {
+    double sum = 0;  // zero padding: the missing entries add nothing, the divisor stays `kernel`
+    for (const float* p = a; p != b; ++p) sum += *p;
+    return static_cast<float>(sum / kernel);
+  });
 }
 
 std::unique_ptr<Scorer> MakeStreamingScorer(uint32_t sinks) { return std::make_unique<StreamingScorer>(sinks); }

@@ -237,16 +237,16 @@ Result<Selection> Allocate(Allocator a, std::span<const HeadScores> scores, cons
       min_num = 2.0 * mean - max_num;
     }
     if (window > 0 && !(n >= max_num && max_num >= min_num && min_num >= window)) {
-      for (int l = 0; l < layers; ++l) sel[l] = SelectCounts(scores[l], std::vector<uint32_t>(heads, k));
+      a = Allocator::kUniform;  // kvpress's fallback: uniform budgets, below
+    } else {
+      std::vector<double> w(layers);
+      std::vector<uint32_t> floors(layers, std::min<uint32_t>(n, 1) * heads), caps(layers, n * static_cast<uint32_t>(heads));
+      for (int l = 0; l < layers; ++l)
+        w[l] = layers == 1 ? k : max_num - (max_num - min_num) * l / (layers - 1);
+      const std::vector<uint32_t> per_layer = Distribute(uint64_t{k} * heads * layers, w, floors, caps);
+      for (int l = 0; l < layers; ++l) sel[l] = SelectCounts(scores[l], EvenCounts(per_layer[l], heads, n));
       return sel;
     }
-    std::vector<double> w(layers);
-    std::vector<uint32_t> floors(layers, std::min<uint32_t>(n, 1) * heads), caps(layers, n * static_cast<uint32_t>(heads));
-    for (int l = 0; l < layers; ++l)
-      w[l] = layers == 1 ? k : max_num - (max_num - min_num) * l / (layers - 1);
-    const std::vector<uint32_t> per_layer = Distribute(uint64_t{k} * heads * layers, w, floors, caps);
-    for (int l = 0; l < layers; ++l) sel[l] = SelectCounts(scores[l], EvenCounts(per_layer[l], heads, n));
-    return sel;
   }
   for (int l = 0; l < layers; ++l) {
     switch (a) {

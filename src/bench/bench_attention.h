@@ -73,6 +73,14 @@ struct QualitySetup {
   std::vector<double> budgets = {0.25, 0.5, 0.75, 0.9};
 };
 
+// NVIDIA kvpress 0.5.5's defaults (kvpress/presses/snapkv_press.py, pyramidkv_press.py,
+// adakv_press.py), which the `snapkv_kvpress` selectors reproduce.
+struct KvpressDefaults {
+  static constexpr uint32_t kWindow = 64;       // SnapKVPress / PyramidKVPress window_size
+  static constexpr uint32_t kKernel = 5;        // their kernel_size (average pooling)
+  static constexpr double kAdaAlpha = 0.2;      // AdaKVPress alpha_safeguard
+};
+
 // The bench's scorers by name (streaming, h2o, snapkv, snapkv_kvpress, agentkv, rehearsal), at the settings
 // docs/attention.md lists.
 std::unique_ptr<attention::Scorer> MakeScorer(const std::string& name);

@@ -339,7 +339,10 @@ int RunBenchAttentionModel(const BenchAttentionArgs& a, const std::string& model
         co.scorer = scorer.get();
         co.allocator = me.allocator;
         co.budget.ratio = r;
-        if (me.kvpress_settings) co.budget.ada_alpha = 0.2, co.budget.pyramid_window = 64;
+        if (me.kvpress_settings) {
+          co.budget.ada_alpha = KvpressDefaults::kAdaAlpha;
+          co.budget.pyramid_window = KvpressDefaults::kWindow;
+        }
         co.phases.resize(c.n_layers);
         co.probes.resize(c.n_layers);
         for (int l = 0; l < c.n_layers; ++l) {

@@ -97,7 +97,8 @@ std::unique_ptr<attention::Scorer> MakeScorer(const std::string& name) {
   if (name == "streaming") return attention::MakeStreamingScorer(4);
   if (name == "h2o") return attention::MakeH2oScorer(0.1);
   if (name == "snapkv") return attention::MakeSnapKvScorer(32, 7);
-  if (name == "snapkv_kvpress") return attention::MakeSnapKvScorer(64, 5, attention::Pool::kAvg);
+  if (name == "snapkv_kvpress")
+    return attention::MakeSnapKvScorer(KvpressDefaults::kWindow, KvpressDefaults::kKernel, attention::Pool::kAvg);
   if (name == "agentkv") return attention::MakeAgentKvScorer(true, 7);
   return attention::MakeRehearsalScorer(7);
 }

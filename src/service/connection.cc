@@ -99,14 +99,35 @@ bool Connection::ServeRequest() {
 Connection::Next Connection::OnReadable() {
   if (tls_) return Next::kWorker;  // OpenSSL does its own reads: the blocking path
   on_loop_ = true;
-  auto got = conn_->FillBuffer();
-  if (!got.ok() && got.status().code() != Code::kAborted) return Next::kClose;  // a transport error
-  if (got.ok() && *got == 0 && !conn_->BufferFull()) return Next::kClose;         // EOF
+  // The loop's registration is edge-triggered: it hears of this socket again
+  // only when more bytes come, so it reads until the socket is empty (a short
+  // read or EAGAIN). What it cannot take (a full buffer) goes to a worker.
+  bool drained = false, eof = false;
+  for (;;) {
+    auto got = conn_->FillBuffer();
+    if (!got.ok()) {
+      if (got.status().code() != Code::kAborted) return Next::kClose;  // a transport error
+      drained = true;
+      break;
+    }
+    if (*got == 0) {
+      eof = !conn_->BufferFull();
+      break;
+    }
+    if (conn_->Drained()) {  // a short read: no need for the EAGAIN read after it
+      drained = true;
+      break;
+    }
+  }
+  if (eof && !conn_->Buffered()) return Next::kClose;
+  // Nothing left to answer: the peer has gone, the socket is drained (the loop
+  // waits for its next bytes), or bytes are still unread (a worker reads them).
+  const auto settled = [&] { return eof ? Next::kClose : drained ? Next::kWait : Next::kWorker; };
   const uint64_t max_payload = logged_in() ? server_->config_.max_frame_bytes : wire::kMaxStringBytes * 2 + 64;
   // A few pipelined frames at most, then a worker takes the rest.
   for (int served = 0; served < 8; ++served) {
     wire::Header h{wire::Type::kPing, 0, 0};
-    if (!conn_->FrameBuffered(max_payload, &h)) return conn_->Buffered() ? Next::kWorker : Next::kWait;
+    if (!conn_->FrameBuffered(max_payload, &h)) return conn_->Buffered() ? Next::kWorker : settled();
     if (!logged_in()) {
       Status hello = Handshake();
       LeaveLogin();
@@ -121,7 +142,7 @@ Connection::Next Connection::OnReadable() {
     if (!pending_.empty()) return Next::kWorker;
     if (server_->stopping_.load()) return Next::kClose;
   }
-  return conn_->Buffered() ? Next::kWorker : Next::kWait;
+  return conn_->Buffered() ? Next::kWorker : settled();
 }
 
 Connection::Next Connection::ServeOnWorker() {

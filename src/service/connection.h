@@ -17,7 +17,7 @@
 // no longer be followed.
 //
 // Thread-safety: one thread at a time (the server hands a connection from
-// its loop to a worker and back; the epoll registration is one-shot).
+// its loop to a worker and back, out of the loop's epoll set meanwhile).
 #pragma once
 
 #include <cstdint>

@@ -102,8 +102,9 @@ class WorkerPool {
   std::vector<Iter> exited_ FLATKV_GUARDED_BY(mu_);
 };
 
-// One event loop: an epoll set of connections (one-shot, so a connection is
-// with one thread at a time) and the stop eventfd. Connections that have
+// One event loop: an epoll set of connections (edge-triggered; a connection
+// a worker serves is out of the set meanwhile, so it is with one thread at a
+// time) and the stop eventfd. Connections that have
 // not logged in are also listed with their login deadlines.
 struct Server::Loop {
   int epfd = -1;
@@ -357,7 +358,7 @@ void Server::EventLoop(Loop* loop) {
         MutexLock lock(&loop->mu);
         loop->logins.erase(c);
       }
-      Route(c, c->OnReadable());
+      ServeOnLoop(loop, c);
     }
     // Connections that have not logged in within login_timeout are closed.
     std::vector<Connection*> expired;
@@ -373,26 +374,64 @@ void Server::EventLoop(Loop* loop) {
         }
       }
     }
-    for (Connection* c : expired) CloseConnection(c);
+    for (Connection* c : expired) {
+      (void)Unregister(loop, c);
+      CloseConnection(c);
+    }
   }
 }
 
-void Server::Park(Connection* c, bool add) {
+// A connection answered on its loop stays in the loop's set, so a request
+// served inline costs no epoll_ctl (re-arming a one-shot registration after
+// every request was a third of the loop thread's time, docs/benchmarks.md).
+// The registration is edge-triggered: OnReadable reads until EAGAIN, and the
+// loop is told of the connection again when its next bytes come, in the order
+// connections become ready (epoll_wait re-queues a level-triggered item as it
+// reports it, so the connections just served would be first in line again,
+// ahead of those that became ready meanwhile: lookup p99 rose 10%). One handed to a worker leaves the set first, so that no loop
+// serves it while the worker does; Park adds it back, and an add reports
+// bytes that came meanwhile.
+void Server::ServeOnLoop(Loop* loop, Connection* c) {
+  const Connection::Next next = c->OnReadable();
+  if (next == Connection::Next::kWait && !stopping_.load()) {
+    if (!c->logged_in()) {
+      MutexLock lock(&loop->mu);
+      loop->logins[c] = c->login_deadline();  // the loop recomputes its timeout before it waits
+    }
+    return;
+  }
+  if (!Unregister(loop, c) || next != Connection::Next::kWorker) {
+    CloseConnection(c);
+    return;
+  }
+  Route(c, next);
+}
+
+// Takes c out of its loop's set. Closing its socket is not enough: while
+// another process holds a copy of the descriptor (a child between fork and
+// exec), the registration outlives the close and would report a freed c.
+bool Server::Unregister(Loop* loop, Connection* c) {
+  if (::epoll_ctl(loop->epfd, EPOLL_CTL_DEL, c->fd(), nullptr) == 0) return true;
+  LogInfo("flatkv serve: epoll_ctl: " + Status::FromErrno(errno, "taking a connection out of its loop").ToString());
+  return false;
+}
+
+void Server::Park(Connection* c) {
   Loop& loop = *loops_[c->loop()];
   const bool login = !c->logged_in();
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.events = EPOLLIN | EPOLLET;
   ev.data.ptr = c;
   bool armed;
   {
-    // Armed under loop.mu, which the loop takes before it serves the event:
+    // Added under loop.mu, which the loop takes before it serves the event:
     // everything this thread did to c (and the epoll_ctl itself) happens
     // before the loop thread touches c again, as a thread sanitizer sees it
     // too (it does not see the ordering epoll gives through the kernel).
-    // Once armed, c may be served, even closed: it is not touched after.
+    // Once added, c may be served, even closed: it is not touched after.
     MutexLock lock(&loop.mu);
     if (login) loop.logins[c] = c->login_deadline();
-    armed = ::epoll_ctl(loop.epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd(), &ev) == 0;
+    armed = ::epoll_ctl(loop.epfd, EPOLL_CTL_ADD, c->fd(), &ev) == 0;
     if (!armed) {
       LogInfo("flatkv serve: epoll_ctl: " + Status::FromErrno(errno, "registering a connection").ToString());
       loop.logins.erase(c);
@@ -415,7 +454,7 @@ void Server::Route(Connection* c, Connection::Next next) {
       if (stopping_.load()) {
         CloseConnection(c);
       } else {
-        Park(c, false);
+        Park(c);
       }
       return;
     case Connection::Next::kWorker:
@@ -473,7 +512,7 @@ void Server::AcceptLoop(int listen_fd, bool unix_socket, bool tls) {
       MutexLock lock(&conns_mu_);
       conns_.emplace(c, std::move(owned));
     }
-    Park(c, true);
+    Park(c);
   }
 }
 

@@ -87,9 +87,12 @@ class Server {
   // The event loops (server.cc): each runs EventLoop on its own thread.
   struct Loop;
   void EventLoop(Loop* loop);
+  // Serves a readable connection on its loop thread and acts on what it asks for next.
+  void ServeOnLoop(Loop* loop, Connection* c);
+  bool Unregister(Loop* loop, Connection* c);  // false (logged) if epoll refused
   // Acts on what a connection asked for next (wait, a worker, close).
   void Route(Connection* c, Connection::Next next);
-  void Park(Connection* c, bool add);  // waits for it to become readable
+  void Park(Connection* c);  // adds it to its loop's set: it is served when readable
   void CloseConnection(Connection* c) FLATKV_EXCLUDES(conns_mu_);
   // The per-peer count of connections that have not logged in: false when
   // `peer` is at limits.max_unauthenticated_per_peer. Every admitted

@@ -4,8 +4,13 @@
 #include "service/server.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -132,6 +137,49 @@ TEST(ServerTest, BadTokenAndAddressesAreRefused) {
   EXPECT_EQ(Client::Connect("bogus", o).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(Client::Connect("unix:" + dir.Sub("nothing.sock"), o).status().code(), Code::kIoError);
   EXPECT_GE(server->metrics().auth_failures.load(), 1u);
+}
+
+// A connection's loop keeps it registered between requests. When a client
+// leaves while a child process holds copies of the daemon's descriptors (as
+// between fork and exec, which an embedding engine or a benchmark spawning
+// redis does), closing the socket alone leaves the registration alive and the
+// loop would be handed the freed connection again (ASan: heap-use-after-free;
+// `bench serve` crashed so). The loop takes it out of its set first.
+TEST(ServerTest, ClientsThatLeaveWhileAChildHoldsTheSocketsAreNotServedAgain) {
+  TempDir dir;
+  auto server = StartServer(SmallServerConfig(dir.path()));
+  ASSERT_NE(server, nullptr);
+  auto keys = ChainKeys(5, 1);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 16; ++i) {
+    clients.push_back(ConnectOrNull(server->unix_address(), kTokenA));
+    ASSERT_NE(clients.back(), nullptr);
+    ASSERT_EQ(*clients.back()->Lookup(keys), 0u);
+  }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Keeps the daemon's ends (bound to the socket's path) and lets go of
+    // the clients' (unnamed), so that the clients' leaving reaches the daemon.
+    for (int fd = 3; fd < 1024; ++fd) {
+      sockaddr_un a{};
+      socklen_t len = sizeof a;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sun_family == AF_UNIX &&
+          len <= offsetof(sockaddr_un, sun_path)) {
+        ::close(fd);
+      }
+    }
+    ::usleep(500 * 1000);
+    ::_exit(0);
+  }
+  clients.clear();
+  EXPECT_TRUE(WaitFor([&] { return server->metrics().connections_active.load() == 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the loop would be handed the stale registrations now
+  auto again = ConnectOrNull(server->unix_address(), kTokenA);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(*again->Lookup(keys), 0u);
+  int wstatus = 0;
+  EXPECT_EQ(::waitpid(child, &wstatus, 0), child);
 }
 
 TEST(ServerTest, StartRefusesAFrameLimitBelowOneBlock) {

@@ -540,6 +540,7 @@ Result<size_t> Conn::FillBuffer() {
     rend_ -= rpos_;
     rpos_ = 0;
   }
+  drained_ = false;
   if (rend_ == rbuf_.size()) return size_t{0};
   for (;;) {
     iovec iov{rbuf_.data() + rend_, rbuf_.size() - rend_};
@@ -558,6 +559,7 @@ Result<size_t> Conn::FillBuffer() {
       return Status::IoError(Status::FromErrno(errno, "reading from the peer").message());
     }
     if (unix_) KeepFds(msg);
+    drained_ = rc > 0 && static_cast<size_t>(rc) < iov.iov_len && msg.msg_controllen == 0 && !(msg.msg_flags & MSG_CTRUNC);
     rend_ += static_cast<size_t>(rc);
     return static_cast<size_t>(rc);
   }

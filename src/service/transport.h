@@ -90,6 +90,11 @@ class Conn {
   // bytes read: 0 on EOF or when the buffer is full (see BufferFull), and
   // Aborted("would block") when nothing was there.
   Result<size_t> FillBuffer();
+  // Whether the last FillBuffer found the socket emptied: it read fewer
+  // bytes than it had room for, and no descriptors (a Unix read stops early
+  // at passed descriptors). Bytes that come later wake an edge-triggered
+  // epoll again, so a loop need not read on to EAGAIN.
+  bool Drained() const { return drained_; }
   bool BufferFull() const { return rpos_ == 0 && rend_ == rbuf_.size() && !rbuf_.empty(); }
   // Whether the buffer holds one whole frame: its header in `*h` when it
   // does; a header that does not parse is reported as complete too, for
@@ -132,6 +137,7 @@ class Conn {
   SSL* ssl_ = nullptr;
   std::vector<std::byte> rbuf_;
   size_t rpos_ = 0, rend_ = 0;
+  bool drained_ = false;  // see Drained
   std::vector<int> fds_;  // received with SCM_RIGHTS, not yet taken
 };
 

@@ -7,9 +7,9 @@
 //   memcpy           memcpy of the session from a pre-faulted DRAM buffer: the DRAM ceiling.
 //   raw_direct_read  O_DIRECT sequential read of one file holding the session, 4 MiB requests,
 //                    8 in flight through io_uring: the fio-equivalent SSD ceiling.
-//   dram_restore     flatkv Store, DRAM tier only (FixedPlacement(kDram)): StartRestore, then
-//                    per layer WaitLayer, memcpy of the view into the destination, ReleaseLayer;
-//                    then Finish.
+//   dram_restore     flatkv Store, DRAM tier only (FixedPlacement(kDram)): StartRestore into
+//                    the destination (a RestoreTarget, as an engine restores into its paged
+//                    cache), then per layer WaitLayer and ReleaseLayer; then Finish.
 //   ssd_restore      the same with the SSD tier only (FixedPlacement(kSsd), O_DIRECT segments).
 //   files_per_block  one file per block (LMCache local-disk backend, SGLang HiCache file
 //                    backend): write()+fsync, read back by buffered pread of each whole file

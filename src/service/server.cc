@@ -384,13 +384,14 @@ void Server::EventLoop(Loop* loop) {
 // A connection answered on its loop stays in the loop's set, so a request
 // served inline costs no epoll_ctl (re-arming a one-shot registration after
 // every request was a third of the loop thread's time, docs/benchmarks.md).
-// The registration is edge-triggered: OnReadable reads until EAGAIN, and the
-// loop is told of the connection again when its next bytes come, in the order
-// connections become ready (epoll_wait re-queues a level-triggered item as it
-// reports it, so the connections just served would be first in line again,
-// ahead of those that became ready meanwhile: lookup p99 rose 10%). One handed to a worker leaves the set first, so that no loop
-// serves it while the worker does; Park adds it back, and an add reports
-// bytes that came meanwhile.
+// The registration is edge-triggered: OnReadable reads until the socket is
+// empty (a short read or EAGAIN), and the loop is told of the connection
+// again when its next bytes come, in the order connections become ready
+// (epoll_wait re-queues a level-triggered item as it reports it, so the
+// connections just served would be first in line again: lookup p99 rose
+// 10%). One handed to a worker leaves the set first, so that no loop serves
+// it while the worker does; Park adds it back, and an add reports bytes that
+// came meanwhile.
 void Server::ServeOnLoop(Loop* loop, Connection* c) {
   const Connection::Next next = c->OnReadable();
   if (next == Connection::Next::kWait && !stopping_.load()) {

@@ -143,7 +143,7 @@ TEST(ServerTest, BadTokenAndAddressesAreRefused) {
 // leaves while a child process holds copies of the daemon's descriptors (as
 // between fork and exec, which an embedding engine or a benchmark spawning
 // redis does), closing the socket alone leaves the registration alive and the
-// loop would be handed the freed connection again (ASan: heap-use-after-free;
+// loop would be handed the freed connection again (this test's binary and
 // `bench serve` crashed so). The loop takes it out of its set first.
 TEST(ServerTest, ClientsThatLeaveWhileAChildHoldsTheSocketsAreNotServedAgain) {
   TempDir dir;

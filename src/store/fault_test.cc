@@ -86,6 +86,37 @@ TEST_F(FaultTest, CorruptedReadIsDetectedAndDropsTheBlock) {
   EXPECT_EQ(CheckedRestore(), store_->Match(keys_));
 }
 
+// A piece larger than RestoreImpl::kVerifyJobBytes (512 KiB) is checksummed
+// by several decode-queue jobs; a corrupt block in a later job's share cuts
+// the chain there as it does on the completion thread.
+TEST(FaultLargePieceTest, ACorruptBlockInALaterVerifyJobIsAMissFromThere) {
+  TempDir dir;
+  StoreOptions o = SsdOnlyOptions(dir.Sub("ssd"), 8);
+  o.shape = KvShape::Mha(5, 4, 64, DType::kF32);  // 128 KiB per block and layer at 64 tokens
+  o.ssd_extent_layer_bytes = 1 << 20;             // 8 blocks per extent: one 1 MiB read per layer, two jobs
+  o.ssd_capacity_bytes = 8 * 8 * 5 * (128 << 10);
+  o.segment_bytes = 4 * 8 * 5 * (128 << 10);
+  auto engine = InjectFaults(&o);
+  auto opened = Store::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const std::vector<BlockKey> keys = ChainKeys(1, 8);
+  const std::vector<std::byte> data = Payload(store, 8, 1);
+  ASSERT_TRUE(store.Put(1, keys, data).ok());
+  // The first read is layer 0's piece; its middle byte is block 4's first,
+  // in the second job's share (blocks 4-7).
+  engine->AddRule({Fault::kCorrupt, Op::kRead, -1, 0, 0, 1});
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreAll(store, keys, &got), 4u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin())) << "wrong bytes returned";
+  EXPECT_EQ(store.Stats().checksum_failures, 1u);
+  EXPECT_EQ(store.Stats().dropped_blocks, 1u);
+  engine->ClearRules();
+  EXPECT_EQ(store.Match(keys), 4u);
+  EXPECT_EQ(RestoreAll(store, keys, &got), 4u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+}
+
 TEST_F(FaultTest, NoSpaceOnWriteIsAnErrorAndLosesNothing) {
   engine_->AddRule({Fault::kError, Op::kWrite, -1, ENOSPC, 0, 1});
   Status s = PutChain(*store_, 2, 2, 4);

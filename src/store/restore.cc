@@ -143,7 +143,7 @@ void RestoreImpl::SetReadmit(uint64_t extent, uint64_t copy_base) {
   }
 }
 
-void RestoreImpl::CopyRaw(uint32_t layer, const Run& r, uint32_t j0, const std::vector<const std::byte*>& where,
+void RestoreImpl::CopyRaw(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where,
                           uint32_t good) {
   for (uint32_t j = 0; j < good; ++j) {
     std::byte* dst = store_->dram()->At(r.copy_src + uint64_t{layer} * r.layer_stride + uint64_t{j0 + j} * r.slot_stride);
@@ -505,31 +505,53 @@ void RestoreImpl::Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRe
 }
 
 void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vector<const std::byte*> where, Status status) {
+  const uint32_t n = static_cast<uint32_t>(where.size());
+  if (!status.ok()) {
+    const uint32_t bad = r.first_block + j0;
+    store_->counters().io_errors++;
+    LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
+               std::to_string(bad) + " on are misses, and the blocks it read leave the index");
+    return Settle(layer, bad, ReadBlocks(r, j0, n));
+  }
+  const uint32_t per = static_cast<uint32_t>(std::max<uint64_t>(1, kVerifyJobBytes / lb_));
+  if (!r.source->verifies() || n <= per) return VerifyBlocks(layer, r, j0, where, r.source->verifies());
+  // A large piece is checksummed by several workers of the decode queue, not
+  // by the one I/O completion thread: that thread would otherwise check
+  // every SSD byte alone, and the layers that land together at the end of a
+  // restore would wait for it one after another.
+  const uint32_t jobs = (n + per - 1) / per;
+  {
+    MutexLock lock(&mu_);
+    state_[layer].pending += jobs - 1;  // this piece's one pending unit becomes `jobs`
+  }
+  auto landed = std::make_shared<const std::vector<const std::byte*>>(std::move(where));
+  for (uint32_t j = 0; j < n; j += per) {
+    const uint32_t m = std::min(per, n - j);
+    store_->decode_queue()->Submit([this, layer, &r, j0, j, m, landed] {
+      VerifyBlocks(layer, r, j0 + j, std::span(*landed).subspan(j, m), true);
+    });
+  }
+}
+
+void RestoreImpl::VerifyBlocks(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where,
+                               bool verify) {
   uint32_t bad = UINT32_MAX;
   std::vector<BlockRef> corrupt;
   Counters& c = store_->counters();
   const uint32_t n = static_cast<uint32_t>(where.size());
-  if (!status.ok()) {
-    bad = r.first_block + j0;
-    c.io_errors++;
-    LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
-               std::to_string(bad) + " on are misses, and the blocks it read leave the index");
-    corrupt = ReadBlocks(r, j0, n);
-  } else if (r.source->verifies()) {
-    for (uint32_t j = 0; j < n; ++j) {
-      const uint32_t block = r.first_block + j0 + j;
-      if (BlockChecksum(where[j], lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
-      c.checksum_failures++;
-      LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
-                 std::string(MediumName(r.source->medium())) + " extent " + std::to_string(r.extent) + " slot " +
-                 std::to_string(r.first_slot + j0 + j) + "): checksum mismatch; it and every later block are misses");
-      corrupt.push_back({r.extent, r.first_slot + j0 + j});
-      bad = std::min(bad, block);
-      break;
-    }
+  for (uint32_t j = 0; verify && j < n; ++j) {
+    const uint32_t block = r.first_block + j0 + j;
+    if (BlockChecksum(where[j], lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
+    c.checksum_failures++;
+    LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
+               std::string(MediumName(r.source->medium())) + " extent " + std::to_string(r.extent) + " slot " +
+               std::to_string(r.first_slot + j0 + j) + "): checksum mismatch; it and every later block are misses");
+    corrupt.push_back({r.extent, r.first_slot + j0 + j});
+    bad = block;
+    break;
   }
-  if (status.ok()) r.source->counters()->bytes_delivered += uint64_t{n} * lb_;
-  if (status.ok() && r.readmit) CopyRaw(layer, r, j0, where, bad == UINT32_MAX ? n : bad - (r.first_block + j0));
+  r.source->counters()->bytes_delivered += uint64_t{n} * lb_;
+  if (r.readmit) CopyRaw(layer, r, j0, where, bad == UINT32_MAX ? n : bad - (r.first_block + j0));
   Settle(layer, bad, corrupt);
 }
 

@@ -8,8 +8,9 @@
 // Reads land 4 KiB aligned; where a run's destination is not (an odd
 // block size, or SSD slots padded to 4 KiB), the layer is compacted with
 // memmove once all of it has landed. SSD blocks are checksummed on every
-// read (DRAM too with verify_dram_reads); a failed check or read makes that
-// block and all later ones a miss.
+// read (DRAM too with verify_dram_reads): a small piece on the thread that
+// completed it, a larger one by several decode-queue workers at once; a
+// failed check or read makes that block and all later ones a miss.
 //
 // Runs of a coded extent read their packed encoded slices: an SSD piece is
 // one aligned read per layer into the window slot's staging area (after the
@@ -70,6 +71,9 @@ class RestoreImpl final : public Restore {
   // Decoded bytes one decode job produces: small enough to spread a layer
   // over the decode workers, large enough to amortize the queueing.
   static constexpr uint64_t kDecodeJobBytes = 1ull << 20;
+  // Bytes one checksum job of a raw SSD piece covers: pieces larger than
+  // this are verified by several decode-queue workers at once.
+  static constexpr uint64_t kVerifyJobBytes = 512ull << 10;
 
   struct Run {
     Source* source = nullptr;
@@ -118,6 +122,9 @@ class RestoreImpl final : public Restore {
   void IssueCoded(uint32_t layer, const Piece& p, std::byte* slot);
   // `where[j]` is where block j0 + j of the run now is.
   void Complete(uint32_t layer, const Run& run, uint32_t j0, std::vector<const std::byte*> where, Status status);
+  // Checksums blocks j0.. of `r` that landed at `where` (with `verify`), copies the good ones into a readmitted run's DRAM copy,
+  // and settles one pending unit of `layer`.
+  void VerifyBlocks(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where, bool verify);
   void FinalizeLayer(uint32_t layer) FLATKV_REQUIRES(mu_);
   // Coded runs: the aligned byte range [*begin, *end) of the region of
   // `layer` holding blocks j0..j0+n-1 of `r`, relative to r.src + layer * layer_stride.
@@ -135,7 +142,7 @@ class RestoreImpl final : public Restore {
   // The blocks j0..j0+n-1 of `r`: what a failed read leaves unreadable.
   static std::vector<BlockRef> ReadBlocks(const Run& r, uint32_t j0, uint32_t n);
   // Copies blocks j0..j0+n-1 of readmitted run `r` of `layer` into the DRAM copy.
-  void CopyRaw(uint32_t layer, const Run& r, uint32_t j0, const std::vector<const std::byte*>& where, uint32_t good);
+  void CopyRaw(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where, uint32_t good);
   void CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin);
   std::byte* Home(uint32_t layer, uint32_t block);  // where a decoded block goes
   bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight

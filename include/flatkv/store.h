@@ -112,7 +112,8 @@ struct LayerView {
 // A restore in flight: loads the hit prefix layer by layer, into a bounded
 // window or the caller's memory (RestoreTarget), at most a window's worth of
 // layers at a time. Consume layers in order: WaitLayer(l), use the view (or
-// the destination), ReleaseLayer(l), which lets the next layer load.
+// the destination), ReleaseLayer(l), which lets the next layer load (into
+// the caller's memory the next layers load as earlier ones land, without it).
 //
 // If a block fails its checksum, its read or (when stored encoded) its
 // decoding, that block and every later one become misses: later views carry fewer blocks, and Finish()
@@ -126,7 +127,8 @@ class Restore {
   virtual std::span<const BlockLocation> locations() const = 0;
   // Blocks until `layer` is loaded. Layers must be waited for in order;
   // waiting for a layer beyond the window without releasing earlier ones is
-  // a FailedPrecondition error rather than a deadlock.
+  // a FailedPrecondition error rather than a deadlock (into the caller's
+  // memory, a layer beyond the window is waited for: it will load).
   virtual Result<LayerView> WaitLayer(uint32_t layer) = 0;
   virtual void ReleaseLayer(uint32_t layer) = 0;
   // Waits for every layer still loading and returns the blocks valid in

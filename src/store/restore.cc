@@ -117,7 +117,7 @@ RestoreImpl::~RestoreImpl() {
     MutexLock lock(&mu_);
     abandoned_ = true;
     cv_.SignalAll();
-    while (!AllSettled() || AnyStreamRunning()) cv_.Wait(&mu_);
+    while (!AllSettled() || AnyStreamRunning() || pumping_ > 0) cv_.Wait(&mu_);
     corrupt.swap(corrupt_);
     // A block valid in every layer was copied in every layer.
     if (layers_ready_ == layers_)
@@ -439,15 +439,37 @@ Status RestoreImpl::Begin() {
       EndStream(i, runs_[run].first_block);
     }
   }
-  for (uint32_t l = 0; l < slots_; ++l) Issue(l);
+  {
+    MutexLock lock(&mu_);
+    // Without streams every layer settles through Settle, which can issue
+    // the layers it frees a slot for; a stream's layers wait for the consumer.
+    eager_ = streams_.empty();
+    ramp_ = eager_ && slots_ < layers_ &&
+            std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return !r.source->mapped(); });
+  }
+  Pump();
   return Status::Ok();
 }
 
-void RestoreImpl::Issue(uint32_t layer) {
-  // Count every request first, so the layer cannot finalize early.
-  {
-    MutexLock lock(&mu_);
-    LayerState& st = state_[layer];
+bool RestoreImpl::Issuable(uint32_t layer) const {
+  const LayerState& st = state_[layer];
+  if (st.issued || abandoned_) return false;
+  // A device shares itself among the requests in flight: layer 0 goes alone,
+  // or a full window of layers would all land together, late.
+  if (ramp_ && layer > 0 && layers_ready_ == 0) return false;
+  if (layer < slots_) return true;
+  // Its slot frees when the layer before it in the slot is released, or, for
+  // a restore into the caller's destinations, once that layer has left it.
+  const LayerState& prev = state_[layer - slots_];
+  return prev.released || (eager_ && target_.destination && prev.ready);
+}
+
+std::vector<uint32_t> RestoreImpl::ArmLocked() {
+  std::vector<uint32_t> armed;
+  for (uint32_t l = 0; l < layers_; ++l) {
+    if (!Issuable(l)) continue;
+    // Count every request first, so the layer cannot finalize early.
+    LayerState& st = state_[l];
     st.issued = true;
     st.pending = static_cast<uint32_t>(pieces_.size());
     for (const StreamState& s : streams_) {
@@ -457,9 +479,33 @@ void RestoreImpl::Issue(uint32_t layer) {
         st.bad = std::min(st.bad, s.end);
       }
     }
-    if (!streams_.empty() && st.pending == 0) FinalizeLayer(layer);
-    cv_.SignalAll();  // a fetch may wait for this layer
+    if (!streams_.empty() && st.pending == 0) FinalizeLayer(l);
+    armed.push_back(l);
   }
+  if (!armed.empty()) {
+    ++pumping_;
+    cv_.SignalAll();  // a fetch or the consumer may wait for these layers
+  }
+  return armed;
+}
+
+void RestoreImpl::Pump() {
+  std::vector<uint32_t> armed;
+  {
+    MutexLock lock(&mu_);
+    armed = ArmLocked();
+  }
+  if (!armed.empty()) SubmitArmed(armed);
+}
+
+void RestoreImpl::SubmitArmed(const std::vector<uint32_t>& armed) {
+  for (uint32_t l : armed) Issue(l);
+  MutexLock lock(&mu_);
+  --pumping_;  // the destructor may go on once every armed layer has been issued
+  cv_.SignalAll();
+}
+
+void RestoreImpl::Issue(uint32_t layer) {
   std::byte* slot = window_ ? window_->slot(layer % slots_) : nullptr;
   for (const Piece& p : pieces_) {
     const Run& r = runs_[p.run];
@@ -491,17 +537,24 @@ std::vector<BlockRef> RestoreImpl::ReadBlocks(const Run& r, uint32_t j0, uint32_
 }
 
 void RestoreImpl::Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRef>& corrupt) {
-  MutexLock lock(&mu_);
-  LayerState& st = state_[layer];
-  st.bad = std::min(st.bad, bad);
-  corrupt_.insert(corrupt_.end(), corrupt.begin(), corrupt.end());
-  // Waiters wait for a layer to be ready or for every layer to settle: wake
-  // them when this layer's last unit lands, not at every piece (a wake per
-  // 256 KiB copy cost the DRAM path half its speed in context switches).
-  if (--st.pending == 0) {
-    FinalizeLayer(layer);
-    cv_.SignalAll();
+  std::vector<uint32_t> armed;
+  {
+    MutexLock lock(&mu_);
+    LayerState& st = state_[layer];
+    st.bad = std::min(st.bad, bad);
+    corrupt_.insert(corrupt_.end(), corrupt.begin(), corrupt.end());
+    // Waiters wait for a layer to be ready or for every layer to settle: wake
+    // them when this layer's last unit lands, not at every piece (a wake per
+    // 256 KiB copy cost the DRAM path half its speed in context switches).
+    if (--st.pending == 0) {
+      FinalizeLayer(layer);
+      if (eager_) armed = ArmLocked();  // what this layer's landing lets go
+      cv_.SignalAll();
+    }
   }
+  // With nothing armed the restore may be gone by now (its destructor waits
+  // for the last unit to settle): call nothing of it.
+  if (!armed.empty()) SubmitArmed(armed);
 }
 
 void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vector<const std::byte*> where, Status status) {
@@ -583,7 +636,7 @@ Result<LayerView> RestoreImpl::WaitLayer(uint32_t layer) {
   MutexLock lock(&mu_);
   LayerState& st = state_[layer];
   if (st.released) return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " was already released");
-  if (!st.issued)
+  if (!st.issued && !WillIssue(layer))
     return Status::FailedPrecondition("restore: layer " + std::to_string(layer) + " is beyond the window of " +
                                       std::to_string(slots_) + " layers; release layer " +
                                       std::to_string(layer - slots_) + " first");
@@ -600,8 +653,11 @@ void RestoreImpl::ReleaseLayer(uint32_t layer) {
     if (!st.ready || st.released) return;
     st.released = true;
   }
-  const uint32_t next = layer + slots_;
-  if (next < layers_) Issue(next);
+  Pump();
+}
+
+bool RestoreImpl::WillIssue(uint32_t layer) const {
+  return eager_ && (layer < slots_ || target_.destination || state_[layer - slots_].released);
 }
 
 uint32_t RestoreImpl::Finish() {
@@ -610,7 +666,8 @@ uint32_t RestoreImpl::Finish() {
     {
       MutexLock lock(&mu_);
       if (state_[l].released) continue;
-      if (!state_[l].issued) continue;  // issued below when its slot frees
+      // Not issued and not to be without a release: issued below when its slot frees.
+      if (!state_[l].issued && !WillIssue(l)) continue;
       while (!state_[l].ready) cv_.Wait(&mu_);
     }
     ReleaseLayer(l);

@@ -3,7 +3,12 @@
 // one extent) that every layer reads; per layer, each run is one request
 // (split at max_request_bytes) to its source's own queue (Source::Read: for
 // DRAM the DramQueue, for SSD the SSD IoEngine). Layers are issued in order
-// into the window's slots, at most window_layers at a time.
+// into the window's slots, at most window_layers at a time: a slot frees when
+// the consumer releases its layer or, for a restore into the caller's
+// destinations, as soon as the layer has landed (the thread that lands it
+// issues the next). Where the window binds and a device is read, layer 0 is
+// issued alone and the rest once it has landed, so that the first layer
+// does not share the device with a whole window of others.
 //
 // Reads land 4 KiB aligned; where a run's destination is not (an odd
 // block size, or SSD slots padded to 4 KiB), the layer is compacted with
@@ -118,7 +123,18 @@ class RestoreImpl final : public Restore {
   // Whether run `r` of `layer` goes straight to the caller's destinations.
   bool Direct(uint32_t layer, size_t r) const { return !direct_.empty() && direct_[layer * runs_.size() + r]; }
   std::byte* Dst(uint32_t layer, uint32_t block) const { return dst_[uint64_t{layer} * hit_ + block]; }
-  void Issue(uint32_t layer);  // without mu_ held
+  // Whether `layer` may be issued now: its window slot is free and, with
+  // ramp_, layer 0 has landed (or it is layer 0).
+  bool Issuable(uint32_t layer) const FLATKV_REQUIRES(mu_);
+  // Whether a layer not issued yet will be without the consumer releasing one.
+  bool WillIssue(uint32_t layer) const FLATKV_REQUIRES(mu_);
+  // Marks every issuable layer issued and counts its units; returns them.
+  // When it returns any, pumping_ counts this call until SubmitArmed.
+  std::vector<uint32_t> ArmLocked() FLATKV_REQUIRES(mu_);
+  // Issues the layers ArmLocked returned, then ends that call's pumping_.
+  void SubmitArmed(const std::vector<uint32_t>& armed) FLATKV_EXCLUDES(mu_);
+  void Pump() FLATKV_EXCLUDES(mu_);  // ArmLocked, then SubmitArmed
+  void Issue(uint32_t layer);  // an armed layer's requests; without mu_ held
   void IssueCoded(uint32_t layer, const Piece& p, std::byte* slot);
   // `where[j]` is where block j0 + j of the run now is.
   void Complete(uint32_t layer, const Run& run, uint32_t j0, std::vector<const std::byte*> where, Status status);
@@ -193,7 +209,7 @@ class RestoreImpl final : public Restore {
   RestoreTarget target_;
   std::vector<std::byte*> dst_;    // [layer * hit + block]: the caller's destinations (target mode)
   std::vector<uint8_t> direct_;    // [layer * runs + run]: delivered without the window
-  uint32_t slots_ = 1;             // layers issued and not yet released, at most
+  uint32_t slots_ = 1;             // window slots: layers issued and not yet released (or landed), at most
   std::unique_ptr<HostWindow> window_;  // null when nothing lands in it
 
   Mutex mu_;
@@ -208,6 +224,12 @@ class RestoreImpl final : public Restore {
   std::vector<std::unique_ptr<Stream>> sinks_;
   std::vector<StreamState> streams_ FLATKV_GUARDED_BY(mu_);
   bool abandoned_ FLATKV_GUARDED_BY(mu_) = false;       // the destructor runs: layers not issued never will be
+  // Set in Begin. eager_: no streams, so a layer's landing (Settle) issues
+  // what it frees: for a restore into destinations its own slot, at once.
+  // ramp_: eager, the window binds and a device is read: layer 0 goes alone.
+  bool eager_ FLATKV_GUARDED_BY(mu_) = false;
+  bool ramp_ FLATKV_GUARDED_BY(mu_) = false;
+  uint32_t pumping_ FLATKV_GUARDED_BY(mu_) = 0;  // armed layers still being issued by some thread
 };
 
 }  // namespace flatkv

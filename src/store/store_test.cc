@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "io/fault_injection.h"
 #include "testing/test_util.h"
 
 namespace flatkv {
@@ -153,6 +154,59 @@ TEST(StoreTest, WindowBoundsLayersInFlight) {
   EXPECT_EQ(r.value()->WaitLayer(7).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(r.value()->WaitLayer(0).status().code(), Code::kFailedPrecondition);
   EXPECT_EQ(r.value()->Finish(), 3u);
+}
+
+// A restore into the caller's destinations frees a window slot as soon as
+// its layer lands: later layers are issued without the consumer releasing.
+TEST(StoreTest, ARestoreIntoDestinationsIssuesPastTheWindowWithoutReleases) {
+  TempDir dir;
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
+  o.window_layers = 2;
+  o.window_bytes = 0;
+  auto store = OpenStore(o);
+  const auto keys = ChainKeys(1, 3);
+  const auto data = Payload(*store, 3, 1);
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  const uint64_t lb = store->BlockLayerBytes(), layers = o.shape.layers;
+  std::vector<std::byte> got(data.size());
+  RestoreTarget target;  // block-major, as Payload lays the chain out
+  target.destination = [&](uint32_t l, uint32_t b) { return got.data() + b * layers * lb + l * lb; };
+  auto r = store->StartRestore(keys, target);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto last = r.value()->WaitLayer(layers - 1);  // nothing released
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(last->blocks, 3u);
+  EXPECT_EQ(r.value()->Finish(), 3u);
+  EXPECT_TRUE(got == data);
+}
+
+// Where the window binds on the SSD, layer 0 is read alone (the device would
+// share itself with the whole window), the rest once it has landed.
+TEST(StoreTest, WhereTheWindowBindsLayerZeroIsReadAloneFirst) {
+  TempDir dir;
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
+  o.window_layers = 2;
+  o.window_bytes = 0;
+  auto engine = InjectFaults(&o);
+  auto store = OpenStore(o);
+  const auto keys = ChainKeys(1, 3);
+  const auto data = Payload(*store, 3, 1);
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  engine->CloseGate(io::Op::kRead);
+  auto r = store->StartRestore(keys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(engine->held(), 1u);  // layer 0's one read; layer 1 waits for it
+  engine->OpenGate();
+  std::vector<std::byte> got;
+  for (uint32_t l = 0; l < o.shape.layers; ++l) {
+    auto view = r.value()->WaitLayer(l);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    EXPECT_EQ(view->blocks, 3u);
+    r.value()->ReleaseLayer(l);
+  }
+  EXPECT_EQ(r.value()->Finish(), 3u);
+  EXPECT_EQ(RestoreAll(*store, keys, &got), 3u);
+  EXPECT_TRUE(got == data);
 }
 
 TEST(StoreTest, WrongSizesAreRejectedAndLoseNothing) {

@@ -444,6 +444,7 @@ Status RestoreImpl::Begin() {
     // Without streams every layer settles through Settle, which can issue
     // the layers it frees a slot for; a stream's layers wait for the consumer.
     eager_ = streams_.empty();
+    reach_ = slots_;
     ramp_ = eager_ && slots_ < layers_ &&
             std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return !r.source->mapped(); });
   }
@@ -466,8 +467,13 @@ bool RestoreImpl::Issuable(uint32_t layer) const {
 
 std::vector<uint32_t> RestoreImpl::ArmLocked() {
   std::vector<uint32_t> armed;
-  for (uint32_t l = 0; l < layers_; ++l) {
+  // Only layers from the first unissued one up to a window's length past the
+  // last issued one can be issuable: a layer's slot frees with a layer issued
+  // before it (Issuable), so a landing looks at a window's layers, not all.
+  while (unissued_ < layers_ && state_[unissued_].issued) ++unissued_;
+  for (uint32_t l = unissued_; l < std::min(layers_, reach_); ++l) {
     if (!Issuable(l)) continue;
+    reach_ = std::max(reach_, l + slots_ + 1);
     // Count every request first, so the layer cannot finalize early.
     LayerState& st = state_[l];
     st.issued = true;
@@ -566,23 +572,29 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
                std::to_string(bad) + " on are misses, and the blocks it read leave the index");
     return Settle(layer, bad, ReadBlocks(r, j0, n));
   }
-  const uint32_t per = static_cast<uint32_t>(std::max<uint64_t>(1, kVerifyJobBytes / lb_));
-  if (!r.source->verifies() || n <= per) return VerifyBlocks(layer, r, j0, where, r.source->verifies());
+  if (!r.source->verifies() || uint64_t{n} * lb_ <= kVerifyJobBytes)
+    return VerifyBlocks(layer, r, j0, where, r.source->verifies());
   // A large piece is checksummed by several workers of the decode queue, not
   // by the one I/O completion thread: that thread would otherwise check
   // every SSD byte alone, and the layers that land together at the end of a
   // restore would wait for it one after another.
+  auto landed = std::make_shared<const std::vector<const std::byte*>>(std::move(where));
+  SubmitJobs(layer, n, kVerifyJobBytes, [this, layer, &r, j0, landed](uint32_t j, uint32_t m) {
+    VerifyBlocks(layer, r, j0 + j, std::span(*landed).subspan(j, m), true);
+  });
+}
+
+void RestoreImpl::SubmitJobs(uint32_t layer, uint32_t n, uint64_t job_bytes,
+                             const std::function<void(uint32_t, uint32_t)>& job) {
+  const uint32_t per = static_cast<uint32_t>(std::max<uint64_t>(1, job_bytes / lb_));
   const uint32_t jobs = (n + per - 1) / per;
   {
     MutexLock lock(&mu_);
-    state_[layer].pending += jobs - 1;  // this piece's one pending unit becomes `jobs`
+    state_[layer].pending += jobs - 1;  // the blocks' one pending unit becomes `jobs`
   }
-  auto landed = std::make_shared<const std::vector<const std::byte*>>(std::move(where));
   for (uint32_t j = 0; j < n; j += per) {
     const uint32_t m = std::min(per, n - j);
-    store_->decode_queue()->Submit([this, layer, &r, j0, j, m, landed] {
-      VerifyBlocks(layer, r, j0 + j, std::span(*landed).subspan(j, m), true);
-    });
+    store_->decode_queue()->Submit([job, j, m] { job(j, m); });
   }
 }
 

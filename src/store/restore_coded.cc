@@ -93,18 +93,9 @@ void RestoreImpl::IssueCoded(uint32_t layer, const Piece& p, std::byte* slot) {
 
 void RestoreImpl::SubmitDecodes(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,
                                 uint64_t region_begin, bool verify) {
-  const uint32_t per = static_cast<uint32_t>(std::max<uint64_t>(1, kDecodeJobBytes / lb_));
-  const uint32_t jobs = (n + per - 1) / per;
-  {
-    MutexLock lock(&mu_);
-    state_[layer].pending += jobs - 1;  // this piece's one pending unit becomes `jobs`
-  }
-  for (uint32_t j = j0; j < j0 + n; j += per) {
-    const uint32_t m = std::min(per, j0 + n - j);
-    store_->decode_queue()->Submit([this, layer, &r, j, m, bytes, region_begin, verify] {
-      DecodeBlocks(layer, r, j, m, bytes, region_begin, verify);
-    });
-  }
+  SubmitJobs(layer, n, kDecodeJobBytes, [this, layer, &r, j0, bytes, region_begin, verify](uint32_t j, uint32_t m) {
+    DecodeBlocks(layer, r, j0 + j, m, bytes, region_begin, verify);
+  });
 }
 
 void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,

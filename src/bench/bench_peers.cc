@@ -374,6 +374,7 @@ class DaemonShmRun final : public RestoreRun {
   Status Setup(const BenchSession& s) override {
     session_ = &s;
     error_.clear();
+    first_layer_s_.clear();  // this size's alone: a run's object serves every size
     Status st = Start(s);
     if (!st.ok()) {
       error_ = st.ToString() + " (log: " + s.dir + "/daemon.log)";
@@ -410,6 +411,7 @@ class DaemonShmRun final : public RestoreRun {
   nlohmann::json Describe() const override {
     nlohmann::json j = {{"process", "flatkv serve (child), DRAM tier only, Unix socket + memfd window"}};
     if (!first_layer_s_.empty()) j["first_layer_ms"] = Summarize(first_layer_s_).median * 1e3;
+    j["first_layer_samples"] = first_layer_s_.size();
     return j;
   }
 

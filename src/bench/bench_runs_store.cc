@@ -43,6 +43,7 @@ class StoreRun final : public RestoreRun {
     session_ = &s;
     restores_ = 0;
     phases_.clear();
+    first_layer_s_.clear();  // this size's alone: a run's object serves every size
     StoreOptions o;
     o.shape = s.shape;
     o.block_tokens = s.block_tokens;
@@ -206,6 +207,7 @@ class StoreRun final : public RestoreRun {
                         {"restore_p50_us", st.restore_p50_us},
                         {"time_share", PhaseShares()}};
     if (!first_layer_s_.empty()) j["first_layer_ms"] = Summarize(first_layer_s_).median * 1e3;  // StartRestore to WaitLayer(0)
+    j["first_layer_samples"] = first_layer_s_.size();
     j["stored_bytes"] = m.stored_bytes;
     j["logical_bytes"] = m.logical_bytes;
     j["compression_ratio"] = m.stored_bytes ? double(m.logical_bytes) / double(m.stored_bytes) : 0.0;

@@ -131,10 +131,12 @@ elif [ "${CI:-}" = true ]; then
 fi
 
 # bench restore: every run delivers the session and is verified (a failed verification exits 1).
-"$FLATKV" bench restore --sizes-mib 4 --reps 1 --no-peers --dir "$WORK" --json > "$WORK/restore.json" || fail "bench restore"
+"$FLATKV" bench restore --sizes-mib 1,4 --reps 1 --no-peers --dir "$WORK" --json > "$WORK/restore.json" || fail "bench restore"
 python3 -c "
 import json; j = json.load(open('$WORK/restore.json'))
-runs = j['sizes'][0]['runs']
+for row in j['sizes']:  # each size's first-layer figure is its own restores' (not pooled with the sizes before)
+    assert row['runs']['ssd_restore']['info']['first_layer_samples'] == row['reps'], row
+runs = j['sizes'][1]['runs']
 for r in ('memcpy', 'raw_direct_read', 'dram_restore', 'ssd_restore', 'files_per_block', 'rocksdb', 'rocksdb_blobdb'):
     assert runs[r]['median_gbps'] > 0, (r, runs.get(r))
 assert runs['files_per_block']['info']['worker_threads'] == 4, runs['files_per_block']['info']

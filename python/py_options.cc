@@ -72,6 +72,8 @@ const Keyword kKeywords[] = {
      U64<flatkv_options_set_manifest_checkpoint>},
     {"window_layers", "layers a restore's window holds at least", U32<flatkv_options_set_window_layers>},
     {"window_bytes", "bytes a restore's window holds at least", U64<flatkv_options_set_window_bytes>},
+    {"ssd_layers_in_flight", "layers a restore reads from SSD at once, at most",
+     U32<flatkv_options_set_ssd_layers_in_flight>},
     {"max_request_bytes", "largest single SSD read, bytes", U64<flatkv_options_set_max_request_bytes>},
     {"ssd_io", "SSD I/O engine: \"auto\" (default), \"uring\" or \"threadpool\"",
      [](flatkv_options* o, const py::handle& v, const char* n) {

@@ -144,6 +144,9 @@ flatkv_status* flatkv_options_set_manifest_checkpoint(flatkv_options* options, u
  * layers (default 4 layers, 32 MiB; layers > 0). */
 flatkv_status* flatkv_options_set_window_layers(flatkv_options* options, uint32_t layers);
 flatkv_status* flatkv_options_set_window_bytes(flatkv_options* options, uint64_t bytes);
+/* Layers a restore reads from SSD at once, at most; layer 0 goes alone
+ * first where the model has more (default 16; > 0). */
+flatkv_status* flatkv_options_set_ssd_layers_in_flight(flatkv_options* options, uint32_t layers);
 /* Coalesced SSD reads are split into requests of at most this many bytes
  * (default 4 MiB; > 0; opening requires a multiple of 4096). */
 flatkv_status* flatkv_options_set_max_request_bytes(flatkv_options* options, uint64_t bytes);

@@ -25,6 +25,7 @@ SETTINGS = {
     "manifest_checkpoint_bytes": (5 << 20, "manifest_checkpoint_bytes", 5 << 20),
     "window_layers": (2, "window_layers", 2),
     "window_bytes": (1 << 20, "window_bytes", 1 << 20),
+    "ssd_layers_in_flight": (5, "ssd_layers_in_flight", 5),
     "max_request_bytes": (1 << 20, "max_request_bytes", 1 << 20),
     "ssd_io": ("threadpool", "ssd_io", "threadpool"),
     "ssd_queue_depth": (8, "ssd_queue_depth", 8),
@@ -88,6 +89,7 @@ def test_defaults_are_the_stores(tmp_path):
     ({"session_share": 1}, TypeError, "unknown option 'session_share'"),
     # Checked by the C API, raised as flatkv.Error with its message:
     ({"window_layers": 0}, flatkv.Error, "window_layers is 0"),
+    ({"ssd_layers_in_flight": 0}, flatkv.Error, "ssd_layers_in_flight is 0"),
     ({"ssd_threads": 0}, flatkv.Error, "ssd_threads is 0"),
     ({"dram_idle_after_ms": 1 << 63}, flatkv.Error, "dram_idle_after_ms 9223372036854775808 exceeds"),
     # ... and by the store when it opens:

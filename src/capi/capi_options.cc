@@ -253,6 +253,10 @@ flatkv_status* flatkv_options_set_window_bytes(flatkv_options* options, uint64_t
   return SetField(__func__, options, &flatkv::StoreOptions::window_bytes, bytes);
 }
 
+flatkv_status* flatkv_options_set_ssd_layers_in_flight(flatkv_options* options, uint32_t layers) {
+  return SetPositive(__func__, options, &flatkv::StoreOptions::ssd_layers_in_flight, layers, "ssd_layers_in_flight");
+}
+
 flatkv_status* flatkv_options_set_max_request_bytes(flatkv_options* options, uint64_t bytes) {
   return SetPositive(__func__, options, &flatkv::StoreOptions::max_request_bytes, bytes, "max_request_bytes");
 }

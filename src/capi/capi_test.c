@@ -152,6 +152,7 @@ static void test_option_errors(void) {
   ERR(flatkv_options_set_dram_idle_after_ms(o, UINT64_MAX), FLATKV_INVALID_ARGUMENT,
       "dram_idle_after_ms 18446744073709551615 exceeds 2^63 - 1");
   ERR(flatkv_options_set_window_layers(o, 0), FLATKV_INVALID_ARGUMENT, "window_layers is 0");
+  ERR(flatkv_options_set_ssd_layers_in_flight(o, 0), FLATKV_INVALID_ARGUMENT, "ssd_layers_in_flight is 0");
   ERR(flatkv_options_set_max_request_bytes(o, 0), FLATKV_INVALID_ARGUMENT, "max_request_bytes is 0");
   ERR(flatkv_options_set_ssd_queue_depth(o, 0), FLATKV_INVALID_ARGUMENT, "ssd_queue_depth is 0");
   ERR(flatkv_options_set_ssd_threads(o, 0), FLATKV_INVALID_ARGUMENT, "ssd_threads is 0");
@@ -405,6 +406,7 @@ static void test_options_take_effect(void) {
   OK(flatkv_options_set_manifest_checkpoint(o, 5u << 20));
   OK(flatkv_options_set_window_layers(o, 2));
   OK(flatkv_options_set_window_bytes(o, 1u << 20));
+  OK(flatkv_options_set_ssd_layers_in_flight(o, 5));
   OK(flatkv_options_set_max_request_bytes(o, 1u << 20));
   OK(flatkv_options_set_ssd_io(o, FLATKV_IO_THREAD_POOL));
   OK(flatkv_options_set_ssd_queue_depth(o, 8));
@@ -436,6 +438,7 @@ static void test_options_take_effect(void) {
   HAS(json, "\"manifest_checkpoint_bytes\":5242880");
   HAS(json, "\"window_layers\":2");
   HAS(json, "\"window_bytes\":1048576");
+  HAS(json, "\"ssd_layers_in_flight\":5");
   HAS(json, "\"max_request_bytes\":1048576");
   HAS(json, "\"ssd_io\":\"threadpool\"");
   HAS(json, "\"ssd_queue_depth\":8");

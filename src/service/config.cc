@@ -116,6 +116,7 @@ const Knob kKnobs[] = {
      "manifest log size that starts an online checkpoint (at least 2x its last snapshot); 0: at close only"},
     {"window_layers", &StoreOptions::window_layers, "layers a restore's window holds at least"},
     {"window_bytes", &StoreOptions::window_bytes, "bytes a restore's window holds at least"},
+    {"ssd_layers_in_flight", &StoreOptions::ssd_layers_in_flight, "layers a restore reads from SSD at once, at most"},
     {"max_request_bytes", &StoreOptions::max_request_bytes, "largest single SSD read, bytes"},
     {"io",
      EnumField{[](StoreOptions* o, std::string_view v) -> Status {

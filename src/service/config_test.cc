@@ -268,6 +268,7 @@ readmit_on_restore = false
 ssd_write_buffer_bytes = "256MiB"
 window_layers = 8
 window_bytes = "64MiB"
+ssd_layers_in_flight = 6
 max_request_bytes = "8MiB"
 io = "threadpool"
 ssd_queue_depth = 64
@@ -292,6 +293,7 @@ verify_dram_reads = true
   EXPECT_EQ(o.ssd_write_buffer_bytes, 256ull << 20);
   EXPECT_EQ(o.window_layers, 8u);
   EXPECT_EQ(o.window_bytes, 64ull << 20);
+  EXPECT_EQ(o.ssd_layers_in_flight, 6u);
   EXPECT_EQ(o.max_request_bytes, 8ull << 20);
   EXPECT_EQ(o.ssd_io, IoEngineKind::kThreadPool);
   EXPECT_EQ(o.ssd_queue_depth, 64u);

@@ -64,6 +64,7 @@ std::string StoreOptionsToJson(const StoreOptions& o) {
   j["manifest_checkpoint_bytes"] = o.manifest_checkpoint_bytes;
   j["window_layers"] = o.window_layers;
   j["window_bytes"] = o.window_bytes;
+  j["ssd_layers_in_flight"] = o.ssd_layers_in_flight;
   j["max_request_bytes"] = o.max_request_bytes;
   j["ssd_io"] = IoEngineKindName(o.ssd_io);
   j["ssd_queue_depth"] = o.ssd_queue_depth;

@@ -388,6 +388,11 @@ Status RestoreImpl::Begin() {
   const uint64_t layer_bytes = uint64_t{hit_} * lb_;
   slots_ = static_cast<uint32_t>(std::clamp<uint64_t>(std::max<uint64_t>(o.window_layers, o.window_bytes / layer_bytes), 1,
                                                       layers_));
+  // Reading a device, fewer layers in flight land one after another: each is
+  // checked while later ones arrive, and layer 0 (read alone first, ramp_)
+  // is ready early. All of a small session's layers at once land together.
+  if (std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return !r.source->mapped(); }))
+    slots_ = std::min(slots_, o.ssd_layers_in_flight);
   bool need_window = true;
   bool layer_area = true;  // a slot holds the layer itself (else only coded SSD pieces' staging)
   if (target_.destination) {

@@ -29,6 +29,7 @@ Status ValidateOptions(const StoreOptions& o) {
   if (o.max_request_bytes < 4096 || o.max_request_bytes % 4096 != 0)
     return Status::InvalidArgument("max_request_bytes=" + std::to_string(o.max_request_bytes) + " (expected a multiple of 4096)");
   if (o.window_layers == 0) return Status::InvalidArgument("window_layers=0 (expected >= 1)");
+  if (o.ssd_layers_in_flight == 0) return Status::InvalidArgument("ssd_layers_in_flight=0 (expected >= 1)");
   if (o.ssd_queue_depth == 0 || o.ssd_threads == 0 || o.dram_threads == 0 || o.decode_threads == 0)
     return Status::InvalidArgument("ssd_queue_depth, ssd_threads, dram_threads and decode_threads must be >= 1");
   if (o.ssd_dirs.size() > 4095) return Status::InvalidArgument("at most 4095 SSD directories");

@@ -209,6 +209,32 @@ TEST(StoreTest, WhereTheWindowBindsLayerZeroIsReadAloneFirst) {
   EXPECT_TRUE(got == data);
 }
 
+// A window that holds every layer of a small session still reads at most
+// ssd_layers_in_flight of them from SSD at once, layer 0 alone first; all
+// at once, they would all land together, layer 0 with the last.
+TEST(StoreTest, ASmallSessionFromSsdReadsLayerZeroAloneAndFewLayersAtOnce) {
+  TempDir dir;
+  auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
+  o.ssd_layers_in_flight = 2;  // the window (32 MiB) holds every layer
+  auto engine = InjectFaults(&o);
+  auto store = OpenStore(o);
+  ASSERT_GT(o.shape.layers, 2u);
+  const auto keys = ChainKeys(1, 3);
+  const auto data = Payload(*store, 3, 1);
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  const uint64_t lb = store->BlockLayerBytes(), layers = o.shape.layers;
+  std::vector<std::byte> got(data.size());
+  RestoreTarget target;  // block-major, as Payload lays the chain out
+  target.destination = [&](uint32_t l, uint32_t b) { return got.data() + b * layers * lb + l * lb; };
+  engine->CloseGate(io::Op::kRead);
+  auto r = store->StartRestore(keys, target);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(engine->held(), 1u);  // layer 0's one read
+  engine->OpenGate();
+  EXPECT_EQ(r.value()->Finish(), 3u);
+  EXPECT_TRUE(got == data);
+}
+
 TEST(StoreTest, WrongSizesAreRejectedAndLoseNothing) {
   TempDir dir;
   auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));
@@ -251,6 +277,9 @@ TEST(StoreTest, BadOptionsGiveClearErrors) {
   bad = o;
   bad.ssd_capacity_bytes = 0;
   expect(bad, Code::kInvalidArgument, "ssd_capacity_bytes=0");
+  bad = o;
+  bad.ssd_layers_in_flight = 0;
+  expect(bad, Code::kInvalidArgument, "ssd_layers_in_flight=0");
   bad = o;
   bad.ssd_capacity_bytes = 4096;  // smaller than one extent
   expect(bad, Code::kInvalidArgument, "cannot hold one block");

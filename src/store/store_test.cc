@@ -158,26 +158,37 @@ TEST(StoreTest, WindowBoundsLayersInFlight) {
 
 // A restore into the caller's destinations frees a window slot as soon as
 // its layer lands: later layers are issued without the consumer releasing.
+// Three blocks put for session 1, and destinations for them laid out
+// block-major, as Payload lays the chain out.
+struct ThreeBlocksToDestinations {
+  ThreeBlocksToDestinations(Store& store, uint32_t layers)
+      : keys(ChainKeys(1, 3)), data(Payload(store, 3, 1)), got(data.size()) {
+    EXPECT_TRUE(store.Put(1, keys, data).ok());
+    const uint64_t lb = store.BlockLayerBytes();
+    target.destination = [this, lb, layers](uint32_t l, uint32_t b) { return got.data() + (uint64_t{b} * layers + l) * lb; };
+  }
+  ThreeBlocksToDestinations(const ThreeBlocksToDestinations&) = delete;  // target points into got
+  ThreeBlocksToDestinations& operator=(const ThreeBlocksToDestinations&) = delete;
+
+  std::vector<BlockKey> keys;
+  std::vector<std::byte> data, got;
+  RestoreTarget target;
+};
+
 TEST(StoreTest, ARestoreIntoDestinationsIssuesPastTheWindowWithoutReleases) {
   TempDir dir;
   auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);
   o.window_layers = 2;
   o.window_bytes = 0;
   auto store = OpenStore(o);
-  const auto keys = ChainKeys(1, 3);
-  const auto data = Payload(*store, 3, 1);
-  ASSERT_TRUE(store->Put(1, keys, data).ok());
-  const uint64_t lb = store->BlockLayerBytes(), layers = o.shape.layers;
-  std::vector<std::byte> got(data.size());
-  RestoreTarget target;  // block-major, as Payload lays the chain out
-  target.destination = [&](uint32_t l, uint32_t b) { return got.data() + b * layers * lb + l * lb; };
-  auto r = store->StartRestore(keys, target);
+  ThreeBlocksToDestinations t(*store, o.shape.layers);
+  auto r = store->StartRestore(t.keys, t.target);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  auto last = r.value()->WaitLayer(layers - 1);  // nothing released
+  auto last = r.value()->WaitLayer(o.shape.layers - 1);  // nothing released
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   EXPECT_EQ(last->blocks, 3u);
   EXPECT_EQ(r.value()->Finish(), 3u);
-  EXPECT_TRUE(got == data);
+  EXPECT_TRUE(t.got == t.data);
 }
 
 // Where the window binds on the SSD, layer 0 is read alone (the device would
@@ -219,20 +230,14 @@ TEST(StoreTest, ASmallSessionFromSsdReadsLayerZeroAloneAndFewLayersAtOnce) {
   auto engine = InjectFaults(&o);
   auto store = OpenStore(o);
   ASSERT_GT(o.shape.layers, 2u);
-  const auto keys = ChainKeys(1, 3);
-  const auto data = Payload(*store, 3, 1);
-  ASSERT_TRUE(store->Put(1, keys, data).ok());
-  const uint64_t lb = store->BlockLayerBytes(), layers = o.shape.layers;
-  std::vector<std::byte> got(data.size());
-  RestoreTarget target;  // block-major, as Payload lays the chain out
-  target.destination = [&](uint32_t l, uint32_t b) { return got.data() + b * layers * lb + l * lb; };
+  ThreeBlocksToDestinations t(*store, o.shape.layers);
   engine->CloseGate(io::Op::kRead);
-  auto r = store->StartRestore(keys, target);
+  auto r = store->StartRestore(t.keys, t.target);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(engine->held(), 1u);  // layer 0's one read
   engine->OpenGate();
   EXPECT_EQ(r.value()->Finish(), 3u);
-  EXPECT_TRUE(got == data);
+  EXPECT_TRUE(t.got == t.data);
 }
 
 TEST(StoreTest, WrongSizesAreRejectedAndLoseNothing) {

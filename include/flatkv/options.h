@@ -151,8 +151,9 @@ struct StoreOptions {
 
   // A restore's window holds max(window_layers, window_bytes / layer bytes)
   // layers (at most the model's; at most ssd_layers_in_flight where it reads
-  // an SSD): the layers loading or held by the consumer at once. More layers in flight keep the SSD busy for small layers; a
-  // larger window costs memory. One window of window_bytes is pre-faulted
+  // an SSD): the layers loading or held by the consumer at once. More layers
+  // in flight keep the SSD busy for small layers; a larger window costs
+  // memory. One window of window_bytes is pre-faulted
   // at Open.
   uint32_t window_layers = 4;
   uint64_t window_bytes = 32ull << 20;
@@ -160,8 +161,8 @@ struct StoreOptions {
   // however many its window holds, and reads layer 0 alone first when the
   // model has more: layers then land one after another, so each is checked
   // while later ones arrive and layer 0 is ready in a fraction of the
-  // session's time (a 2 MiB session of llama-3.1-8b: first layer 1.0 ->
-  // 0.16 ms, SSD / raw O_DIRECT 0.72-0.80 -> 0.95; docs/benchmarks.md).
+  // session's time (a 2 MiB session of llama-3.1-8b: first layer 0.79-0.97
+  // -> 0.18-0.22 ms, the whole restore as fast; docs/benchmarks.md).
   uint32_t ssd_layers_in_flight = 16;
   // Coalesced reads are split into requests of at most this many bytes.
   uint64_t max_request_bytes = 4ull << 20;

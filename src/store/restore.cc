@@ -391,8 +391,8 @@ Status RestoreImpl::Begin() {
   // Reading a device, fewer layers in flight land one after another: each is
   // checked while later ones arrive, and layer 0 (read alone first, ramp_)
   // is ready early. All of a small session's layers at once land together.
-  if (std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return !r.source->mapped(); }))
-    slots_ = std::min(slots_, o.ssd_layers_in_flight);
+  const bool reads_device = std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return !r.source->mapped(); });
+  if (reads_device) slots_ = std::min(slots_, o.ssd_layers_in_flight);
   bool need_window = true;
   bool layer_area = true;  // a slot holds the layer itself (else only coded SSD pieces' staging)
   if (target_.destination) {
@@ -450,8 +450,7 @@ Status RestoreImpl::Begin() {
     // the layers it frees a slot for; a stream's layers wait for the consumer.
     eager_ = streams_.empty();
     reach_ = slots_;
-    ramp_ = eager_ && slots_ < layers_ &&
-            std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return !r.source->mapped(); });
+    ramp_ = eager_ && slots_ < layers_ && reads_device;
   }
   Pump();
   return Status::Ok();

@@ -147,9 +147,9 @@ class RestoreImpl final : public Restore {
   // `layer` holding blocks j0..j0+n-1 of `r`, relative to r.src + layer * layer_stride.
   void CodedSpan(const Run& r, uint32_t layer, uint32_t j0, uint32_t n, uint64_t align, uint64_t* begin,
                  uint64_t* end) const;
-  // Turns the one pending unit of `layer` that n blocks are into one unit a
-  // job of at most `job_bytes` of blocks, and runs job(first, count) for each
-  // on the decode queue (first counts from 0).
+  // Splits n blocks, one pending unit of `layer`, into jobs of at most
+  // `job_bytes` (a pending unit each) and runs job(first, count) for each on
+  // the decode queue; `first` counts from 0.
   void SubmitJobs(uint32_t layer, uint32_t n, uint64_t job_bytes, const std::function<void(uint32_t, uint32_t)>& job);
   // Issues decode jobs for blocks j0..j0+n-1 of `r` whose encoded region
   // bytes from `region_begin` on are at `bytes`.
@@ -234,12 +234,12 @@ class RestoreImpl final : public Restore {
   // ramp_: eager, the window binds and a device is read: layer 0 goes alone.
   bool eager_ FLATKV_GUARDED_BY(mu_) = false;
   bool ramp_ FLATKV_GUARDED_BY(mu_) = false;
-  uint32_t pumping_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint32_t pumping_ FLATKV_GUARDED_BY(mu_) = 0;  // armed layers still being issued by some thread
   // ArmLocked's bounds: every layer before unissued_ is issued; none from
   // reach_ on can be issuable yet (a window's length past the last issued
   // layer; Begin starts it at slots_).
   uint32_t unissued_ FLATKV_GUARDED_BY(mu_) = 0;
-  uint32_t reach_ FLATKV_GUARDED_BY(mu_) = 0;  // armed layers still being issued by some thread
+  uint32_t reach_ FLATKV_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace flatkv

@@ -156,8 +156,6 @@ TEST(StoreTest, WindowBoundsLayersInFlight) {
   EXPECT_EQ(r.value()->Finish(), 3u);
 }
 
-// A restore into the caller's destinations frees a window slot as soon as
-// its layer lands: later layers are issued without the consumer releasing.
 // Three blocks put for session 1, and destinations for them laid out
 // block-major, as Payload lays the chain out.
 struct ThreeBlocksToDestinations {
@@ -175,6 +173,8 @@ struct ThreeBlocksToDestinations {
   RestoreTarget target;
 };
 
+// A restore into the caller's destinations frees a window slot as soon as
+// its layer lands: later layers are issued without the consumer releasing.
 TEST(StoreTest, ARestoreIntoDestinationsIssuesPastTheWindowWithoutReleases) {
   TempDir dir;
   auto o = SsdOnlyOptions(dir.Sub("ssd"), 64);

@@ -117,6 +117,75 @@ TEST(FaultLargePieceTest, ACorruptBlockInALaterVerifyJobIsAMissFromThere) {
   EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
 }
 
+// A session within one SSD extent restored straight into layer-major
+// destinations reads layer 0 alone, then several layers per request
+// (RestoreImpl::PlanSpan); a fault in such a request is a miss from the
+// block it hits, as in a request of one layer.
+class FaultSpanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions o = SsdOnlyOptions(dir_.Sub("ssd"), 16);
+    o.shape = KvShape::Mha(6, 4, 8, DType::kF32);  // 16 KiB per block and layer; 4 blocks per extent
+    const uint64_t extent = 4ull * 16384 * 6;
+    o.ssd_capacity_bytes = 16 * extent;
+    o.segment_bytes = 4 * extent;
+    engine_ = InjectFaults(&o);
+    store_ = OpenStore(o);
+    ASSERT_NE(store_, nullptr);
+    keys_ = ChainKeys(1, 4);
+    data_ = Payload(*store_, 4, 1);
+    ASSERT_TRUE(store_->Put(1, keys_, data_).ok());
+  }
+  uint64_t Requests() { return store_->Stats().ssd.read_requests; }
+
+  TempDir dir_;
+  std::shared_ptr<io::FaultInjectionEngine> engine_;
+  std::unique_ptr<Store> store_;
+  std::vector<BlockKey> keys_;
+  std::vector<std::byte> data_;
+};
+
+TEST_F(FaultSpanTest, LayersAreReadSeveralPerRequestIntoLayerMajorDestinations) {
+  std::vector<std::byte> got;
+  uint64_t before = Requests();
+  ASSERT_EQ(RestoreInto(*store_, keys_, /*block_major=*/true, &got), 4u);  // through the window: a request per layer
+  EXPECT_EQ(Requests() - before, 6u);
+  EXPECT_TRUE(got == data_);
+  before = Requests();
+  ASSERT_EQ(RestoreInto(*store_, keys_, /*block_major=*/false, &got), 4u);
+  // Six layers in flight, spans of three: layer 0, then layers 1-3 and 4-5.
+  EXPECT_EQ(Requests() - before, 3u);
+  EXPECT_TRUE(got == data_);
+}
+
+TEST_F(FaultSpanTest, ACorruptByteInASpanIsAMissFromItsBlock) {
+  // The second request reads layers 1-3 (192 KiB); its middle byte is in
+  // layer 2, block 2.
+  engine_->AddRule({Fault::kCorrupt, Op::kRead, -1, 0, 1, 1});
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreInto(*store_, keys_, /*block_major=*/false, &got), 2u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data_.begin())) << "wrong bytes returned";
+  EXPECT_EQ(store_->Stats().checksum_failures, 1u);
+  EXPECT_EQ(store_->Stats().dropped_blocks, 1u);
+  engine_->ClearRules();
+  EXPECT_EQ(store_->Match(keys_), 2u);
+  EXPECT_EQ(RestoreInto(*store_, keys_, /*block_major=*/false, &got), 2u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data_.begin()));
+}
+
+TEST_F(FaultSpanTest, AFailedSpanReadIsACleanMissAndDropsTheBlocksItRead) {
+  engine_->AddRule({Fault::kError, Op::kRead, -1, EIO, 2, 1});  // layers 4-5
+  std::vector<std::byte> got;
+  EXPECT_EQ(RestoreInto(*store_, keys_, /*block_major=*/false, &got), 0u);
+  EXPECT_EQ(store_->Stats().io_errors, 1u);
+  EXPECT_EQ(store_->Stats().dropped_blocks, 4u);
+  engine_->ClearRules();
+  EXPECT_EQ(store_->Match(keys_), 0u);
+  ASSERT_TRUE(store_->Put(1, keys_, data_).ok());  // they can be put again
+  EXPECT_EQ(RestoreInto(*store_, keys_, /*block_major=*/false, &got), 4u);
+  EXPECT_TRUE(got == data_);
+}
+
 TEST_F(FaultTest, NoSpaceOnWriteIsAnErrorAndLosesNothing) {
   engine_->AddRule({Fault::kError, Op::kWrite, -1, ENOSPC, 0, 1});
   Status s = PutChain(*store_, 2, 2, 4);

@@ -425,6 +425,7 @@ Status RestoreImpl::Begin() {
         layer_area = layer_area || !direct;
       }
   }
+  span_ = PlanSpan();
   if (need_window) {
     const uint64_t slot_bytes = PlanLanding(layer_area);
     window_ = std::make_unique<HostWindow>(store_, slots_, RoundUp(slot_bytes, 4096));
@@ -456,6 +457,26 @@ Status RestoreImpl::Begin() {
   return Status::Ok();
 }
 
+uint32_t RestoreImpl::PlanSpan() const {
+  // One run of a device read whole in every layer (a session within one
+  // extent), its layers adjacent on the medium and in the destinations
+  // (layer-major): layers 1.. then read several per request, as a raw read
+  // of the same bytes would, instead of one request (a device notify, a
+  // completion, a hand-off) per layer. Two spans fit in the layers in flight
+  // so one is checked while the next arrives. Only for small layers: from
+  // kSpanLayerBytes on a request per layer costs little, and a span lands
+  // (and frees its layers' places) only whole.
+  if (!target_.destination || !sinks_.empty() || runs_.size() != 1 || pieces_.size() != 1 || layers_ < 3) return 1;
+  const Run& r = runs_[0];
+  if (r.codec || r.source->scatters() || r.source->mapped() || !Direct(0, 0)) return 1;
+  const uint64_t layer_run = uint64_t{r.count} * lb_;
+  if (layer_run >= kSpanLayerBytes || r.slot_stride != lb_ || r.layer_stride != layer_run) return 1;
+  for (uint32_t l = 1; l < layers_; ++l)
+    if (!Direct(l, 0) || Dst(l, r.first_block) != Dst(0, r.first_block) + l * layer_run) return 1;
+  const uint64_t span = std::min<uint64_t>(max_request_ / layer_run, std::max(slots_ / 2, 1u));
+  return span > 1 ? static_cast<uint32_t>(span) : 1;
+}
+
 bool RestoreImpl::Issuable(uint32_t layer) const {
   const LayerState& st = state_[layer];
   if (st.issued || abandoned_) return false;
@@ -475,8 +496,18 @@ std::vector<uint32_t> RestoreImpl::ArmLocked() {
   // last issued one can be issuable: a layer's slot frees with a layer issued
   // before it (Issuable), so a landing looks at a window's layers, not all.
   while (unissued_ < layers_ && state_[unissued_].issued) ++unissued_;
-  for (uint32_t l = unissued_; l < std::min(layers_, reach_); ++l) {
-    if (!Issuable(l)) continue;
+  uint32_t through = 0;  // a span is armed whole: its layers up to here
+  for (uint32_t l = unissued_; l < layers_ && (l < reach_ || l < through); ++l) {
+    if (l >= through) {
+      if (!Issuable(l)) continue;
+      if (span_ > 1) {
+        const uint32_t end = SpanEnd(l);
+        bool whole = l == SpanBegin(l);
+        for (uint32_t k = l + 1; whole && k < end; ++k) whole = Issuable(k);
+        if (!whole) continue;
+        through = end;
+      }
+    }
     reach_ = std::max(reach_, l + slots_ + 1);
     // Count every request first, so the layer cannot finalize early.
     LayerState& st = state_[l];
@@ -516,6 +547,10 @@ void RestoreImpl::SubmitArmed(const std::vector<uint32_t>& armed) {
 }
 
 void RestoreImpl::Issue(uint32_t layer) {
+  if (span_ > 1) {
+    if (layer == SpanBegin(layer)) IssueSpan(layer);
+    return;
+  }
   std::byte* slot = window_ ? window_->slot(layer % slots_) : nullptr;
   for (const Piece& p : pieces_) {
     const Run& r = runs_[p.run];
@@ -537,6 +572,52 @@ void RestoreImpl::Issue(uint32_t layer) {
                    [this, layer, &r, p](Status s, std::vector<const std::byte*> where) {
                      Complete(layer, r, p.j0, std::move(where), std::move(s));
                    });
+  }
+}
+
+void RestoreImpl::IssueSpan(uint32_t first) {
+  const Run& r = runs_[0];
+  const uint32_t end = SpanEnd(first);
+  std::vector<const std::byte*> where;
+  where.reserve(uint64_t{end - first} * r.count);
+  for (uint32_t l = first; l < end; ++l)
+    for (uint32_t j = 0; j < r.count; ++j) where.push_back(Dst(l, r.first_block + j));
+  MediumCounters& mc = *r.source->counters();
+  mc.read_requests++;
+  mc.bytes_read += where.size() * r.slot_stride;
+  r.source->Read({r.fd, r.src + uint64_t{first} * r.layer_stride, r.slot_stride, lb_, std::move(where)},
+                 [this, first, &r](Status s, std::vector<const std::byte*> where) {
+                   CompleteSpan(first, r, std::move(where), std::move(s));
+                 });
+}
+
+void RestoreImpl::CompleteSpan(uint32_t first, const Run& r, std::vector<const std::byte*> where, Status status) {
+  const uint32_t end = SpanEnd(first), n = r.count;
+  if (!status.ok()) {
+    store_->counters().io_errors++;
+    LogWarning("restore: layers " + std::to_string(first) + "-" + std::to_string(end - 1) + ": " + status.ToString() +
+               "; blocks from " + std::to_string(r.first_block) + " on are misses, and the blocks it read leave the index");
+    const uint32_t bad = r.first_block;
+    std::vector<BlockRef> read = ReadBlocks(r, 0, n);
+    // The last Settle may let the restore go: nothing of it after that.
+    for (uint32_t l = first; l < end; ++l) Settle(l, bad, l == first ? read : std::vector<BlockRef>{});
+    return;
+  }
+  const bool verify = r.source->verifies();
+  const uint64_t layer_bytes = uint64_t{n} * lb_;
+  if (!verify || uint64_t{end - first} * layer_bytes <= kVerifyJobBytes) {
+    for (uint32_t l = first; l < end; ++l)
+      VerifyBlocks(l, r, 0, std::span(where).subspan(uint64_t{l - first} * n, n), verify);
+    return;
+  }
+  // Checked by several decode-queue workers, whole layers each (Complete).
+  auto landed = std::make_shared<const std::vector<const std::byte*>>(std::move(where));
+  const uint32_t per = static_cast<uint32_t>(std::max<uint64_t>(1, kVerifyJobBytes / layer_bytes));
+  for (uint32_t a = first; a < end; a += per) {
+    const uint32_t b = std::min(end, a + per);
+    store_->decode_queue()->Submit([this, &r, first, a, b, n, landed] {
+      for (uint32_t l = a; l < b; ++l) VerifyBlocks(l, r, 0, std::span(*landed).subspan(uint64_t{l - first} * n, n), true);
+    });
   }
 }
 

@@ -154,7 +154,8 @@ struct StoreOptions {
   // an SSD): the layers loading or held by the consumer at once. More layers
   // in flight keep the SSD busy for small layers; a larger window costs
   // memory. One window of window_bytes is pre-faulted
-  // at Open.
+  // at Open. A restore from SSD whose reads all land in its RestoreTarget's
+  // destinations holds no window: ssd_layers_in_flight alone bounds it.
   uint32_t window_layers = 4;
   uint64_t window_bytes = 32ull << 20;
   // A restore that reads an SSD keeps at most this many layers in flight,

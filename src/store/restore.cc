@@ -425,6 +425,9 @@ Status RestoreImpl::Begin() {
         layer_area = layer_area || !direct;
       }
   }
+  // With no window (every read lands in the caller's destinations) the
+  // window's size, a memory bound, does not bind: the device's does.
+  if (!need_window && reads_device) slots_ = std::min(layers_, o.ssd_layers_in_flight);
   span_ = PlanSpan();
   if (need_window) {
     const uint64_t slot_bytes = PlanLanding(layer_area);

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
+#include "common/aligned_buffer.h"
 #include "io/fault_injection.h"
 #include "testing/test_util.h"
 
@@ -238,6 +240,46 @@ TEST(StoreTest, ASmallSessionFromSsdReadsLayerZeroAloneAndFewLayersAtOnce) {
   engine->OpenGate();
   EXPECT_EQ(r.value()->Finish(), 3u);
   EXPECT_TRUE(t.got == t.data);
+}
+
+// A restore whose SSD reads all land in the caller's destinations holds no
+// window: ssd_layers_in_flight bounds its layers in flight, not the window's
+// size. Through the window the same restore keeps to the window.
+TEST(StoreTest, ARestoreWithNoWindowIsBoundByTheDeviceNotTheWindowSize) {
+  TempDir dir;
+  StoreOptions o = SsdOnlyOptions(dir.Sub("ssd"), 8);
+  o.shape = KvShape::Mha(5, 4, 64, DType::kF32);  // 128 KiB per block and layer at 64 tokens
+  o.ssd_extent_layer_bytes = 256 << 10;           // 2 blocks per extent: a 256 KiB request per layer
+  o.ssd_capacity_bytes = 8 * 2 * 5 * (128 << 10);
+  o.segment_bytes = 4 * 2 * 5 * (128 << 10);
+  o.window_layers = 2;
+  o.window_bytes = 0;
+  auto engine = InjectFaults(&o);
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  const auto keys = ChainKeys(1, 2);
+  const auto data = Payload(*store, 2, 1);
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  const uint32_t layers = o.shape.layers;
+  const uint64_t lb = store->BlockLayerBytes();
+  for (bool layer_major : {true, false}) {
+    AlignedBuffer got(data.size(), 4096);
+    RestoreTarget target;
+    target.destination = [&](uint32_t l, uint32_t b) {
+      return got.data() + (layer_major ? (uint64_t{l} * 2 + b) * lb : (uint64_t{b} * layers + l) * lb);
+    };
+    engine->CloseGate(io::Op::kRead);
+    auto r = store->StartRestore(keys, target);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // Straight into place: every layer (16 in flight allowed, so no layer 0
+    // first either); through the window: layer 0 alone, then 2 at a time.
+    EXPECT_EQ(engine->held(), layer_major ? layers : 1u) << layer_major;
+    engine->OpenGate();
+    EXPECT_EQ(r.value()->Finish(), 2u);
+    for (uint32_t b = 0; b < 2; ++b)
+      for (uint32_t l = 0; l < layers; ++l)
+        EXPECT_EQ(std::memcmp(target.destination(l, b), data.data() + (uint64_t{b} * layers + l) * lb, lb), 0) << b << " " << l;
+  }
 }
 
 TEST(StoreTest, WrongSizesAreRejectedAndLoseNothing) {

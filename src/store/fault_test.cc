@@ -20,14 +20,18 @@ using namespace flatkv::testing;
 
 class FaultTest : public ::testing::Test {
  protected:
+  // The store's options and the chain's length (blocks) put at SetUp.
+  virtual StoreOptions Options() { return SsdOnlyOptions(dir_.Sub("ssd"), 64); }
+  virtual size_t Blocks() const { return 8; }
+
   void SetUp() override {
-    StoreOptions o = SsdOnlyOptions(dir_.Sub("ssd"), 64);
+    StoreOptions o = Options();
     engine_ = InjectFaults(&o);
     auto s = Store::Open(o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
-    keys_ = ChainKeys(1, 8);
-    data_ = Payload(*store_, 8, 1);
+    keys_ = ChainKeys(1, Blocks());
+    data_ = Payload(*store_, Blocks(), 1);
     ASSERT_TRUE(store_->Put(1, keys_, data_).ok());
   }
 
@@ -121,28 +125,18 @@ TEST(FaultLargePieceTest, ACorruptBlockInALaterVerifyJobIsAMissFromThere) {
 // destinations reads layer 0 alone, then several layers per request
 // (RestoreImpl::PlanSpan); a fault in such a request is a miss from the
 // block it hits, as in a request of one layer.
-class FaultSpanTest : public ::testing::Test {
+class FaultSpanTest : public FaultTest {
  protected:
-  void SetUp() override {
+  StoreOptions Options() override {
     StoreOptions o = SsdOnlyOptions(dir_.Sub("ssd"), 16);
     o.shape = KvShape::Mha(6, 4, 8, DType::kF32);  // 16 KiB per block and layer; 4 blocks per extent
     const uint64_t extent = 4ull * 16384 * 6;
     o.ssd_capacity_bytes = 16 * extent;
     o.segment_bytes = 4 * extent;
-    engine_ = InjectFaults(&o);
-    store_ = OpenStore(o);
-    ASSERT_NE(store_, nullptr);
-    keys_ = ChainKeys(1, 4);
-    data_ = Payload(*store_, 4, 1);
-    ASSERT_TRUE(store_->Put(1, keys_, data_).ok());
+    return o;
   }
+  size_t Blocks() const override { return 4; }  // one extent
   uint64_t Requests() { return store_->Stats().ssd.read_requests; }
-
-  TempDir dir_;
-  std::shared_ptr<io::FaultInjectionEngine> engine_;
-  std::unique_ptr<Store> store_;
-  std::vector<BlockKey> keys_;
-  std::vector<std::byte> data_;
 };
 
 TEST_F(FaultSpanTest, LayersAreReadSeveralPerRequestIntoLayerMajorDestinations) {

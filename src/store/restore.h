@@ -85,8 +85,9 @@ class RestoreImpl final : public Restore {
   static constexpr uint64_t kVerifyJobBytes = 512ull << 10;
   // Layers whose run is smaller than this are read several per request
   // where they can be (PlanSpan): a 2 MiB session of llama-3.1-8b, 32
-  // layers of 64 KiB, as 5 requests instead of 32 (SSD / raw O_DIRECT
-  // 0.66-0.70 -> 0.79-0.81). At 512 KiB layers it was slower (0.98 -> 0.84).
+  // layers of 64 KiB, as 5 requests instead of 32 (SSD / raw O_DIRECT,
+  // median of 7 runs, 0.66 -> 0.77). At 512 KiB layers it was slower
+  // (0.98 -> 0.84).
   static constexpr uint64_t kSpanLayerBytes = 256ull << 10;
 
   struct Run {

@@ -157,7 +157,9 @@ TEST_F(FaultSpanTest, ACorruptByteInASpanIsAMissFromItsBlock) {
   // layer 2, block 2.
   engine_->AddRule({Fault::kCorrupt, Op::kRead, -1, 0, 1, 1});
   std::vector<std::byte> got;
+  const uint64_t before = Requests();
   EXPECT_EQ(RestoreInto(*store_, keys_, /*block_major=*/false, &got), 2u);
+  EXPECT_EQ(Requests() - before, 3u);  // read in spans
   EXPECT_TRUE(std::equal(got.begin(), got.end(), data_.begin())) << "wrong bytes returned";
   EXPECT_EQ(store_->Stats().checksum_failures, 1u);
   EXPECT_EQ(store_->Stats().dropped_blocks, 1u);
@@ -170,7 +172,9 @@ TEST_F(FaultSpanTest, ACorruptByteInASpanIsAMissFromItsBlock) {
 TEST_F(FaultSpanTest, AFailedSpanReadIsACleanMissAndDropsTheBlocksItRead) {
   engine_->AddRule({Fault::kError, Op::kRead, -1, EIO, 2, 1});  // layers 4-5
   std::vector<std::byte> got;
+  const uint64_t before = Requests();
   EXPECT_EQ(RestoreInto(*store_, keys_, /*block_major=*/false, &got), 0u);
+  EXPECT_EQ(Requests() - before, 3u);  // read in spans
   EXPECT_EQ(store_->Stats().io_errors, 1u);
   EXPECT_EQ(store_->Stats().dropped_blocks, 4u);
   engine_->ClearRules();

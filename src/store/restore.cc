@@ -385,14 +385,7 @@ Status RestoreImpl::Begin() {
     }
   }
   const StoreOptions& o = store_->options();
-  const uint64_t layer_bytes = uint64_t{hit_} * lb_;
-  slots_ = static_cast<uint32_t>(std::clamp<uint64_t>(std::max<uint64_t>(o.window_layers, o.window_bytes / layer_bytes), 1,
-                                                      layers_));
-  // Reading a device, fewer layers in flight land one after another: each is
-  // checked while later ones arrive, and layer 0 (read alone first, ramp_)
-  // is ready early. All of a small session's layers at once land together.
   const bool reads_device = std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return !r.source->mapped(); });
-  if (reads_device) slots_ = std::min(slots_, o.ssd_layers_in_flight);
   bool need_window = true;
   bool layer_area = true;  // a slot holds the layer itself (else only coded SSD pieces' staging)
   if (target_.destination) {
@@ -425,9 +418,16 @@ Status RestoreImpl::Begin() {
         layer_area = layer_area || !direct;
       }
   }
-  // With no window (every read lands in the caller's destinations) the
-  // window's size, a memory bound, does not bind: the device's does.
-  if (!need_window && reads_device) slots_ = std::min(layers_, o.ssd_layers_in_flight);
+  // The layers in flight. The window's size bounds its memory; a restore
+  // reading a device with no window (every read lands in the caller's
+  // destinations) holds none, so only the device's bound applies to it.
+  // Reading a device, fewer layers in flight land one after another: each is
+  // checked while later ones arrive, and layer 0 (read alone first, ramp_)
+  // is ready early. All of a small session's layers at once land together.
+  const uint64_t layer_bytes = uint64_t{hit_} * lb_;
+  slots_ = static_cast<uint32_t>(std::clamp<uint64_t>(std::max<uint64_t>(o.window_layers, o.window_bytes / layer_bytes), 1,
+                                                      layers_));
+  if (reads_device) slots_ = std::min(need_window ? slots_ : layers_, o.ssd_layers_in_flight);
   span_ = PlanSpan();
   if (need_window) {
     const uint64_t slot_bytes = PlanLanding(layer_area);
@@ -471,10 +471,10 @@ uint32_t RestoreImpl::PlanSpan() const {
   // (and frees its layers' places) only whole.
   if (!target_.destination || !sinks_.empty() || runs_.size() != 1 || pieces_.size() != 1 || layers_ < 3) return 1;
   const Run& r = runs_[0];
-  if (r.codec || r.source->scatters() || r.source->mapped() || !Direct(0, 0)) return 1;
+  if (r.codec || r.source->scatters()) return 1;
   const uint64_t layer_run = uint64_t{r.count} * lb_;
   if (layer_run >= kSpanLayerBytes || r.slot_stride != lb_ || r.layer_stride != layer_run) return 1;
-  for (uint32_t l = 1; l < layers_; ++l)
+  for (uint32_t l = 0; l < layers_; ++l)
     if (!Direct(l, 0) || Dst(l, r.first_block) != Dst(0, r.first_block) + l * layer_run) return 1;
   const uint64_t span = std::min<uint64_t>(max_request_ / layer_run, std::max(slots_ / 2, 1u));
   return span > 1 ? static_cast<uint32_t>(span) : 1;

@@ -88,6 +88,24 @@ struct PutOptions {
   uint32_t tenant = 0;
 };
 
+// Destinations in an accelerator's memory, which the host cannot write (the
+// GPU window, docs/gpu.md): every byte reaches them through Copy. A source
+// that can land there (DRAM: DMA from its arena) copies straight from the
+// medium; the others (SSD, media past the index, coded extents) land, are
+// checked and decoded in the restore's host window, which then copies each
+// layer over once it is complete.
+class DeviceLanding {
+ public:
+  virtual ~DeviceLanding() = default;
+  // Host memory the restore will copy from (its window), before any copy
+  // from it: pinned, so that those copies are DMA.
+  virtual void Pin(std::span<const std::byte> host) = 0;
+  // Copies `bytes` from host `src` to device `dst` and returns once they
+  // have landed, or why they did not (those blocks are then misses). Called
+  // from several I/O threads at once.
+  virtual Status Copy(std::byte* dst, const std::byte* src, uint64_t bytes) = 0;
+};
+
 // Where a restore delivers: by default into the store's bounded window
 // (WaitLayer's view points there); with a destination, straight into the
 // caller's own KV memory (a serving engine's paged cache), saving a copy.
@@ -97,6 +115,12 @@ struct RestoreTarget {
   // blocks whose destinations are 4 KiB aligned and contiguous within a
   // layer are read there directly; others go through the window first.
   std::function<std::byte*(uint32_t layer, uint32_t block)> destination;
+  // Set: the destinations are device memory (DeviceLanding, above).
+  DeviceLanding* device = nullptr;
+  // Destinations reused every `reuse_layers` layers (a bounded window of
+  // that many layers): layer l loads only once the consumer has released
+  // layer l - reuse_layers. 0: every layer's destinations are its own.
+  uint32_t reuse_layers = 0;
 };
 
 // One restored layer: `blocks` consecutive blocks' slices of this layer,
@@ -225,6 +249,11 @@ class Store {
   // Bytes of one block's slice of one layer, and of one whole block.
   virtual uint64_t BlockLayerBytes() const = 0;
   virtual uint64_t BlockBytes() const = 0;
+  // The host memory DRAM hits are copied from (the DRAM arena; empty when
+  // there is none here): what an accelerator pins once (cudaHostRegister),
+  // so that restores into a DeviceLanding copy DRAM hits by DMA. Valid
+  // until the store is destroyed; unpin it before that.
+  virtual std::span<const std::byte> DramMemory() const { return {}; }
 };
 
 }  // namespace flatkv

@@ -1,9 +1,18 @@
 // CpuCopyBackend: the copy backend's contract on host memory, one worker
-// thread as the in-order queue, events as sequence numbers.
+// thread as the in-order queue, events as sequence numbers. Its "device"
+// memory is mapped PROT_NONE outside the backend's own operations, as a
+// GPU's is out of the host's reach: a restore that wrote a device
+// destination itself, not through a copy, faults in the tests.
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/mutex.h"
 #include "gpu/copy_backend.h"
@@ -24,8 +33,21 @@ class CpuCopyBackend final : public CopyBackend {
   }
   std::string name() const override { return "cpu"; }
 
-  std::byte* AllocateDevice(uint64_t bytes) override { return static_cast<std::byte*>(std::aligned_alloc(4096, RoundUp(bytes))); }
-  void FreeDevice(std::byte* p) override { std::free(p); }
+  std::byte* AllocateDevice(uint64_t bytes) override {
+    const uint64_t len = RoundUp(std::max<uint64_t>(bytes, 1));
+    void* p = ::mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    std::lock_guard<std::mutex> lock(device_mu_);
+    device_[static_cast<std::byte*>(p)] = len;
+    return static_cast<std::byte*>(p);
+  }
+  void FreeDevice(std::byte* p) override {
+    std::lock_guard<std::mutex> lock(device_mu_);
+    auto it = device_.find(p);
+    if (it == device_.end()) return;
+    ::munmap(p, it->second);
+    device_.erase(it);
+  }
   Status RegisterHost(const std::byte* p, uint64_t bytes) override {
     MutexLock lock(&mu_);
     stats_.registered_bytes += bytes;
@@ -40,7 +62,10 @@ class CpuCopyBackend final : public CopyBackend {
         if (fail_after_ > 0 && ++copies_ >= fail_after_)
           return Status::IoError("cpu copy backend: copy " + std::to_string(copies_) + " failed (injected)");
       }
-      std::memcpy(dst, src, bytes);
+      {
+        DeviceAccess access(this, {{dst, bytes}});
+        std::memcpy(dst, src, bytes);
+      }
       MutexLock lock(&mu_);
       stats_.h2d_bytes += bytes;
       stats_.h2d_copies++;
@@ -50,7 +75,10 @@ class CpuCopyBackend final : public CopyBackend {
   Status EnqueueScatter(const std::byte* slot, std::span<const PageCopy> pages) override {
     std::vector<PageCopy> copy(pages.begin(), pages.end());
     return Enqueue([this, slot, copy = std::move(copy)]() -> Status {
-      for (const PageCopy& p : copy) std::memcpy(p.dst, slot + p.src, p.bytes);
+      for (const PageCopy& p : copy) {
+        DeviceAccess access(this, {{slot + p.src, p.bytes}, {p.dst, p.bytes}});
+        std::memcpy(p.dst, slot + p.src, p.bytes);
+      }
       MutexLock lock(&mu_);
       stats_.scatter_pages += copy.size();
       return Status::Ok();
@@ -71,6 +99,7 @@ class CpuCopyBackend final : public CopyBackend {
   }
   Status CopyToHost(std::byte* dst, const std::byte* src, uint64_t bytes) override {
     FLATKV_RETURN_IF_ERROR(Wait(Record()));
+    DeviceAccess access(this, {{src, bytes}});
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
@@ -81,6 +110,35 @@ class CpuCopyBackend final : public CopyBackend {
 
  private:
   static uint64_t RoundUp(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+  // Opens the device pages under the given ranges for one operation (one
+  // at a time), closing them again after it; host ranges are left alone.
+  class DeviceAccess {
+   public:
+    DeviceAccess(CpuCopyBackend* b, std::initializer_list<std::pair<const std::byte*, uint64_t>> ranges)
+        : b_(b), lock_(b->device_mu_) {
+      for (const auto& [p, n] : ranges)
+        if (n > 0 && b_->OnDevice(p)) open_.push_back(Pages(p, n));
+      for (const auto& [p, n] : open_) ::mprotect(p, n, PROT_READ | PROT_WRITE);
+    }
+    ~DeviceAccess() {
+      for (const auto& [p, n] : open_) ::mprotect(p, n, PROT_NONE);
+    }
+
+   private:
+    static std::pair<void*, uint64_t> Pages(const std::byte* p, uint64_t n) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(p) / 4096 * 4096;
+      return {reinterpret_cast<void*>(a), RoundUp(reinterpret_cast<uintptr_t>(p) + n - a)};
+    }
+    CpuCopyBackend* b_;
+    std::lock_guard<std::mutex> lock_;
+    std::vector<std::pair<void*, uint64_t>> open_;
+  };
+  bool OnDevice(const std::byte* p) const {  // with device_mu_ held
+    auto it = device_.upper_bound(p);
+    if (it == device_.begin()) return false;
+    --it;
+    return p < it->first + it->second;
+  }
   Status Enqueue(std::function<Status()> op) {
     MutexLock lock(&mu_);
     if (stop_) return Status::FailedPrecondition("cpu copy backend: stopped");
@@ -128,6 +186,8 @@ class CpuCopyBackend final : public CopyBackend {
   Status first_failure_ FLATKV_GUARDED_BY(mu_);
   bool stop_ FLATKV_GUARDED_BY(mu_) = false;
   CopyBackendStats stats_ FLATKV_GUARDED_BY(mu_);
+  std::mutex device_mu_;  // the device allocations, and one DeviceAccess at a time
+  std::map<const std::byte*, uint64_t> device_;
   std::thread worker_;
 };
 

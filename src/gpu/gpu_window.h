@@ -1,25 +1,27 @@
 // GpuWindow: a restore streamed into a bounded window of device memory,
-// layer by layer (docs/gpu.md). The restore lands each layer in host memory
-// (the store's window, or its DRAM arena when pinned); a pump thread copies
-// it into device slot `layer % slots` through the copy backend's queue and
-// records one event per layer, releasing the host layer once that copy has
-// passed. A consumer waits for layer l's event alone (WaitLayer), so it
-// computes on layer l while layers l+1.. are still loading or copying, and
-// frees the slot with ReleaseLayer(l), which lets layer l + slots in.
+// layer by layer (docs/gpu.md). It starts the store's restore with device
+// slots as its destinations and itself as their DeviceLanding (flatkv/store.h):
+// layer l's blocks land in slot l % slots. DRAM hits are copied straight
+// from the store's arena, pinned, by the copy backend (DMA, no host copy);
+// SSD hits and the rest are read, checked and decoded in the restore's host
+// window (pinned: the bounce buffer) and copied over once their layer is
+// whole. A layer is ready once its copies have passed: a consumer computes
+// on layer l while layers l+1.. still load, and frees the slot with
+// ReleaseLayer(l), which lets layer l + slots in.
 //
-// Failures: a layer whose restore read or copy failed is returned as an
-// error by WaitLayer (the engine recomputes it); Finish then reports 0
-// valid blocks. Cancel stops the pump: no further layer is copied, copies in
-// flight are waited for, and WaitLayer of a layer not copied fails.
+// Failures: a failed copy makes the blocks it carried and every later one
+// misses, as a failed read does: later layers carry fewer blocks and Finish
+// returns the final count. Cancel makes every later copy fail, so the
+// restore ends at once; WaitLayer then fails.
 //
-// Thread-safety: one consumer calls WaitLayer/ReleaseLayer/Finish/Cancel;
-// the pump is internal.
+// Thread-safety: one consumer calls WaitLayer/ScatterLayer/ReleaseLayer/
+// Finish/Cancel; the restore's I/O threads call Copy.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "common/mutex.h"
@@ -30,66 +32,64 @@ namespace flatkv::gpu {
 
 struct DeviceLayer {
   uint32_t layer = 0;
-  uint32_t blocks = 0;            // blocks of the layer valid so far
+  uint32_t blocks = 0;              // blocks of the layer valid
   const std::byte* data = nullptr;  // device memory: blocks * block layer bytes
 };
 
 struct GpuWindowStats {
-  uint32_t layers_copied = 0;
-  uint32_t slot_waits = 0;   // times the pump waited for the consumer to free a slot
-  uint32_t host_waits = 0;   // times the pump found the restore's next layer beyond its window
-  uint32_t pageable_copies = 0;  // layers copied from host memory the backend could not pin
+  uint64_t copies = 0;          // host -> device copies (a DRAM run's layer is one; a window layer one per run)
+  uint64_t copy_bytes = 0;
+  uint64_t failed_copies = 0;
+  uint64_t pinned_bytes = 0;    // host window memory pinned for this restore
+  uint64_t unpinned_bytes = 0;  // host memory the backend could not pin (copied from pageable memory)
 };
 
-class GpuWindow {
+class GpuWindow final : public DeviceLanding {
  public:
-  // Takes `restore` (of `layers` layers of `block_layer_bytes` per block)
-  // and streams it into `slots` device slots.
-  static Result<std::unique_ptr<GpuWindow>> Start(CopyBackend* backend, std::unique_ptr<Restore> restore,
-                                                  uint32_t layers, uint64_t block_layer_bytes, uint32_t slots);
-  ~GpuWindow();  // cancels, waits for the pump and the copies in flight
+  // Restores `chain` from `store` into `slots` device slots, each sized for
+  // the whole chain's layer. Pins the store's DRAM arena for DMA the first
+  // time (UnpinStore undoes it, before the store is destroyed).
+  static Result<std::unique_ptr<GpuWindow>> Start(CopyBackend* backend, Store& store, std::span<const BlockKey> chain,
+                                                  uint32_t slots);
+  static void UnpinStore(CopyBackend* backend, const Store& store);
+  ~GpuWindow() override;  // cancels, waits for the restore's I/O and the copies in flight
 
   uint32_t slots() const { return slots_; }
-  uint32_t hit_blocks() const { return hit_; }
-  // Layer l in device memory, once its copy has passed; l < released + slots.
+  uint32_t hit_blocks() const { return restore_ ? restore_->hit_blocks() : 0; }
+  // Layer l in device memory, once its copies have passed; layers in order,
+  // l < released + slots.
   Result<DeviceLayer> WaitLayer(uint32_t layer);
   // Queues a scatter of layer l's slot into an engine's paged cache (after
   // WaitLayer(l), before ReleaseLayer(l)); returns the event to wait for.
   Result<uint64_t> ScatterLayer(uint32_t layer, std::span<const PageCopy> pages);
   void ReleaseLayer(uint32_t layer);
-  // Waits for every layer; the blocks valid in every layer (0 after a failure).
+  // Waits for every layer; the blocks valid in every layer (0 once cancelled).
   uint32_t Finish();
   void Cancel();
   GpuWindowStats Stats() const;
 
+  // DeviceLanding, called by the restore.
+  void Pin(std::span<const std::byte> host) override;
+  Status Copy(std::byte* dst, const std::byte* src, uint64_t bytes) override;
+
  private:
-  struct LayerState {
-    bool copied = false;     // the copy is queued (event set) or the layer failed
-    bool released = false;
-    uint64_t event = 0;
-    uint32_t blocks = 0;
-    Status status;
-  };
-  GpuWindow(CopyBackend* backend, std::unique_ptr<Restore> restore, uint32_t layers, uint64_t block_layer_bytes,
-            uint32_t slots);
-  void Pump();
+  enum class Layer : uint8_t { kPending, kWaited, kReleased };
+  GpuWindow(CopyBackend* backend, uint32_t layers, uint64_t block_layer_bytes, uint32_t slots, uint64_t slot_bytes)
+      : backend_(backend), layers_(layers), slots_(slots), lb_(block_layer_bytes), slot_bytes_(slot_bytes) {}
   std::byte* Slot(uint32_t layer) const { return device_ + uint64_t{layer % slots_} * slot_bytes_; }
 
   CopyBackend* backend_;
-  std::unique_ptr<Restore> restore_;  // the pump's alone (Finish after it ends)
-  const uint32_t layers_, slots_, hit_;
-  const uint64_t slot_bytes_;
-  std::byte* device_ = nullptr;
-  uint32_t restore_valid_ = 0;  // the restore's Finish, once the pump ends
-  std::vector<const std::byte*> registered_;  // host layers pinned (the pump's; unpinned at destruction)
+  const uint32_t layers_, slots_;
+  const uint64_t lb_, slot_bytes_;
+  std::byte* device_ = nullptr;           // allocated when the restore asks for its first destination
+  Status no_memory_;                      // why it could not be
+  std::vector<const std::byte*> pinned_;  // host window buffers pinned (unpinned at destruction)
+  std::unique_ptr<Restore> restore_;      // destroyed first: its I/O threads call Copy
+  std::vector<Layer> state_;              // the consumer's
+  std::atomic<bool> cancelled_{false};
 
   mutable Mutex mu_;
-  CondVar cv_;
-  std::vector<LayerState> state_ FLATKV_GUARDED_BY(mu_);
-  bool cancelled_ FLATKV_GUARDED_BY(mu_) = false;
-  bool pump_done_ FLATKV_GUARDED_BY(mu_) = false;
   GpuWindowStats stats_ FLATKV_GUARDED_BY(mu_);
-  std::thread pump_;
 };
 
 }  // namespace flatkv::gpu

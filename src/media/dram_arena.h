@@ -37,6 +37,7 @@ class DramArena {
   // Arena offset of a unit.
   uint64_t UnitOffset(uint64_t unit) const { return unit * unit_bytes_; }
   std::byte* At(uint64_t offset) { return buffer_.data() + offset; }
+  const std::byte* At(uint64_t offset) const { return buffer_.data() + offset; }
 
  private:
   DramArena(uint64_t capacity, const ExtentGeometry& g, uint64_t unit_bytes, AlignedBuffer buffer)

@@ -1,11 +1,16 @@
 // The reference engine as a daemon client: through a RemoteStore its
 // second request restores the prefix the first one stored, and its tokens
-// and logits are bit-identical to a run without any store.
+// and logits are bit-identical to a run without any store. A GPU window
+// (on the CPU copy backend) restores through it too.
 #include "service/remote_store.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "engine/engine.h"
+#include "gpu/copy_backend.h"
+#include "gpu/gpu_window.h"
 #include "engine/engine_test_util.h"
 #include "model/model.h"
 #include "service/test_server.h"
@@ -47,6 +52,37 @@ TEST(RemoteStoreTest, ReferenceEngineReusesKvThroughTheDaemon) {
   EXPECT_EQ(second->tokens, cold->tokens);
   EXPECT_EQ(second->logits, cold->logits);
   EXPECT_EQ(first->tokens, cold->tokens);
+}
+
+// The daemon sends every layer at once: into device slots reused every two
+// layers, each layer is copied over only when the consumer waits for it.
+TEST(RemoteStoreTest, AGpuWindowRestoresThroughTheDaemonLayerByLayer) {
+  TempDir tmp;
+  auto server = StartServer(SmallServerConfig(tmp.path()));
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectOrNull(server->unix_address(), kTokenA);
+  ASSERT_NE(client, nullptr);
+  RemoteStore remote(std::move(client));
+  const auto keys = flatkv::testing::ChainKeys(11, 6);
+  const auto data = flatkv::testing::Payload(remote, keys.size(), 11);
+  ASSERT_TRUE(remote.Put(1, keys, data).ok());
+  auto backend = gpu::MakeCpuCopyBackend();
+  auto w = gpu::GpuWindow::Start(backend.get(), remote, keys, 2);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const uint32_t layers = remote.options().shape.layers;
+  const uint64_t lb = remote.BlockLayerBytes();
+  std::vector<std::byte> host(keys.size() * lb);
+  for (uint32_t l = 0; l < layers; ++l) {
+    auto d = (*w)->WaitLayer(l);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    ASSERT_EQ(d->blocks, keys.size());
+    ASSERT_TRUE(backend->CopyToHost(host.data(), d->data, host.size()).ok());
+    for (uint32_t b = 0; b < keys.size(); ++b)
+      ASSERT_EQ(std::memcmp(host.data() + b * lb, data.data() + (uint64_t{b} * layers + l) * lb, lb), 0) << l << "/" << b;
+    (*w)->ReleaseLayer(l);
+  }
+  EXPECT_EQ((*w)->Finish(), keys.size());
+  EXPECT_EQ((*w)->Stats().copies, layers);  // one copy a layer: its blocks' destinations are adjacent
 }
 
 }  // namespace

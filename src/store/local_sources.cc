@@ -33,17 +33,22 @@ void DramSource::Read(ReadRequest req, ReadDone done) {
   const std::byte* from = store_->dram()->At(req.src);
   DramQueue* q = store_->dram_queue();
   q->Submit([from, req = std::move(req), done = std::move(done)]() mutable {
-    // Copy maximal contiguous stretches (one memcpy for the usual case;
-    // block by block where slots are padded, as in a copy of an SSD extent).
+    // Copy maximal contiguous stretches (one memcpy, or one device copy,
+    // for the usual case; block by block where slots are padded, as in a
+    // copy of an SSD extent).
     const std::vector<const std::byte*>& where = req.where;
     const uint32_t n = static_cast<uint32_t>(where.size());
-    for (uint32_t j = 0; j < n;) {
+    Status status;
+    for (uint32_t j = 0; j < n && status.ok();) {
       uint32_t k = j + 1;
       while (req.stride == req.block_bytes && k < n && where[k] == where[j] + uint64_t{k - j} * req.block_bytes) ++k;
-      StreamCopy(const_cast<std::byte*>(where[j]), from + uint64_t{j} * req.stride, uint64_t{k - j} * req.block_bytes);
+      std::byte* to = const_cast<std::byte*>(where[j]);
+      const uint64_t len = uint64_t{k - j} * req.block_bytes;
+      if (req.device) status = req.device->Copy(to, from + uint64_t{j} * req.stride, len);
+      else StreamCopy(to, from + uint64_t{j} * req.stride, len);
       j = k;
     }
-    done(Status::Ok(), std::move(req.where));
+    done(std::move(status), std::move(req.where));
   });
   counters()->NoteDepth(q->outstanding());
 }

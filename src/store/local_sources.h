@@ -20,6 +20,7 @@ class DramSource final : public Source {
   Result<RunOrigin> Origin(const Extent& e, uint64_t base, uint64_t first) const override;
   bool verifies() const override;  // StoreOptions::verify_dram_reads
   bool mapped() const override { return true; }
+  bool CanLand(LandingKind) const override { return true; }  // into device memory by DMA from the arena
   const std::byte* Map(uint64_t src) const override;
   MediumCounters* counters() const override;
   void Read(ReadRequest req, ReadDone done) override;

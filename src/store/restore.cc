@@ -315,7 +315,7 @@ std::byte* RestoreImpl::StreamLanding(size_t stream, uint32_t layer, uint32_t bl
   const Run& run = runs_[streams_[stream].run];
   while (!state_[layer].issued && !abandoned_) cv_.Wait(&mu_);
   if (!state_[layer].issued) return nullptr;
-  if (target_.destination) return Dst(layer, block);
+  if (Direct(layer, streams_[stream].run)) return Dst(layer, block);
   return window_->slot(layer % slots_) + run.land + uint64_t{block - run.first_block} * lb_;
 }
 
@@ -399,7 +399,9 @@ Status RestoreImpl::Begin() {
       }
     // Runs of a source that scatters (DRAM, streams) are copied block by
     // block to wherever they go; the others (SSD) are read in place when
-    // their destinations form one aligned range.
+    // their destinations form one aligned range. Into device memory, only
+    // a source that can land there is: the rest land, are checked and
+    // decoded in the window, which copies each layer over (FinalizeLayer).
     direct_.assign(uint64_t{layers_} * runs_.size(), 0);
     need_window = false;
     layer_area = false;
@@ -408,7 +410,8 @@ Status RestoreImpl::Begin() {
         const Run& run = runs_[r];
         // Sources that scatter copy block by block; coded runs decode into place.
         bool direct = run.source->scatters() || run.codec;
-        if (!direct) {
+        if (target_.device) direct = run.source->CanLand(LandingKind::kDevice) && !run.codec;
+        if (!direct && !target_.device) {
           std::byte* first = Dst(l, run.first_block);
           direct = run.slot_stride == lb_ && reinterpret_cast<uintptr_t>(first) % 4096 == 0;
           for (uint32_t j = 1; direct && j < run.count; ++j) direct = Dst(l, run.first_block + j) == first + j * lb_;
@@ -428,6 +431,10 @@ Status RestoreImpl::Begin() {
   slots_ = static_cast<uint32_t>(std::clamp<uint64_t>(std::max<uint64_t>(o.window_layers, o.window_bytes / layer_bytes), 1,
                                                       layers_));
   if (reads_device) slots_ = std::min(need_window ? slots_ : layers_, o.ssd_layers_in_flight);
+  // Destinations reused every reuse_layers layers (the caller's window):
+  // that many in flight, and a layer's place frees only when the consumer
+  // releases the one before it there.
+  if (target_.reuse_layers > 0) slots_ = std::min(target_.reuse_layers, layers_);
   span_ = PlanSpan();
   if (need_window) {
     const uint64_t slot_bytes = PlanLanding(layer_area);
@@ -435,6 +442,7 @@ Status RestoreImpl::Begin() {
     if (!window_->ok())
       return Status::NoSpace("restore: cannot allocate a window of " + std::to_string(slots_) + " x " +
                              std::to_string(slot_bytes) + " bytes");
+    if (target_.device) target_.device->Pin({window_->slot(0), uint64_t{slots_} * window_->slot_bytes()});
   }
   for (size_t i = 0; i < sinks_.size(); ++i) {
     size_t run;
@@ -469,7 +477,9 @@ uint32_t RestoreImpl::PlanSpan() const {
   // so one is checked while the next arrives. Only for small layers: from
   // kSpanLayerBytes on a request per layer costs little, and a span lands
   // (and frees its layers' places) only whole.
-  if (!target_.destination || !sinks_.empty() || runs_.size() != 1 || pieces_.size() != 1 || layers_ < 3) return 1;
+  if (!target_.destination || target_.reuse_layers > 0 || !sinks_.empty() || runs_.size() != 1 || pieces_.size() != 1 ||
+      layers_ < 3)
+    return 1;
   const Run& r = runs_[0];
   if (r.codec || r.source->scatters()) return 1;
   const uint64_t layer_run = uint64_t{r.count} * lb_;
@@ -490,7 +500,7 @@ bool RestoreImpl::Issuable(uint32_t layer) const {
   // Its slot frees when the layer before it in the slot is released, or, for
   // a restore into the caller's destinations, once that layer has left it.
   const LayerState& prev = state_[layer - slots_];
-  return prev.released || (eager_ && target_.destination && prev.ready);
+  return prev.released || (eager_ && target_.destination && target_.reuse_layers == 0 && prev.ready);
 }
 
 std::vector<uint32_t> RestoreImpl::ArmLocked() {
@@ -571,7 +581,7 @@ void RestoreImpl::Issue(uint32_t layer) {
     MediumCounters& mc = *r.source->counters();
     mc.read_requests++;
     mc.bytes_read += len;
-    r.source->Read({r.fd, src, r.slot_stride, lb_, std::move(where)},
+    r.source->Read({r.fd, src, r.slot_stride, lb_, std::move(where), direct ? target_.device : nullptr},
                    [this, layer, &r, p](Status s, std::vector<const std::byte*> where) {
                      Complete(layer, r, p.j0, std::move(where), std::move(s));
                    });
@@ -653,12 +663,23 @@ void RestoreImpl::Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRe
 
 void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vector<const std::byte*> where, Status status) {
   const uint32_t n = static_cast<uint32_t>(where.size());
+  const bool on_device = target_.device && Direct(layer, static_cast<size_t>(&r - runs_.data()));
+  if (!status.ok() && on_device) {  // the copy into device memory failed, not the medium: the blocks stay
+    LogWarning("restore: layer " + std::to_string(layer) + ": copy to the device: " + status.ToString() +
+               "; blocks from " + std::to_string(r.first_block + j0) + " on are misses");
+    return Settle(layer, r.first_block + j0, {});
+  }
   if (!status.ok()) {
     const uint32_t bad = r.first_block + j0;
     store_->counters().io_errors++;
     LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
                std::to_string(bad) + " on are misses, and the blocks it read leave the index");
     return Settle(layer, bad, ReadBlocks(r, j0, n));
+  }
+  if (on_device && r.source->verifies()) {
+    // Landed in device memory: check the bytes it was copied from.
+    for (uint32_t j = 0; j < n; ++j)
+      where[j] = r.source->Map(r.src + uint64_t{layer} * r.layer_stride + uint64_t{j0 + j} * r.slot_stride);
   }
   if (!r.source->verifies() || uint64_t{n} * lb_ <= kVerifyJobBytes)
     return VerifyBlocks(layer, r, j0, where, r.source->verifies());
@@ -717,9 +738,27 @@ void RestoreImpl::FinalizeLayer(uint32_t layer) {
       if (r.fixup)
         for (uint32_t j = 0; j < r.count; ++j)
           std::memmove(slot + uint64_t{r.first_block + j} * lb_, slot + r.land + uint64_t{j} * r.slot_stride, lb_);
-      if (target_.destination)
+      if (target_.device) {
+        // One copy per stretch of adjacent destinations (the whole run, into
+        // a GPU window's slot). Under mu_: the copy is short next to the
+        // reads that land in a window slot, and the slot is free after it.
+        for (uint32_t j = 0; j < r.count;) {
+          uint32_t k = j + 1;
+          while (k < r.count && Dst(layer, r.first_block + k) == Dst(layer, r.first_block + j) + uint64_t{k - j} * lb_) ++k;
+          Status s = target_.device->Copy(Dst(layer, r.first_block + j), slot + uint64_t{r.first_block + j} * lb_,
+                                          uint64_t{k - j} * lb_);
+          if (!s.ok()) {
+            LogWarning("restore: layer " + std::to_string(layer) + ": copy to the device: " + s.ToString() +
+                       "; blocks from " + std::to_string(r.first_block + j) + " on are misses");
+            state_[layer].bad = std::min(state_[layer].bad, r.first_block + j);
+            break;
+          }
+          j = k;
+        }
+      } else if (target_.destination) {
         for (uint32_t j = 0; j < r.count; ++j)
           std::memcpy(Dst(layer, r.first_block + j), slot + uint64_t{r.first_block + j} * lb_, lb_);
+      }
     }
   }
   LayerState& st = state_[layer];
@@ -757,7 +796,7 @@ void RestoreImpl::ReleaseLayer(uint32_t layer) {
 }
 
 bool RestoreImpl::WillIssue(uint32_t layer) const {
-  return eager_ && (layer < slots_ || target_.destination || state_[layer - slots_].released);
+  return eager_ && (layer < slots_ || (target_.destination && target_.reuse_layers == 0) || state_[layer - slots_].released);
 }
 
 uint32_t RestoreImpl::Finish() {
@@ -782,6 +821,9 @@ Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKe
 
 Result<std::unique_ptr<Restore>> StoreImpl::StartRestoreImpl(std::span<const BlockKey> chain,
                                                              const RestoreTarget& target, bool readmit) {
+  if ((target.device || target.reuse_layers > 0) && !target.destination)
+    return Status::InvalidArgument(std::string("restore: a target with ") +
+                                   (target.device ? "a device landing" : "reuse_layers") + " but no destination");
   std::unique_ptr<RestoreImpl> r;
   {
     MutexLock lock(&mu_);

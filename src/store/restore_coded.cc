@@ -48,7 +48,8 @@ void RestoreImpl::CodedSpan(const Run& r, uint32_t layer, uint32_t j0, uint32_t 
 }
 
 std::byte* RestoreImpl::Home(uint32_t layer, uint32_t block) {
-  return target_.destination ? Dst(layer, block) : window_->slot(layer % slots_) + uint64_t{block} * lb_;
+  // Into device memory a coded block decodes in the window first (FinalizeLayer copies it over).
+  return target_.destination && !target_.device ? Dst(layer, block) : window_->slot(layer % slots_) + uint64_t{block} * lb_;
 }
 
 void RestoreImpl::CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes,

@@ -23,12 +23,12 @@
 // folder, its options in flatkv/options.h and one line in
 // store/media_registry.cc.
 //
-// Landing places are host memory today (a window slot or the caller's
-// RestoreTarget destinations). A device-side landing place (the GPU
-// window) is a LandingKind: a source that can write there without a host
-// copy (DMA from registered DRAM, cuFile into device memory) says so in
-// CanLand; for one that cannot, the restore stages the layer in host memory
-// and the window's copy backend moves it.
+// Landing places are host memory (a window slot or the caller's
+// RestoreTarget destinations) or device memory (a RestoreTarget with a
+// DeviceLanding: the GPU window). A source that can write device memory
+// without a host copy (DRAM: DMA from its pinned arena) says so in CanLand
+// and is handed the landing in its requests; for one that cannot, the
+// restore stages the layer in its host window and copies it over whole.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,7 @@
 
 namespace flatkv {
 
+class DeviceLanding;     // flatkv/store.h
 struct Extent;           // store/store_impl.h
 struct MediumCounters;   // store/store_impl.h
 
@@ -67,6 +68,9 @@ struct ReadRequest {
   uint64_t stride = 0;
   uint64_t block_bytes = 0;
   std::vector<const std::byte*> where;
+  // Set when `where` is device memory: every byte goes through it (only to
+  // a source that CanLand(LandingKind::kDevice)).
+  DeviceLanding* device = nullptr;
 };
 // Called once a request has completed, with its landing places.
 using ReadDone = std::function<void(Status status, std::vector<const std::byte*> where)>;

@@ -204,6 +204,9 @@ class StoreImpl final : public Store {
   const StoreOptions& options() const override { return options_; }
   uint64_t BlockLayerBytes() const override { return block_layer_bytes_; }
   uint64_t BlockBytes() const override { return block_layer_bytes_ * options_.shape.layers; }
+  std::span<const std::byte> DramMemory() const override {
+    return dram_ ? std::span<const std::byte>(dram_->At(0), dram_->capacity_bytes()) : std::span<const std::byte>();
+  }
 
   Clock::time_point Now() const { return options_.clock ? options_.clock() : Clock::now(); }
   DramArena* dram() { return dram_.get(); }

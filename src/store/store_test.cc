@@ -282,6 +282,46 @@ TEST(StoreTest, ARestoreWithNoWindowIsBoundByTheDeviceNotTheWindowSize) {
   }
 }
 
+// Destinations reused every two layers (a caller's bounded window): with
+// the SSD queue open, only two layers are read until the consumer releases
+// one; each layer lands whole in its reused place.
+TEST(StoreTest, ARestoreIntoReusedDestinationsLoadsALayerOnlyOnceItsPlaceIsReleased) {
+  TempDir dir;
+  StoreOptions o = SsdOnlyOptions(dir.Sub("ssd"), 8);
+  auto engine = InjectFaults(&o);
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  const auto keys = ChainKeys(1, 4);
+  const auto data = Payload(*store, 4, 1);
+  ASSERT_TRUE(store->Put(1, keys, data).ok());
+  const uint32_t layers = o.shape.layers;
+  const uint64_t lb = store->BlockLayerBytes();
+  AlignedBuffer places(2 * 4 * lb, 4096);
+  RestoreTarget target;
+  target.reuse_layers = 2;
+  target.destination = [&](uint32_t l, uint32_t b) { return places.data() + (uint64_t{l % 2} * 4 + b) * lb; };
+  engine->CloseGate(io::Op::kRead);
+  auto r = store->StartRestore(keys, target);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(engine->held(), 1u);  // layer 0 alone first (a device is read)
+  engine->OpenGate();
+  for (uint32_t l = 0; l < layers; ++l) {
+    auto v = (*r)->WaitLayer(l);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_EQ(v->blocks, 4u);
+    if (l + 2 < layers) {
+      auto beyond = (*r)->WaitLayer(l + 2);  // its place is layer l's
+      ASSERT_FALSE(beyond.ok());
+      EXPECT_NE(beyond.status().ToString().find("release layer " + std::to_string(l) + " first"), std::string::npos)
+          << beyond.status().ToString();
+    }
+    for (uint32_t b = 0; b < 4; ++b)
+      ASSERT_EQ(std::memcmp(target.destination(l, b), data.data() + (uint64_t{b} * layers + l) * lb, lb), 0) << l << " " << b;
+    (*r)->ReleaseLayer(l);
+  }
+  EXPECT_EQ((*r)->Finish(), 4u);
+}
+
 TEST(StoreTest, WrongSizesAreRejectedAndLoseNothing) {
   TempDir dir;
   auto store = OpenStore(SmallOptions(dir.Sub("ssd"), 8, 64));

@@ -3,11 +3,12 @@
 // lands in slot l % slots() and the slot is recycled once the consumer
 // releases the layer.
 //
-// HostWindow is pre-faulted host memory from the store's pool. The
-// interface is the seam where a GPU window (device memory filled through
-// pinned staging, or GPUDirect Storage) plugs in without touching placement
-// or I/O code: the I/O layer only needs slot() to be a host-addressable
-// landing area, 4 KiB aligned.
+// HostWindow is pre-faulted host memory from the store's pool. Device
+// memory is not a RestoreWindow: it is a RestoreTarget with a
+// DeviceLanding (the GPU window, src/gpu/), for which this window is the
+// pinned bounce buffer of the sources that cannot land there themselves.
+// The I/O layer only needs slot() to be a host-addressable landing area,
+// 4 KiB aligned.
 // Thread-safety: slot memory is partitioned by layer; no internal locking.
 #pragma once
 

@@ -58,7 +58,7 @@ class CudaCopyBackend final : public CopyBackend {
   ~CudaCopyBackend() override {
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
-    for (auto& [id, ev] : events_) cudaEventDestroy(ev);
+    for (auto& [id, ev] : events_) cudaEventDestroy(ev.event);
     for (auto& [p, bytes] : registered_) cudaHostUnregister(const_cast<std::byte*>(p));
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -127,10 +127,10 @@ class CudaCopyBackend final : public CopyBackend {
   uint64_t Record() override {
     std::lock_guard<std::mutex> lock(mu_);
     cudaSetDevice(device_);
-    if (events_.size() >= kMaxEvents)  // retire the events that have passed
+    if (events_.size() >= kMaxEvents)  // retire the events that have passed and nobody waits on
       for (auto it = events_.begin(); it != events_.end();)
-        if (cudaEventQuery(it->second) == cudaSuccess) {
-          cudaEventDestroy(it->second);
+        if (it->second.waiters == 0 && cudaEventQuery(it->second.event) == cudaSuccess) {
+          cudaEventDestroy(it->second.event);
           it = events_.erase(it);
         } else {
           ++it;
@@ -139,9 +139,11 @@ class CudaCopyBackend final : public CopyBackend {
     if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return 0;
     cudaEventRecord(ev, stream_);
     const uint64_t id = ++next_event_;
-    events_[id] = ev;
+    events_[id] = Event{ev, 0};
     return id;
   }
+  // A waited event is retired by its last waiter (a GpuWindow records and
+  // waits one per copy): waiters keep Record from destroying it under them.
   Status Wait(uint64_t event) override {
     cudaEvent_t ev;
     {
@@ -149,17 +151,24 @@ class CudaCopyBackend final : public CopyBackend {
       auto it = events_.find(event);
       if (it == events_.end()) return event == 0 ? Status::IoError("copy backend 'cuda': no event (cudaEventCreate failed)")
                                                  : Status::Ok();  // waited for and retired already
-      ev = it->second;
+      ev = it->second.event;
+      it->second.waiters++;
     }
     cudaSetDevice(device_);
     Status s = CudaStatus(cudaEventSynchronize(ev), "cudaEventSynchronize");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = events_.find(event);
+    if (--it->second.waiters == 0 && s.ok()) {
+      cudaEventDestroy(ev);
+      events_.erase(it);
+    }
     return s;
   }
   bool Done(uint64_t event) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = events_.find(event);
     if (it == events_.end()) return true;
-    return cudaEventQuery(it->second) != cudaErrorNotReady;
+    return cudaEventQuery(it->second.event) != cudaErrorNotReady;
   }
   Status CopyToHost(std::byte* dst, const std::byte* src, uint64_t bytes) override {
     cudaSetDevice(device_);
@@ -178,7 +187,11 @@ class CudaCopyBackend final : public CopyBackend {
   int device_;
   cudaStream_t stream_ = nullptr;
   mutable std::mutex mu_;
-  std::map<uint64_t, cudaEvent_t> events_;
+  struct Event {
+    cudaEvent_t event;
+    int waiters;  // threads in Wait on it
+  };
+  std::map<uint64_t, Event> events_;
   uint64_t next_event_ = 0;
   std::map<const std::byte*, uint64_t> registered_;
   CopyBackendStats stats_;

@@ -43,7 +43,7 @@ void RoundTrip(uint64_t dram_extents) {
   ASSERT_NE(backend, nullptr);
   const uint32_t layers = o.shape.layers;
   const uint64_t lb = store->BlockLayerBytes();
-  auto w = GpuWindow::Start(backend.get(), std::move(store->StartRestore(keys)).value(), layers, lb, 2);
+  auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   std::vector<std::byte> host(keys.size() * lb);
   for (uint32_t l = 0; l < layers; ++l) {
@@ -55,6 +55,11 @@ void RoundTrip(uint64_t dram_extents) {
     (*w)->ReleaseLayer(l);
   }
   EXPECT_EQ((*w)->Finish(), keys.size());
+  if (dram_extents > 0) {
+    EXPECT_EQ((*w)->Stats().pinned_bytes, 0u);  // DRAM hits: DMA from the arena, no host window
+  }
+  w->reset();
+  GpuWindow::UnpinStore(backend.get(), *store);
 }
 
 TEST(GpuDeviceTest, RoundTripFromDramCopiesIsBitIdentical) { RoundTrip(8); }
@@ -70,8 +75,7 @@ TEST(GpuDeviceTest, ConsumerComputesOnLayerWhileTheNextLoads) {
   ASSERT_NE(backend, nullptr);
   auto ops = DeviceOps::Open(0);
   ASSERT_TRUE(ops.ok()) << ops.status().ToString();
-  auto w = GpuWindow::Start(backend.get(), std::move(store->StartRestore(keys)).value(), o.shape.layers,
-                            store->BlockLayerBytes(), 2);
+  auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE((*w)->WaitLayer(0).ok());
   // Compute on layer 0 (a spin kernel on its own stream) while the pump
@@ -106,8 +110,7 @@ TEST(GpuDeviceTest, ACorruptedSliceIsAMiss) {
   store = OpenStore(o);
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
-  auto w = GpuWindow::Start(backend.get(), std::move(store->StartRestore(keys)).value(), o.shape.layers,
-                            store->BlockLayerBytes(), 2);
+  auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
   ASSERT_TRUE(w.ok());
   auto d = (*w)->WaitLayer(0);
   ASSERT_TRUE(d.ok());

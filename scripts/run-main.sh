@@ -10,7 +10,7 @@
 #
 # Policies: flat (the store as built: DRAM hits through its 2 copy threads
 # into a host window, then the link), flat-gpu-window (the GPU window:
-# modelled, not built; 1x only), the baselines at their defaults (tiered,
+# built in src/gpu/, not yet measured on a GPU; 1x only), the baselines at their defaults (tiered,
 # files) and in their best configurations (tiered-lw, tiered-nopromo,
 # tiered-lw-nopromo, files-lw; tiered-best is the lowest mean TTFT of the
 # four tiered variants), and the bounds infinite and infinite-lw (the lower

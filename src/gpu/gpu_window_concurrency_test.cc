@@ -32,9 +32,11 @@ struct Stored {
   uint32_t layers = 0;
   uint64_t lb = 0;
 
-  explicit Stored(uint64_t dram_extents, size_t blocks = 8, std::shared_ptr<const Codec> codec = nullptr) {
+  explicit Stored(uint64_t dram_extents, size_t blocks = 8, std::shared_ptr<const Codec> codec = nullptr,
+                  bool verify_dram = false) {
     StoreOptions o = SmallOptions(dir.Sub("ssd"), dram_extents, 16);
     o.window_layers = 2;  // the restore's host window is smaller than the model
+    o.verify_dram_reads = verify_dram;
     store = OpenStore(o);
     keys = ChainKeys(7, blocks);
     data = Payload(*store, blocks, 7);
@@ -80,6 +82,18 @@ TEST(GpuWindowTest, DramHitsAreCopiedStraightFromTheArena) {
   EXPECT_EQ(st.copy_bytes, uint64_t{s.layers} * s.keys.size() * s.lb);
   EXPECT_EQ(backend->Stats().h2d_bytes, uint64_t{s.layers} * s.keys.size() * s.lb);
   EXPECT_GE(backend->Stats().registered_bytes, s.store->DramMemory().size());  // the arena, pinned
+}
+
+// verify_dram_reads: DRAM hits copied to the device are checked in the
+// arena, where they were copied from (a wrong address would be a mismatch).
+TEST(GpuWindowTest, CheckedDramHitsAreCheckedWhereTheyWereCopiedFrom) {
+  Stored s(/*dram_extents=*/8, 8, nullptr, /*verify_dram=*/true);
+  auto backend = MakeCpuCopyBackend();
+  auto w = s.Window(backend.get(), 2);
+  ASSERT_NE(w, nullptr);
+  s.ExpectAllLayers(*w, *backend);
+  EXPECT_EQ(w->Stats().pinned_bytes, 0u);
+  EXPECT_EQ(s.store->Stats().checksum_failures, 0u);
 }
 
 TEST(GpuWindowTest, SsdHitsGoThroughThePinnedHostWindow) {
@@ -143,12 +157,16 @@ TEST(GpuWindowTest, AFailedCopyIsACleanMissAndTheBlocksStayStored) {
     auto backend = MakeCpuCopyBackend(/*fail_after=*/5);  // layer 2's first run (2 copies a layer)
     auto w = s.Window(backend.get(), 2);
     ASSERT_NE(w, nullptr);
+    // Both slots' layers before either is released: layer 2 (whose copies
+    // fail) cannot load yet, and a view carries the blocks valid in every
+    // layer landed so far.
     for (uint32_t l = 0; l < 2; ++l) {
       auto d = w->WaitLayer(l);
       ASSERT_TRUE(d.ok());
       EXPECT_EQ(d->blocks, s.keys.size());
-      w->ReleaseLayer(l);
     }
+    w->ReleaseLayer(0);
+    w->ReleaseLayer(1);
     auto two = w->WaitLayer(2);
     ASSERT_TRUE(two.ok()) << two.status().ToString();
     EXPECT_EQ(two->blocks, 0u);  // nothing wrong is delivered: the engine recomputes

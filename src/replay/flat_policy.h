@@ -30,9 +30,9 @@
 // window, from which they cross to the GPU (kHost: dram_copy_threads() is
 // that thread count, so the simulator charges the copy at threads x the
 // node's memcpy_core_gbps, then the link). "flat-gpu-window" (kGpu) is the
-// GPU window the design calls for, which does not exist yet: DRAM hits DMA'd
-// from pinned host memory at the link's rate. Its DMA path is modelled, not
-// built.
+// GPU window (src/gpu/, docs/gpu.md): DRAM hits DMA'd from the pinned arena
+// at the link's rate. It is built, but no GPU has measured it yet, so the
+// link's rate is the profile's, not a measured figure.
 #pragma once
 
 #include <memory>

@@ -6,7 +6,8 @@
 // Policies: "flat" (flatkv's own Store: SSD homes, DRAM copies; its DRAM
 // hits copied by the store's threads into a host window, then across the
 // link, as built), "flat-gpu-window" (the same store with its DRAM hits
-// DMA'd straight to the GPU: the GPU window, modelled, not built),
+// DMA'd straight to the GPU: the GPU window, built in src/gpu/ but not
+// yet measured on a GPU, so its DMA is charged at the link's rate),
 // "flat-hints" (the store driven as an agent-aware engine would drive it:
 // Retain after each turn, Prefetch on arrival), "tiered" (after Mooncake
 // Store's SSD offload, promotion on hit), "files" (after LMCache's

@@ -151,7 +151,7 @@ std::string FormatTable(const std::vector<SimResult>& results) {
     }
     if (r.policy == "flat-gpu-window")
       out += "flat-gpu-window: the same store with a GPU window, its DRAM hits DMA'd from pinned host memory at the\n"
-             "link's rate: the DMA path is modelled, not built.\n";
+             "link's rate (src/gpu/: built, not yet measured on a GPU).\n";
     if (r.policy == "infinite-lw")
       out += "infinite-lw: the bound; every hit in DRAM, streamed by layer at the links, no step waiting for it.\n";
   }

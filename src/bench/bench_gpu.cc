@@ -248,6 +248,30 @@ int RunBenchGpu(const BenchGpuArgs& a) {
         errors.push_back(n.status().ToString());
       }
     }
+    // Block checksums in device memory (what a cuFile read would need before
+    // its layer is valid): one layer's slices of the restored prefix, from `dev`.
+    if (ops) {
+      const uint64_t lb = o.shape.BytesPerTokenLayer() * 64;
+      const uint32_t n = static_cast<uint32_t>(keys.size());
+      std::byte* sums = backend.AllocateDevice(uint64_t{n} * sizeof(uint64_t));
+      if (sums == nullptr) {
+        errors.push_back("gpu checksums: cannot allocate " + std::to_string(n * sizeof(uint64_t)) + " bytes");
+      } else {
+        const uint32_t layers = std::max<uint32_t>(1, o.shape.layers);
+        std::vector<double> t;
+        Status st;
+        for (uint32_t r = 0; r < a.reps && st.ok(); ++r) {
+          const double t0 = NowSeconds();
+          for (uint32_t l = 0; l < layers && st.ok(); ++l)
+            st = ops->Checksums(dev + uint64_t{l} * n * lb, n, lb, lb, reinterpret_cast<uint64_t*>(sums));
+          if (st.ok()) st = ops->Sync();
+          t.push_back(NowSeconds() - t0);
+        }
+        if (st.ok()) j["gpu_checksum_gbps"] = double(bytes) / Best(t) / 1e9;
+        else errors.push_back(st.ToString());
+        backend.FreeDevice(sums);
+      }
+    }
     backend.FreeDevice(dev);
     j["errors"] = errors;
     if (a.json) {

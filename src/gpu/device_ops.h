@@ -1,6 +1,7 @@
 // Work on the accelerator beside the copies (docs/gpu.md): the int8
 // decoder (a store's int8 slices decoded in device memory, bit for bit as
-// the CPU codec decodes them) and a timed spin kernel that stands for a
+// the CPU codec decodes them), block checksums computed in device memory,
+// and a timed spin kernel that stands for a
 // layer's compute in `bench gpu`'s overlap figure. Each DeviceOps has a
 // stream of its own, so its work overlaps the copy backend's.
 // Without FLATKV_CUDA, Open returns an error naming the build option.
@@ -25,6 +26,12 @@ class DeviceOps {
   // layout.Bytes() goes to `device_out`.
   virtual Status DecodeInt8(const SliceLayout& layout, std::span<const std::byte> host_slice, const std::byte* device_slice,
                             std::byte* device_out) = 0;
+  // Queues the block checksums (XXH3-64, gpu/xxh3.h: the store's
+  // BlockChecksum, common/checksum.h) of `n` slices of `bytes` each at
+  // `slices + j * stride` in device memory, one thread a slice, into device
+  // memory `out[0..n)`: the check a read landing in device memory (cuFile)
+  // would need before its layer is valid.
+  virtual Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride, uint64_t* out) = 0;
   // Queues a kernel that spins for about `ns` nanoseconds.
   virtual Status Spin(uint64_t ns) = 0;
   virtual Status Sync() = 0;

@@ -1,13 +1,22 @@
-// DeviceOps on CUDA (gpu/device_ops.h): the int8 decoder and the spin
-// kernel, on a non-blocking stream of their own.
+// DeviceOps on CUDA (gpu/device_ops.h): the int8 decoder, the block
+// checksums and the spin kernel, on a non-blocking stream of their own.
 #include <cuda_runtime.h>
 
 #include "codec/codec_internal.h"
 #include "gpu/cuda/cuda_util.h"
 #include "gpu/device_ops.h"
+#include "gpu/xxh3.h"
 
 namespace flatkv::gpu {
 namespace {
+
+__constant__ uint8_t kDeviceSecret[xxh3::kSecretBytes] = FLATKV_XXH3_SECRET;
+
+// One thread a slice: XXH3-64 as gpu/xxh3.h (checked against libxxhash on the CPU).
+__global__ void ChecksumKernel(const uint8_t* slices, uint32_t n, uint64_t bytes, uint64_t stride, uint64_t* out) {
+  const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j < n) out[j] = xxh3::Hash64(slices + uint64_t(j) * stride, bytes, kDeviceSecret);
+}
 
 // The CPU codec's conversions (codec/dtype.h), bit for bit.
 __device__ uint16_t FloatToBf16(float f) {
@@ -123,6 +132,15 @@ class CudaDeviceOps final : public DeviceOps {
     }
     if (at != body_bytes) return Status::Corruption("int8 decode: " + std::to_string(body_bytes - at) + " trailing bytes");
     return Status::Ok();
+  }
+  Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride, uint64_t* out) override {
+    if (n == 0) return Status::Ok();
+    if (stride < bytes)
+      return Status::InvalidArgument("gpu checksums: stride " + std::to_string(stride) + " under the slice's " +
+                                     std::to_string(bytes) + " bytes");
+    cudaSetDevice(device_);
+    ChecksumKernel<<<(n + 63) / 64, 64, 0, stream_>>>(reinterpret_cast<const uint8_t*>(slices), n, bytes, stride, out);
+    return CudaStatus(cudaGetLastError(), "ChecksumKernel launch");
   }
   Status Spin(uint64_t ns) override {
     cudaSetDevice(device_);

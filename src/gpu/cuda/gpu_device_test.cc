@@ -4,7 +4,7 @@
 // and from SSD homes; a consumer kernel reading layer l after its event
 // while layer l+1 still loads; a corrupted slice is a miss; the int8
 // decoder equals the CPU codec bit for bit on slices of awkward sizes; the
-// page scatter lands every page.
+// checksum kernel gives BlockChecksum; the page scatter lands every page.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "codec/dtype.h"
+#include "common/checksum.h"
 #include "flatkv/codec.h"
 #include "gpu/copy_backend.h"
 #include "gpu/device_ops.h"
@@ -161,6 +162,39 @@ TEST(GpuDeviceTest, Int8DecoderEqualsTheCpuCodecOnAwkwardSizes) {
         backend->FreeDevice(din);
         backend->FreeDevice(dout);
       }
+}
+
+// The checksum kernel gives the store's BlockChecksum for slices of every
+// length class (short, mid-size, whole and partial 1 KiB blocks, a block
+// slice's 256 KiB), at odd strides (unaligned starts).
+TEST(GpuDeviceTest, ChecksumKernelEqualsBlockChecksum) {
+  auto backend = Cuda();
+  ASSERT_NE(backend, nullptr);
+  auto ops = DeviceOps::Open(0);
+  ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+  std::mt19937_64 rng(9);
+  for (uint64_t bytes : {0ull, 3ull, 8ull, 16ull, 17ull, 128ull, 129ull, 240ull, 241ull, 1024ull, 1025ull, 4099ull,
+                         16384ull, 262144ull}) {
+    for (uint64_t pad : {0ull, 5ull}) {
+      const uint32_t n = 37;
+      const uint64_t stride = bytes + pad;
+      std::vector<std::byte> host(n * stride + 1);
+      for (std::byte& b : host) b = std::byte(rng());
+      std::byte* dev = backend->AllocateDevice(host.size());
+      std::byte* sums = backend->AllocateDevice(n * sizeof(uint64_t));
+      ASSERT_TRUE(dev != nullptr && sums != nullptr);
+      ASSERT_TRUE(backend->EnqueueCopy(dev, host.data(), host.size()).ok());
+      ASSERT_TRUE(backend->Wait(backend->Record()).ok());
+      ASSERT_TRUE((*ops)->Checksums(dev, n, bytes, stride, reinterpret_cast<uint64_t*>(sums)).ok());
+      ASSERT_TRUE((*ops)->Sync().ok());
+      std::vector<uint64_t> got(n);
+      ASSERT_TRUE(backend->CopyToHost(reinterpret_cast<std::byte*>(got.data()), sums, n * sizeof(uint64_t)).ok());
+      for (uint32_t j = 0; j < n; ++j)
+        ASSERT_EQ(got[j], BlockChecksum(host.data() + j * stride, bytes)) << "bytes " << bytes << " stride " << stride << " slice " << j;
+      backend->FreeDevice(dev);
+      backend->FreeDevice(sums);
+    }
+  }
 }
 
 TEST(GpuDeviceTest, ScatterLandsEveryPage) {

@@ -193,6 +193,10 @@ int RunBenchGpu(const BenchGpuArgs& a) {
       j["ssd_to_gpu_gbps"] = bytes / Best(t) / 1e9;
       j["ssd_path"] = "bounce";  // read into the restore's pinned host window, checked, copied; cuFile is not built
       j["ssd_valid_blocks"] = valid;
+      // What the restores delivered from the SSD and from DRAM (none: a DRAM copy would flatter the figure).
+      const StoreStats ss = (*store)->Stats();
+      j["ssd_delivered_bytes"] = ss.ssd.bytes_delivered;
+      j["ssd_store_dram_delivered_bytes"] = ss.dram.bytes_delivered;
       // Overlap: per-layer compute sized to the per-layer load time.
       if (ops) {
         const double t_load = Best(t);

@@ -121,6 +121,15 @@ struct RestoreTarget {
   // that many layers): layer l loads only once the consumer has released
   // layer l - reuse_layers. 0: every layer's destinations are its own.
   uint32_t reuse_layers = 0;
+
+  // Why a store cannot restore into this target (a device landing or reused
+  // destinations with no destination), or Ok.
+  Status Check() const {
+    if ((device || reuse_layers > 0) && !destination)
+      return Status::InvalidArgument(std::string("restore: a target with ") +
+                                     (device ? "a device landing" : "reuse_layers") + " but no destination");
+    return Status::Ok();
+  }
 };
 
 // One restored layer: `blocks` consecutive blocks' slices of this layer,

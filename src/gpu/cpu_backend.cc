@@ -115,9 +115,9 @@ class CpuCopyBackend final : public CopyBackend {
   class DeviceAccess {
    public:
     DeviceAccess(CpuCopyBackend* b, std::initializer_list<std::pair<const std::byte*, uint64_t>> ranges)
-        : b_(b), lock_(b->device_mu_) {
+        : lock_(b->device_mu_) {
       for (const auto& [p, n] : ranges)
-        if (n > 0 && b_->OnDevice(p)) open_.push_back(Pages(p, n));
+        if (n > 0 && b->OnDevice(p)) open_.push_back(Pages(p, n));
       for (const auto& [p, n] : open_) ::mprotect(p, n, PROT_READ | PROT_WRITE);
     }
     ~DeviceAccess() {
@@ -129,7 +129,6 @@ class CpuCopyBackend final : public CopyBackend {
       const uintptr_t a = reinterpret_cast<uintptr_t>(p) / 4096 * 4096;
       return {reinterpret_cast<void*>(a), RoundUp(reinterpret_cast<uintptr_t>(p) + n - a)};
     }
-    CpuCopyBackend* b_;
     std::lock_guard<std::mutex> lock_;
     std::vector<std::pair<void*, uint64_t>> open_;
   };

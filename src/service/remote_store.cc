@@ -105,9 +105,7 @@ Result<std::unique_ptr<flatkv::Restore>> RemoteStore::StartRestore(std::span<con
   const uint32_t layers = options_.shape.layers;
   const uint64_t lb = BlockLayerBytes();
   std::vector<uint32_t> layer_valid(layers, 0);
-  if ((target.device || target.reuse_layers > 0) && !target.destination)
-    return Status::InvalidArgument(std::string("restore: a target with ") +
-                                   (target.device ? "a device landing" : "reuse_layers") + " but no destination");
+  FLATKV_RETURN_IF_ERROR(target.Check());
   // Into device memory, or destinations reused every few layers, a layer is
   // written when the consumer waits for it: the daemon sends every layer at once.
   const bool deferred = target.device || target.reuse_layers > 0;

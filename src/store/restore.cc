@@ -821,9 +821,7 @@ Result<std::unique_ptr<Restore>> StoreImpl::StartRestore(std::span<const BlockKe
 
 Result<std::unique_ptr<Restore>> StoreImpl::StartRestoreImpl(std::span<const BlockKey> chain,
                                                              const RestoreTarget& target, bool readmit) {
-  if ((target.device || target.reuse_layers > 0) && !target.destination)
-    return Status::InvalidArgument(std::string("restore: a target with ") +
-                                   (target.device ? "a device landing" : "reuse_layers") + " but no destination");
+  FLATKV_RETURN_IF_ERROR(target.Check());
   std::unique_ptr<RestoreImpl> r;
   {
     MutexLock lock(&mu_);

@@ -3,9 +3,9 @@
 #
 #   scripts/gpu-check.sh build
 #       here (no GPU needed): builds flatkv with -DFLATKV_CUDA=ON in build/cuda and gathers
-#       flatkv, flatkv_gpu_device_tests and the shared libraries they need beyond glibc into
-#       build/gpu-bundle (at most 64 MiB: the device machine lacks flatkv's Debian -dev
-#       libraries and has no network).
+#       flatkv, flatkv_gpu_device_tests, the shared libraries they need beyond glibc and
+#       libcufile.so.0 (cuFile, loaded at run time) into build/gpu-bundle (at most 64 MiB: the
+#       device machine lacks flatkv's Debian -dev libraries and has no network).
 #   scripts/gpu-check.sh device
 #       on the device machine (1 H200, CUDA 13), with build/gpu-bundle carried there: runs the
 #       device tests, then `flatkv bench gpu --json`, writing at most 4 files under $OUT
@@ -20,7 +20,7 @@ mode=${1:-}
 bundle=build/gpu-bundle
 case "$mode" in
   build)
-    scripts/install-deps.sh debian
+    scripts/install-deps.sh debian pyenv:torch  # pyenv:torch: cufile.h and libcufile.so.0 (nvidia-cufile)
     cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLATKV_WERROR=ON -DFLATKV_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DFLATKV_BUILD_PYTHON=OFF -DFLATKV_BUILD_BENCH=OFF >/dev/null
     cmake --build build/cuda --target flatkv flatkv_gpu_device_tests
@@ -32,6 +32,10 @@ case "$mode" in
     for bin in "$bundle/flatkv" "$bundle/flatkv_gpu_device_tests"; do
       ldd "$bin" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' || true
     done | sort -u | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+    # cuFile, loaded at run time (dlopen: ldd does not list it), from PyPI's nvidia-cufile.
+    cufile=$(ls build/pyenv/torch/lib/python3*/site-packages/nvidia/cu13/lib/libcufile.so.0 2>/dev/null | head -1 || true)
+    if [ -n "$cufile" ]; then cp -L "$cufile" "$bundle/lib/"
+    else echo "no libcufile.so.0 (scripts/install-deps.sh pyenv:torch): SSD hits will bounce through host memory there" >&2; fi
     size=$(du -sm "$bundle" | cut -f1)
     echo "bundle: $bundle, ${size} MiB"
     if [ "$size" -gt 64 ]; then echo "FAIL: the bundle is over 64 MiB" >&2; exit 1; fi

@@ -89,11 +89,14 @@ struct PutOptions {
 };
 
 // Destinations in an accelerator's memory, which the host cannot write (the
-// GPU window, docs/gpu.md): every byte reaches them through Copy. A source
-// that can land there (DRAM: DMA from its arena) copies straight from the
-// medium; the others (SSD, media past the index, coded extents) land, are
-// checked and decoded in the restore's host window, which then copies each
-// layer over once it is complete.
+// GPU window, docs/gpu.md): every byte reaches them through Copy or
+// ReadFile. A source that can land there copies straight from the medium:
+// DRAM by DMA from its arena; SSD homes by the landing's own file reads
+// (cuFile) where it reads their file and a run's destinations are one
+// 4 KiB-aligned range, checked in device memory (Checksums). The others
+// (media past the index, coded extents, SSD where the landing does not read
+// files) land, are checked and decoded in the restore's host window, which
+// then copies each layer over once it is complete.
 class DeviceLanding {
  public:
   virtual ~DeviceLanding() = default;
@@ -104,6 +107,17 @@ class DeviceLanding {
   // have landed, or why they did not (those blocks are then misses). Called
   // from several I/O threads at once.
   virtual Status Copy(std::byte* dst, const std::byte* src, uint64_t bytes) = 0;
+  // Whether it reads file `fd` (an SSD segment, opened O_DIRECT) straight
+  // into device memory; asked once per run, before any read.
+  virtual bool ReadsFile(int fd) = 0;
+  // Reads `bytes` at `offset` of `fd` into device `dst` (4 KiB aligned) on
+  // the landing's own threads, then done(status) there. A failed read is a
+  // miss that leaves the blocks stored, as a failed copy is.
+  virtual void ReadFile(int fd, uint64_t offset, std::byte* dst, uint64_t bytes,
+                        std::function<void(Status)> done) = 0;
+  // The block checksums (BlockChecksum) of `n` adjacent slices of `bytes`
+  // each at device `slices`, into host `out[0..n)`.
+  virtual Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) = 0;
 };
 
 // Where a restore delivers: by default into the store's bounded window

@@ -36,12 +36,15 @@ std::vector<BlockKey> Chain(uint32_t blocks) {
 
 // Seconds to restore `keys` into device memory through a window of 4
 // slots, with `compute_ns` of device compute per layer after it lands
-// (0: none); *valid gets the blocks valid in every layer.
+// (0: none); *valid gets the blocks valid in every layer, *stats (if set)
+// the window's. With `file_reads` false SSD hits bounce through the host
+// window even where the backend reads files.
 Result<double> RestoreToDevice(Store& store, CopyBackend& backend, gpu::DeviceOps* ops, std::span<const BlockKey> keys,
-                               uint64_t compute_ns, uint32_t* valid) {
+                               uint64_t compute_ns, uint32_t* valid, bool file_reads = true,
+                               gpu::GpuWindowStats* stats = nullptr) {
   const double t0 = NowSeconds();
   const uint32_t layers = store.options().shape.layers;
-  FLATKV_ASSIGN_OR_RETURN(auto w, GpuWindow::Start(&backend, store, keys, 4));
+  FLATKV_ASSIGN_OR_RETURN(auto w, GpuWindow::Start(&backend, store, keys, 4, file_reads));
   for (uint32_t l = 0; l < layers; ++l) {
     FLATKV_RETURN_IF_ERROR(w->WaitLayer(l).status());
     if (compute_ns > 0 && ops) {
@@ -52,6 +55,7 @@ Result<double> RestoreToDevice(Store& store, CopyBackend& backend, gpu::DeviceOp
   }
   *valid = w->Finish();
   const double seconds = NowSeconds() - t0;
+  if (stats) *stats = w->Stats();
   if (*valid != keys.size())
     return Status::IoError("bench gpu: " + std::to_string(*valid) + " of " + std::to_string(keys.size()) +
                             " blocks restored into device memory");
@@ -164,9 +168,13 @@ int RunBenchGpu(const BenchGpuArgs& a) {
       auto chunk = PrefaultedBuffer::Allocate(16ull << 20);
       if (!chunk.ok()) return fail(chunk.status());
       // The raw read of the same directory's bytes: O_DIRECT, 16 MiB requests.
-      std::vector<double> raw, t, load_only, both;
+      // The restore by the backend's file reads (cuFile) where it has them,
+      // and through the pinned host window (bounce) beside it.
+      const bool file_reads = !backend.file_read_path().empty();
+      std::vector<double> raw, t, bounce, load_only, both;
       uint64_t raw_bytes = 0;
-      uint32_t valid = 0;
+      uint32_t valid = 0, bounce_valid = 0;
+      gpu::GpuWindowStats ws;
       for (uint32_t r = 0; r < a.reps; ++r) {
         (void)evict.Evict({s.ssd_dirs[0]});
         raw_bytes = 0;
@@ -184,14 +192,31 @@ int RunBenchGpu(const BenchGpuArgs& a) {
         }
         raw.push_back(NowSeconds() - t0);
         (void)evict.Evict({s.ssd_dirs[0]});
-        auto sec = RestoreToDevice(**store, backend, nullptr, keys, 0, &valid);
+        auto sec = RestoreToDevice(**store, backend, nullptr, keys, 0, &valid, true, &ws);
         if (!sec.ok()) return fail(sec.status());
         t.push_back(*sec);
+        if (file_reads) {
+          (void)evict.Evict({s.ssd_dirs[0]});
+          auto b = RestoreToDevice(**store, backend, nullptr, keys, 0, &bounce_valid, false);
+          if (!b.ok()) return fail(b.status());
+          bounce.push_back(*b);
+        }
       }
       raw_bytes = std::min(raw_bytes, bytes);
       j["raw_ssd_read_gbps"] = raw_bytes / Best(raw) / 1e9;
       j["ssd_to_gpu_gbps"] = bytes / Best(t) / 1e9;
-      j["ssd_path"] = "bounce";  // read into the restore's pinned host window, checked, copied; cuFile is not built
+      // As the driver says: "gds", "cufile-compat" (never counted as GDS), the CPU backend's
+      // "cpu-pread", or "bounce" (read into the pinned host window, checked, copied).
+      j["ssd_path"] = ws.file_reads == 0 ? std::string("bounce")
+                                         : backend.file_read_path() + (ws.bounce_bytes > 0 ? "+bounce" : "");
+      if (ws.file_reads == 0 && !backend.no_file_reads_why().empty()) j["ssd_no_file_reads"] = backend.no_file_reads_why();
+      if (ws.files_refused > 0) j["ssd_files_refused"] = ws.files_refused;
+      j["ssd_file_read_bytes"] = ws.file_read_bytes;
+      j["ssd_bounce_bytes"] = ws.bounce_bytes;
+      if (file_reads) {
+        j["ssd_bounce_to_gpu_gbps"] = bytes / Best(bounce) / 1e9;
+        j["ssd_bounce_valid_blocks"] = bounce_valid;
+      }
       j["ssd_valid_blocks"] = valid;
       // What the restores delivered from the SSD and from DRAM (none: a DRAM copy would flatter the figure).
       const StoreStats ss = (*store)->Stats();
@@ -252,7 +277,7 @@ int RunBenchGpu(const BenchGpuArgs& a) {
         errors.push_back(n.status().ToString());
       }
     }
-    // Block checksums in device memory (what a cuFile read would need before
+    // Block checksums in device memory (what checks each cuFile read before
     // its layer is valid): one layer's slices of the restored prefix, from `dev`.
     if (ops) {
       const uint64_t lb = o.shape.BytesPerTokenLayer() * 64;

@@ -10,14 +10,28 @@
 //    runs and is tested on any machine.
 //  - CudaCopyBackend (gpu/cuda/, only with -DFLATKV_CUDA=ON): device memory
 //    from cudaMalloc, copies by cudaMemcpyAsync on a dedicated stream from
-//    host memory pinned with cudaHostRegister, cudaEvents, and a gather
-//    kernel that scatters a layer into an engine's paged cache.
+//    host memory pinned with cudaHostRegister, cudaEvents, a gather kernel
+//    that scatters a layer into an engine's paged cache, and file reads into
+//    device memory by cuFile (libcufile.so.0, loaded at run time).
+//
+// File reads (SSD hits straight into device memory) run on the backend's
+// own reader threads, each a synchronous read of one request, several at
+// once, and are checked in device memory (Checksums) before their layer is
+// valid. file_read_path() says how they go, as the driver reports it:
+//  - "gds": cuFile with the nvidia-fs driver loaded (GPUDirect Storage: the
+//    SSD DMAs into device memory);
+//  - "cufile-compat": cuFile in its compatibility mode (no nvidia-fs: cuFile
+//    reads into its own pinned buffers and copies; never counted as GDS);
+//  - "cpu-pread": the CPU backend's stand-in (pread into its memory);
+//  - "": none (no cuFile, or the CPU backend without file reads); SSD hits
+//    then go through the restore's pinned host window ("bounce").
 //
 // Thread-safety: Enqueue*, Record and Wait/Done may be called from any
 // thread; operations run in the order they were enqueued.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,6 +54,10 @@ struct CopyBackendStats {
   uint64_t registered_bytes = 0;  // host memory pinned for DMA
   uint64_t scatter_pages = 0;
   uint64_t failed_ops = 0;
+  uint64_t file_reads = 0;       // file reads into device memory
+  uint64_t file_read_bytes = 0;
+  uint64_t failed_file_reads = 0;
+  uint64_t registered_files = 0;  // files registered for them (cuFileHandleRegister)
 };
 
 class CopyBackend {
@@ -67,16 +85,42 @@ class CopyBackend {
   // Copies device bytes back to host memory, synchronously (tests, checks).
   virtual Status CopyToHost(std::byte* dst, const std::byte* src, uint64_t bytes) = 0;
 
+  // File reads into device memory (above): their path, "" when none; and
+  // why there are none (empty when there are).
+  virtual std::string file_read_path() const = 0;
+  virtual std::string no_file_reads_why() const = 0;
+  // Makes file `fd` (opened O_DIRECT) readable by SubmitRead; idempotent per
+  // open file. An error names why this file cannot be (its SSD hits then
+  // go through the host window).
+  virtual Status RegisterFile(int fd) = 0;
+  // Reads `bytes` at `offset` of a registered file into device `dst` (all
+  // 4 KiB aligned) on a reader thread, then done(status) on that thread.
+  virtual void SubmitRead(int fd, uint64_t offset, std::byte* dst, uint64_t bytes, std::function<void(Status)> done) = 0;
+  // The block checksums (the store's BlockChecksum, XXH3-64) of `n` adjacent
+  // slices of `bytes` each at device `slices`, into host `out[0..n)`;
+  // synchronous, callable from several threads at once.
+  virtual Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) = 0;
+
   virtual CopyBackendStats Stats() const = 0;
 };
 
 // The CPU backend. With `fail_after` > 0 the fail_after-th copy (and every
-// later one) fails, to test the window's failure handling.
-std::unique_ptr<CopyBackend> MakeCpuCopyBackend(uint64_t fail_after = 0);
+// later one) fails, to test the window's failure handling. With
+// `file_reads` it reads files into its memory ("cpu-pread"), the fail_reads-th
+// read (and every later one) failing when that is > 0.
+struct CpuBackendOptions {
+  uint64_t fail_after = 0;
+  bool file_reads = false;
+  uint64_t fail_reads = 0;
+};
+std::unique_ptr<CopyBackend> MakeCpuCopyBackend(const CpuBackendOptions& options);
+inline std::unique_ptr<CopyBackend> MakeCpuCopyBackend(uint64_t fail_after = 0) {
+  return MakeCpuCopyBackend(CpuBackendOptions{fail_after, false, 0});
+}
 // The CUDA backend on device `device`; an error naming why when flatkv was
 // built without FLATKV_CUDA or no device is usable.
 Result<std::unique_ptr<CopyBackend>> MakeCudaCopyBackend(int device = 0);
-// "cpu" or "cuda".
+// "cpu" (with file reads) or "cuda".
 Result<std::unique_ptr<CopyBackend>> MakeCopyBackend(const std::string& name);
 
 }  // namespace flatkv::gpu

@@ -2,8 +2,13 @@
 // thread as the in-order queue, events as sequence numbers. Its "device"
 // memory is mapped PROT_NONE outside the backend's own operations, as a
 // GPU's is out of the host's reach: a restore that wrote a device
-// destination itself, not through a copy, faults in the tests.
+// destination itself, not through a copy, faults in the tests. With file
+// reads it preads files into that memory on reader threads of its own, as
+// the CUDA backend's cuFile reads do ("cpu-pread"), and checksums slices
+// there, so the restore's device-read path runs in CI.
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -11,19 +16,24 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/mutex.h"
 #include "gpu/copy_backend.h"
+#include "store/dram_queue.h"
 
 namespace flatkv::gpu {
 namespace {
 
 class CpuCopyBackend final : public CopyBackend {
  public:
-  explicit CpuCopyBackend(uint64_t fail_after) : fail_after_(fail_after), worker_([this] { Run(); }) {}
+  explicit CpuCopyBackend(const CpuBackendOptions& o)
+      : fail_after_(o.fail_after), file_reads_(o.file_reads), fail_reads_(o.fail_reads), worker_([this] { Run(); }) {}
   ~CpuCopyBackend() override {
+    readers_.reset();  // runs the reads queued, then joins
     {
       MutexLock lock(&mu_);
       stop_ = true;
@@ -108,7 +118,61 @@ class CpuCopyBackend final : public CopyBackend {
     return stats_;
   }
 
+  std::string file_read_path() const override { return file_reads_ ? "cpu-pread" : ""; }
+  std::string no_file_reads_why() const override {
+    return file_reads_ ? "" : "the cpu copy backend was made without file reads";
+  }
+  Status RegisterFile(int fd) override {
+    if (!file_reads_) return Status::FailedPrecondition("cpu copy backend: " + no_file_reads_why());
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cpu copy backend: fstat of fd " + std::to_string(fd));
+    MutexLock lock(&mu_);
+    if (files_.insert({st.st_dev, st.st_ino}).second) stats_.registered_files++;
+    return Status::Ok();
+  }
+  void SubmitRead(int fd, uint64_t offset, std::byte* dst, uint64_t bytes, std::function<void(Status)> done) override {
+    if (!file_reads_) return done(Status::FailedPrecondition("cpu copy backend: " + no_file_reads_why()));
+    {
+      MutexLock lock(&mu_);
+      if (!readers_) readers_ = std::make_unique<DramQueue>(kReaders);
+    }
+    readers_->Submit([this, fd, offset, dst, bytes, done = std::move(done)] {
+      Status s;
+      {
+        MutexLock lock(&mu_);
+        if (fail_reads_ > 0 && ++reads_ >= fail_reads_)
+          s = Status::IoError("cpu copy backend: read " + std::to_string(reads_) + " failed (injected)");
+      }
+      if (s.ok()) {
+        DeviceAccess access(this, {{dst, bytes}});
+        for (uint64_t got = 0; got < bytes && s.ok();) {
+          const ssize_t n = ::pread(fd, dst + got, bytes - got, static_cast<off_t>(offset + got));
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) s = Status::FromErrno(errno, "cpu copy backend: pread at offset " + std::to_string(offset + got));
+          else if (n == 0) s = Status::IoError("cpu copy backend: end of file at offset " + std::to_string(offset + got));
+          else got += static_cast<uint64_t>(n);
+        }
+      }
+      {
+        MutexLock lock(&mu_);
+        if (s.ok()) {
+          stats_.file_reads++;
+          stats_.file_read_bytes += bytes;
+        } else {
+          stats_.failed_file_reads++;
+        }
+      }
+      done(std::move(s));
+    });
+  }
+  Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) override {
+    DeviceAccess access(this, {{slices, uint64_t{n} * bytes}});
+    for (uint32_t j = 0; j < n; ++j) out[j] = BlockChecksum(slices + uint64_t{j} * bytes, bytes);
+    return Status::Ok();
+  }
+
  private:
+  static constexpr uint32_t kReaders = 4;
   static uint64_t RoundUp(uint64_t n) { return (n + 4095) / 4096 * 4096; }
   // Opens the device pages under the given ranges for one operation (one
   // at a time), closing them again after it; host ranges are left alone.
@@ -175,12 +239,17 @@ class CpuCopyBackend final : public CopyBackend {
   }
 
   const uint64_t fail_after_;
+  const bool file_reads_;
+  const uint64_t fail_reads_;
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::function<Status()>> queue_ FLATKV_GUARDED_BY(mu_);
   uint64_t enqueued_ FLATKV_GUARDED_BY(mu_) = 0;
   uint64_t done_ FLATKV_GUARDED_BY(mu_) = 0;
   uint64_t copies_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint64_t reads_ FLATKV_GUARDED_BY(mu_) = 0;
+  std::set<std::pair<dev_t, ino_t>> files_ FLATKV_GUARDED_BY(mu_);
+  std::unique_ptr<DramQueue> readers_;  // made at the first read (under mu_), then only used
   uint64_t first_failure_at_ FLATKV_GUARDED_BY(mu_) = 0;
   Status first_failure_ FLATKV_GUARDED_BY(mu_);
   bool stop_ FLATKV_GUARDED_BY(mu_) = false;
@@ -192,13 +261,13 @@ class CpuCopyBackend final : public CopyBackend {
 
 }  // namespace
 
-std::unique_ptr<CopyBackend> MakeCpuCopyBackend(uint64_t fail_after) {
-  return std::make_unique<CpuCopyBackend>(fail_after);
+std::unique_ptr<CopyBackend> MakeCpuCopyBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuCopyBackend>(options);
 }
 
 
 Result<std::unique_ptr<CopyBackend>> MakeCopyBackend(const std::string& name) {
-  if (name == "cpu") return MakeCpuCopyBackend();
+  if (name == "cpu") return MakeCpuCopyBackend(CpuBackendOptions{0, /*file_reads=*/true, 0});
   if (name == "cuda") return MakeCudaCopyBackend(0);
   return Status::InvalidArgument("copy backend '" + name + "': expected cpu or cuda");
 }

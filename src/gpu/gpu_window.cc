@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "common/log.h"
+
 namespace flatkv::gpu {
 
 Result<std::unique_ptr<GpuWindow>> GpuWindow::Start(CopyBackend* backend, Store& store, std::span<const BlockKey> chain,
-                                                    uint32_t slots) {
+                                                    uint32_t slots, bool file_reads) {
   if (backend == nullptr) return Status::InvalidArgument("gpu window: no copy backend");
   const uint32_t layers = store.options().shape.layers;
   const uint64_t lb = store.BlockLayerBytes();
@@ -13,7 +15,7 @@ Result<std::unique_ptr<GpuWindow>> GpuWindow::Start(CopyBackend* backend, Store&
   if (chain.empty()) return Status::InvalidArgument("gpu window: an empty chain");
   slots = std::min(slots, layers);
   const uint64_t slot_bytes = (chain.size() * lb + 4095) / 4096 * 4096;
-  std::unique_ptr<GpuWindow> w(new GpuWindow(backend, layers, lb, slots, slot_bytes));
+  std::unique_ptr<GpuWindow> w(new GpuWindow(backend, layers, lb, slots, slot_bytes, file_reads));
   w->state_.assign(layers, Layer::kPending);
   // DRAM hits are copied from the arena: pinned once, so those copies are DMA.
   if (std::span<const std::byte> dram = store.DramMemory(); !dram.empty() && !backend->RegisterHost(dram.data(), dram.size()).ok()) {
@@ -51,18 +53,16 @@ GpuWindow::~GpuWindow() {
     (void)backend_->Wait(backend_->Record());  // nor a scatter still reading the slots
     backend_->FreeDevice(device_);
   }
-  for (const std::byte* p : pinned_) backend_->UnregisterHost(p);  // before the store reuses or frees them
+  MutexLock lock(&mu_);
+  for (const auto& [p, bytes] : pinned_) backend_->UnregisterHost(p);  // before the store reuses or frees them
 }
 
 void GpuWindow::Pin(std::span<const std::byte> host) {
   const bool ok = backend_->RegisterHost(host.data(), host.size()).ok();
   MutexLock lock(&mu_);
-  if (ok) {
-    pinned_.push_back(host.data());
-    stats_.pinned_bytes += host.size();
-  } else {
-    stats_.unpinned_bytes += host.size();
-  }
+  pinned_.push_back({host.data(), ok ? host.size() : 0});
+  if (ok) stats_.pinned_bytes += host.size();
+  else stats_.unpinned_bytes += host.size();
 }
 
 Status GpuWindow::Copy(std::byte* dst, const std::byte* src, uint64_t bytes) {
@@ -72,10 +72,55 @@ Status GpuWindow::Copy(std::byte* dst, const std::byte* src, uint64_t bytes) {
   if (s.ok()) {
     stats_.copies++;
     stats_.copy_bytes += bytes;
+    for (const auto& [p, n] : pinned_)
+      if (src >= p && src < p + std::max<uint64_t>(n, 1)) stats_.bounce_bytes += bytes;
   } else {
     stats_.failed_copies++;
   }
   return s;
+}
+
+bool GpuWindow::ReadsFile(int fd) {
+  if (!file_reads_) return false;
+  const Status s = backend_->RegisterFile(fd);
+  if (!s.ok()) {
+    LogWarning("gpu window: " + s.ToString() + "; that file's SSD hits go through the host window");
+    MutexLock lock(&mu_);
+    stats_.files_refused++;
+  }
+  return s.ok();
+}
+
+void GpuWindow::ReadFile(int fd, uint64_t offset, std::byte* dst, uint64_t bytes, std::function<void(Status)> done) {
+  if (cancelled_.load()) {
+    {
+      MutexLock lock(&mu_);
+      stats_.failed_file_reads++;
+    }
+    return done(Status::Aborted("gpu window: cancelled"));
+  }
+  // The window is not touched after done: the restore it serves, and so
+  // the window, may be gone once its last read has settled.
+  backend_->SubmitRead(fd, offset, dst, bytes, [this, bytes, done = std::move(done)](Status s) {
+    {
+      MutexLock lock(&mu_);
+      if (s.ok()) {
+        stats_.file_reads++;
+        stats_.file_read_bytes += bytes;
+      } else {
+        stats_.failed_file_reads++;
+      }
+    }
+    done(std::move(s));
+  });
+}
+
+Status GpuWindow::Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) {
+  {
+    MutexLock lock(&mu_);
+    stats_.checksum_calls++;
+  }
+  return backend_->Checksums(slices, n, bytes, out);
 }
 
 Result<DeviceLayer> GpuWindow::WaitLayer(uint32_t layer) {

@@ -3,7 +3,10 @@
 // slots as its destinations and itself as their DeviceLanding (flatkv/store.h):
 // layer l's blocks land in slot l % slots. DRAM hits are copied straight
 // from the store's arena, pinned, by the copy backend (DMA, no host copy);
-// SSD hits and the rest are read, checked and decoded in the restore's host
+// SSD hits are read straight into the slot by the backend's file reads
+// (cuFile) where it has them and can read the segment file, and checked
+// there by the checksum kernel; the rest (SSD without them, coded extents,
+// media past the index) are read, checked and decoded in the restore's host
 // window (pinned: the bounce buffer) and copied over once their layer is
 // whole. A layer is ready once its copies have passed: a consumer computes
 // on layer l while layers l+1.. still load, and frees the slot with
@@ -42,6 +45,12 @@ struct GpuWindowStats {
   uint64_t failed_copies = 0;
   uint64_t pinned_bytes = 0;    // host window memory pinned for this restore
   uint64_t unpinned_bytes = 0;  // host memory the backend could not pin (copied from pageable memory)
+  uint64_t bounce_bytes = 0;    // of copy_bytes, copied from the host window (SSD and the rest, not DRAM)
+  uint64_t file_reads = 0;      // SSD reads straight into device memory (the backend's file_read_path())
+  uint64_t file_read_bytes = 0;
+  uint64_t failed_file_reads = 0;
+  uint64_t files_refused = 0;   // segment files the backend could not register (read through the window)
+  uint64_t checksum_calls = 0;  // device checksum launches (one per file read)
 };
 
 class GpuWindow final : public DeviceLanding {
@@ -49,8 +58,10 @@ class GpuWindow final : public DeviceLanding {
   // Restores `chain` from `store` into `slots` device slots, each sized for
   // the whole chain's layer. Pins the store's DRAM arena for DMA the first
   // time (UnpinStore undoes it, before the store is destroyed).
+  // With `file_reads` false, SSD hits go through the host window even where
+  // the backend reads files (to measure the bounce path beside it).
   static Result<std::unique_ptr<GpuWindow>> Start(CopyBackend* backend, Store& store, std::span<const BlockKey> chain,
-                                                  uint32_t slots);
+                                                  uint32_t slots, bool file_reads = true);
   static void UnpinStore(CopyBackend* backend, const Store& store);
   ~GpuWindow() override;  // cancels, waits for the restore's I/O and the copies in flight
 
@@ -71,19 +82,30 @@ class GpuWindow final : public DeviceLanding {
   // DeviceLanding, called by the restore.
   void Pin(std::span<const std::byte> host) override;
   Status Copy(std::byte* dst, const std::byte* src, uint64_t bytes) override;
+  bool ReadsFile(int fd) override;
+  void ReadFile(int fd, uint64_t offset, std::byte* dst, uint64_t bytes, std::function<void(Status)> done) override;
+  Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) override;
 
  private:
   enum class Layer : uint8_t { kPending, kWaited, kReleased };
-  GpuWindow(CopyBackend* backend, uint32_t layers, uint64_t block_layer_bytes, uint32_t slots, uint64_t slot_bytes)
-      : backend_(backend), layers_(layers), slots_(slots), lb_(block_layer_bytes), slot_bytes_(slot_bytes) {}
+  GpuWindow(CopyBackend* backend, uint32_t layers, uint64_t block_layer_bytes, uint32_t slots, uint64_t slot_bytes,
+            bool file_reads)
+      : backend_(backend),
+        layers_(layers),
+        slots_(slots),
+        lb_(block_layer_bytes),
+        slot_bytes_(slot_bytes),
+        file_reads_(file_reads && !backend->file_read_path().empty()) {}
   std::byte* Slot(uint32_t layer) const { return device_ + uint64_t{layer % slots_} * slot_bytes_; }
 
   CopyBackend* backend_;
   const uint32_t layers_, slots_;
   const uint64_t lb_, slot_bytes_;
+  const bool file_reads_;
   std::byte* device_ = nullptr;           // allocated when the restore asks for its first destination
   Status no_memory_;                      // why it could not be
-  std::vector<const std::byte*> pinned_;  // host window buffers pinned (unpinned at destruction)
+  // Host window buffers pinned (unpinned at destruction), and their sizes.
+  std::vector<std::pair<const std::byte*, uint64_t>> pinned_ FLATKV_GUARDED_BY(mu_);
   std::unique_ptr<Restore> restore_;      // destroyed first: its I/O threads call Copy
   std::vector<Layer> state_;              // the consumer's
   std::atomic<bool> cancelled_{false};

@@ -4,14 +4,19 @@
 // backend's device memory is PROT_NONE outside its own operations, so a
 // restore writing a device destination itself faults here. Every layer lands
 // bit for bit from DRAM (copied straight from the arena, no host window),
-// from SSD homes (through the pinned host window) and from a coded store;
+// from SSD homes (through the pinned host window, or read straight into
+// device memory and checked there by a backend that reads files) and from a
+// coded store;
 // slots recycle only as the consumer releases them; a layer beyond the window
-// is refused by name; a failed copy is a clean miss that leaves the store's
-// blocks in place; a cancelled window copies no more.
+// is refused by name; a failed copy or file read is a clean miss that leaves
+// the store's blocks in place; a corrupt slice read into device memory is a
+// miss that leaves the index; a cancelled window copies no more.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "gpu/copy_backend.h"
@@ -106,14 +111,120 @@ TEST(GpuWindowTest, SsdHitsGoThroughThePinnedHostWindow) {
   EXPECT_EQ(w->Stats().copies, uint64_t{s.layers} * 2);  // a layer's run each, once checked
 }
 
-TEST(GpuWindowTest, ACodedStoreDecodesOnTheHostAndLandsBitForBit) {
-  for (uint64_t dram : {8u, 0u}) {
-    Stored s(dram, 8, std::make_shared<ZeroRunCodec>());
-    auto backend = MakeCpuCopyBackend();
-    auto w = s.Window(backend.get(), 2);
-    ASSERT_NE(w, nullptr);
-    s.ExpectAllLayers(*w, *backend);
+// A backend that reads files (the CPU backend's pread, as cuFile does on a
+// GPU): SSD hits are read straight into the device slots, checked there,
+// with no host window at all.
+std::unique_ptr<CopyBackend> FileReadingBackend(uint64_t fail_reads = 0) {
+  return MakeCpuCopyBackend(CpuBackendOptions{0, /*file_reads=*/true, fail_reads});
+}
+
+TEST(GpuWindowTest, SsdHitsAreReadStraightIntoDeviceMemoryAndCheckedThere) {
+  Stored s(/*dram_extents=*/0);
+  auto backend = FileReadingBackend();
+  auto w = s.Window(backend.get(), 3);
+  ASSERT_NE(w, nullptr);
+  s.ExpectAllLayers(*w, *backend);
+  const GpuWindowStats st = w->Stats();
+  // Each layer: one read per extent's run (two of 4 blocks), each checked in device memory.
+  EXPECT_EQ(st.file_reads, uint64_t{s.layers} * 2);
+  EXPECT_EQ(st.file_read_bytes, uint64_t{s.layers} * s.keys.size() * s.lb);
+  EXPECT_EQ(st.checksum_calls, st.file_reads);
+  EXPECT_EQ(st.copies, 0u);        // nothing through a host copy
+  EXPECT_EQ(st.pinned_bytes, 0u);  // no host window
+  EXPECT_EQ(st.bounce_bytes, 0u);
+  EXPECT_EQ(backend->Stats().registered_files, 1u);  // the one segment file
+  EXPECT_EQ(s.store->Stats().ssd.bytes_delivered, uint64_t{s.layers} * s.keys.size() * s.lb);
+  EXPECT_EQ(s.store->Stats().checksum_failures, 0u);
+}
+
+TEST(GpuWindowTest, WithoutFileReadsSsdHitsBounceThroughTheHostWindow) {
+  Stored s(/*dram_extents=*/0);
+  auto backend = FileReadingBackend();
+  auto w = GpuWindow::Start(backend.get(), *s.store, s.keys, 3, /*file_reads=*/false);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  s.ExpectAllLayers(**w, *backend);
+  EXPECT_EQ((*w)->Stats().file_reads, 0u);
+  EXPECT_EQ((*w)->Stats().bounce_bytes, uint64_t{s.layers} * s.keys.size() * s.lb);
+}
+
+// Flips one byte of block `b`'s layer `l` where the SSD holds it (found by
+// its bytes: the payload is random).
+void CorruptOnSsd(const Stored& s, uint32_t b, uint32_t l) {
+  const std::string want(reinterpret_cast<const char*>(s.Expected(b, l)), s.lb);
+  for (const auto& f : std::filesystem::recursive_directory_iterator(s.dir.Sub("ssd"))) {
+    if (!f.is_regular_file()) continue;
+    std::ifstream in(f.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = bytes.find(want);
+    if (at == std::string::npos) continue;
+    std::fstream io(f.path(), std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(static_cast<std::streamoff>(at + 100));
+    io.put(static_cast<char>(bytes[at + 100] ^ 0x5a));
+    return;
   }
+  ADD_FAILURE() << "block " << b << " layer " << l << " not found on the SSD";
+}
+
+TEST(GpuWindowTest, ACorruptSliceReadIntoDeviceMemoryIsAMissAndLeavesTheIndex) {
+  Stored s(/*dram_extents=*/0);
+  CorruptOnSsd(s, 5, 3);
+  auto backend = FileReadingBackend();
+  auto w = s.Window(backend.get(), 2);
+  ASSERT_NE(w, nullptr);
+  std::vector<std::byte> host(s.keys.size() * s.lb);
+  for (uint32_t l = 0; l < s.layers; ++l) {
+    auto d = w->WaitLayer(l);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->blocks, l < 3 ? s.keys.size() : 5u) << "layer " << l;
+    ASSERT_TRUE(backend->CopyToHost(host.data(), d->data, d->blocks * s.lb).ok());
+    for (uint32_t b = 0; b < d->blocks; ++b)
+      ASSERT_EQ(std::memcmp(host.data() + b * s.lb, s.Expected(b, l), s.lb), 0) << "layer " << l << " block " << b;
+    w->ReleaseLayer(l);
+  }
+  EXPECT_EQ(w->Finish(), 5u);
+  EXPECT_GT(w->Stats().file_reads, 0u);
+  w.reset();
+  EXPECT_EQ(s.store->Stats().checksum_failures, 1u);
+  EXPECT_EQ(s.store->Match(s.keys), 5u);  // the corrupt block left the index
+}
+
+TEST(GpuWindowTest, AFailedFileReadIsACleanMissAndTheBlocksStayStored) {
+  Stored s(/*dram_extents=*/0);
+  auto backend = FileReadingBackend(/*fail_reads=*/5);  // layer 2's first run (2 reads a layer)
+  auto w = s.Window(backend.get(), 2);
+  ASSERT_NE(w, nullptr);
+  for (uint32_t l = 0; l < 2; ++l) {
+    auto d = w->WaitLayer(l);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->blocks, s.keys.size());
+  }
+  w->ReleaseLayer(0);
+  w->ReleaseLayer(1);
+  auto two = w->WaitLayer(2);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->blocks, 0u);
+  w->ReleaseLayer(2);
+  EXPECT_EQ(w->Finish(), 0u);
+  EXPECT_GT(w->Stats().failed_file_reads, 0u);
+  w.reset();
+  EXPECT_EQ(s.store->Match(s.keys), s.keys.size());  // the landing's failure, not the medium's
+  EXPECT_EQ(s.store->Stats().checksum_failures, 0u);
+  auto again = FileReadingBackend();
+  auto w2 = s.Window(again.get(), 2);
+  ASSERT_NE(w2, nullptr);
+  s.ExpectAllLayers(*w2, *again);
+}
+
+TEST(GpuWindowTest, ACodedStoreDecodesOnTheHostAndLandsBitForBit) {
+  for (bool file_reads : {false, true})
+    for (uint64_t dram : {8u, 0u}) {
+      Stored s(dram, 8, std::make_shared<ZeroRunCodec>());
+      auto backend = file_reads ? FileReadingBackend() : MakeCpuCopyBackend();
+      auto w = s.Window(backend.get(), 2);
+      ASSERT_NE(w, nullptr);
+      s.ExpectAllLayers(*w, *backend);
+      EXPECT_EQ(w->Stats().file_reads, 0u);  // coded slices are decoded on the host
+    }
 }
 
 TEST(GpuWindowTest, SlotsRecycleOnlyAsTheConsumerReleases) {

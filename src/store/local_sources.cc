@@ -69,9 +69,16 @@ Result<RunOrigin> SsdSource::Origin(const Extent& e, uint64_t base, uint64_t fir
 MediumCounters* SsdSource::counters() const { return &store_->counters().ssd; }
 
 void SsdSource::Read(ReadRequest req, ReadDone done) {
-  void* into = const_cast<std::byte*>(req.where[0]);
+  std::byte* into = const_cast<std::byte*>(req.where[0]);
   const uint64_t len = req.where.size() * req.stride, src = req.src;
   const int fd = req.fd;
+  if (req.device) {  // straight into device memory, by the landing's own file reads (cuFile)
+    DeviceLanding* device = req.device;
+    device->ReadFile(fd, src, into, len, [src, where = std::move(req.where), done = std::move(done)](Status s) mutable {
+      done(s.WithContext("read into device memory at offset " + std::to_string(src)), std::move(where));
+    });
+    return;
+  }
   store_->engine()->Submit({io::Op::kRead, fd, src, into, len,
                             [src, where = std::move(req.where), done = std::move(done)](Status s) mutable {
                               done(s.WithContext("read at offset " + std::to_string(src)), std::move(where));

@@ -1,6 +1,7 @@
 // The store's own media as restore sources (store/source.h): DRAM (homes
 // and copies, copied by the DramQueue's workers) and SSD homes (read by the
-// SSD IoEngine, 4 KiB aligned, checksummed). Both are behind the store's
+// SSD IoEngine, 4 KiB aligned, checksummed; into device memory, by the
+// DeviceLanding's own file reads where it reads the file). Both are behind the store's
 // index; a restore asks them in this order, the faster first.
 // Thread-safety: Holds and Origin run under the store's lock; Read and
 // ReadBytes may be called from any thread.

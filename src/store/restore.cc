@@ -405,16 +405,33 @@ Status RestoreImpl::Begin() {
     direct_.assign(uint64_t{layers_} * runs_.size(), 0);
     need_window = false;
     layer_area = false;
-    for (uint32_t l = 0; l < layers_; ++l)
+    // Into device memory, a file-backed run (SSD) is read in place too where
+    // the landing reads its file (cuFile), asked once per file.
+    std::vector<uint8_t> reads_file(runs_.size(), 0);
+    if (target_.device) {
+      std::vector<std::pair<int, bool>> asked;
       for (size_t r = 0; r < runs_.size(); ++r) {
         const Run& run = runs_[r];
+        if (run.fd < 0 || run.fetch || run.codec || run.source->CanLand(LandingKind::kDevice)) continue;
+        auto it = std::find_if(asked.begin(), asked.end(), [&](const auto& a) { return a.first == run.fd; });
+        if (it == asked.end()) it = asked.insert(asked.end(), {run.fd, target_.device->ReadsFile(run.fd)});
+        reads_file[r] = it->second;
+      }
+    }
+    for (uint32_t l = 0; l < layers_; ++l)
+      for (size_t r = 0; r < runs_.size(); ++r) {
+        Run& run = runs_[r];
         // Sources that scatter copy block by block; coded runs decode into place.
         bool direct = run.source->scatters() || run.codec;
         if (target_.device) direct = run.source->CanLand(LandingKind::kDevice) && !run.codec;
-        if (!direct && !target_.device) {
+        if (!direct && (!target_.device || reads_file[r])) {
           std::byte* first = Dst(l, run.first_block);
           direct = run.slot_stride == lb_ && reinterpret_cast<uintptr_t>(first) % 4096 == 0;
           for (uint32_t j = 1; direct && j < run.count; ++j) direct = Dst(l, run.first_block + j) == first + j * lb_;
+          if (direct && target_.device) {
+            run.device_reads = true;
+            run.readmit = false;
+          }
         }
         direct_[l * runs_.size() + r] = direct;
         need_window = need_window || !direct || (run.codec && !run.source->mapped());  // staging
@@ -664,8 +681,10 @@ void RestoreImpl::Settle(uint32_t layer, uint32_t bad, const std::vector<BlockRe
 void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vector<const std::byte*> where, Status status) {
   const uint32_t n = static_cast<uint32_t>(where.size());
   const bool on_device = target_.device && Direct(layer, static_cast<size_t>(&r - runs_.data()));
-  if (!status.ok() && on_device) {  // the copy into device memory failed, not the medium: the blocks stay
-    LogWarning("restore: layer " + std::to_string(layer) + ": copy to the device: " + status.ToString() +
+  // A copy or file read into device memory failed: the landing's failure
+  // (the DMA, the driver), not the medium's: the blocks stay.
+  if (!status.ok() && on_device) {
+    LogWarning("restore: layer " + std::to_string(layer) + ": landing in device memory: " + status.ToString() +
                "; blocks from " + std::to_string(r.first_block + j0) + " on are misses");
     return Settle(layer, r.first_block + j0, {});
   }
@@ -675,6 +694,17 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
     LogWarning("restore: layer " + std::to_string(layer) + ": " + status.ToString() + "; blocks from " +
                std::to_string(bad) + " on are misses, and the blocks it read leave the index");
     return Settle(layer, bad, ReadBlocks(r, j0, n));
+  }
+  if (on_device && r.source->verifies() && !r.source->mapped()) {
+    // Read into device memory (the landing's file reads): checked there, the
+    // blocks adjacent (Begin reads a run in place only then).
+    std::vector<uint64_t> sums(n);
+    if (Status s = target_.device->Checksums(where[0], n, lb_, sums.data()); !s.ok()) {
+      LogWarning("restore: layer " + std::to_string(layer) + ": checksums in device memory: " + s.ToString() +
+                 "; blocks from " + std::to_string(r.first_block + j0) + " on are misses");
+      return Settle(layer, r.first_block + j0, {});
+    }
+    return VerifyBlocks(layer, r, j0, where, true, sums.data());
   }
   if (on_device && r.source->verifies()) {
     // Landed in device memory: check the bytes it was copied from.
@@ -708,14 +738,14 @@ void RestoreImpl::SubmitJobs(uint32_t layer, uint32_t n, uint64_t job_bytes,
 }
 
 void RestoreImpl::VerifyBlocks(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where,
-                               bool verify) {
+                               bool verify, const uint64_t* sums) {
   uint32_t bad = UINT32_MAX;
   std::vector<BlockRef> corrupt;
   Counters& c = store_->counters();
   const uint32_t n = static_cast<uint32_t>(where.size());
   for (uint32_t j = 0; verify && j < n; ++j) {
     const uint32_t block = r.first_block + j0 + j;
-    if (BlockChecksum(where[j], lb_) == checksums_[uint64_t{block} * layers_ + layer]) continue;
+    if ((sums ? sums[j] : BlockChecksum(where[j], lb_)) == checksums_[uint64_t{block} * layers_ + layer]) continue;
     c.checksum_failures++;
     LogWarning("restore: block " + std::to_string(block) + " layer " + std::to_string(layer) + " (" +
                std::string(MediumName(r.source->medium())) + " extent " + std::to_string(r.extent) + " slot " +

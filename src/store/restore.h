@@ -106,6 +106,10 @@ class RestoreImpl final : public Restore {
     std::shared_ptr<const Codec> codec;  // coded extent: src is its layer-0 region start
     uint32_t params_bytes = 0;     // coded: the codec's parameter bytes in each header
     bool readmit = false;          // copied into its extent's DRAM copy as it lands (a source that readmits)
+    // Read straight into device memory by the DeviceLanding's file reads
+    // (cuFile) in some layer: checked there (Checksums), never readmitted
+    // (its bytes are not in host memory).
+    bool device_reads = false;
     uint64_t copy_src = 0;         // arena offset of (layer 0, first slot) (coded: region start) in that copy
     // Where its blocks' checksums (and coded offsets and lengths) are: its
     // SSD home's sums table (read in Begin, outside the store lock), else
@@ -160,7 +164,9 @@ class RestoreImpl final : public Restore {
   void Complete(uint32_t layer, const Run& run, uint32_t j0, std::vector<const std::byte*> where, Status status);
   // Checksums blocks j0.. of `r` that landed at `where` (with `verify`), copies the good ones into a readmitted run's DRAM copy,
   // and settles one pending unit of `layer`.
-  void VerifyBlocks(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where, bool verify);
+  // With `sums`, the blocks' checksums were computed where they landed (device memory).
+  void VerifyBlocks(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where, bool verify,
+                    const uint64_t* sums = nullptr);
   void FinalizeLayer(uint32_t layer) FLATKV_REQUIRES(mu_);
   // Coded runs: the aligned byte range [*begin, *end) of the region of
   // `layer` holding blocks j0..j0+n-1 of `r`, relative to r.src + layer * layer_stride.

@@ -27,8 +27,11 @@
 // RestoreTarget destinations) or device memory (a RestoreTarget with a
 // DeviceLanding: the GPU window). A source that can write device memory
 // without a host copy (DRAM: DMA from its pinned arena) says so in CanLand
-// and is handed the landing in its requests; for one that cannot, the
-// restore stages the layer in its host window and copies it over whole.
+// and is handed the landing in its requests; so is a file-backed source
+// (SSD: RunOrigin::fd) whose file the landing reads itself
+// (DeviceLanding::ReadsFile, cuFile), for runs whose destinations are one
+// aligned range, checked in device memory. For the others, the restore
+// stages the layer in its host window and copies it over whole.
 #pragma once
 
 #include <cstdint>
@@ -69,7 +72,8 @@ struct ReadRequest {
   uint64_t block_bytes = 0;
   std::vector<const std::byte*> where;
   // Set when `where` is device memory: every byte goes through it (only to
-  // a source that CanLand(LandingKind::kDevice)).
+  // a source that CanLand(LandingKind::kDevice), or a file-backed one whose
+  // file it reads: the request is then one read of `fd` into where[0]).
   DeviceLanding* device = nullptr;
 };
 // Called once a request has completed, with its landing places.

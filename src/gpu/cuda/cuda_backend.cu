@@ -2,9 +2,15 @@
 // dedicated non-blocking stream for every copy, host memory pinned with
 // cudaHostRegister so cudaMemcpyAsync from it is DMA, cudaEvents as the
 // window's per-layer events, and a gather kernel for scatters into an
-// engine's paged cache (one launch per layer, never one copy per page).
+// engine's paged cache (one launch per layer, never one copy per page),
+// and SSD reads straight into device memory by cuFile (GPUDirect Storage,
+// or cuFile's compatibility mode where the nvidia-fs driver is not loaded),
+// checked there by the checksum kernel. libcufile.so.0 is loaded at run
+// time (dlopen, as RAPIDS kvikio does), so a machine without it still runs
+// the backend, SSD hits then going through the pinned host window.
 // Built only with -DFLATKV_CUDA=ON (docs/gpu.md).
 #include <cuda_runtime.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <map>
@@ -13,9 +19,70 @@
 
 #include "gpu/copy_backend.h"
 #include "gpu/cuda/cuda_util.h"
+#include "gpu/cuda/kernels.h"
+#include "store/dram_queue.h"
+
+#if FLATKV_HAVE_CUFILE
+#include <cufile.h>
+#include <dlfcn.h>
+#endif
 
 namespace flatkv::gpu {
 namespace {
+
+#if FLATKV_HAVE_CUFILE
+// The cuFile entry points flatkv uses, from libcufile.so.0 (PyPI's
+// nvidia-cufile; cufile.h from the same wheel at build time).
+struct CuFile {
+  void* lib = nullptr;
+  CUfileError_t (*DriverOpen)() = nullptr;
+  CUfileError_t (*DriverClose)() = nullptr;
+  CUfileError_t (*DriverGetProperties)(CUfileDrvProps_t*) = nullptr;
+  CUfileError_t (*HandleRegister)(CUfileHandle_t*, CUfileDescr_t*) = nullptr;
+  void (*HandleDeregister)(CUfileHandle_t) = nullptr;
+  CUfileError_t (*BufRegister)(const void*, size_t, int) = nullptr;
+  CUfileError_t (*BufDeregister)(const void*) = nullptr;
+  ssize_t (*Read)(CUfileHandle_t, void*, size_t, off_t, off_t) = nullptr;
+
+  static std::string Why(const CUfileError_t& e, const std::string& what) {
+    std::string s = what + ": " + cufileop_status_error(e.err);
+    if (IS_CUDA_ERR(e)) s += " (CUDA driver error " + std::to_string(static_cast<int>(e.cu_err)) + ")";
+    return s;
+  }
+  // Loads the library and opens the driver; an error says why not.
+  Status Open() {
+    lib = ::dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr)
+      return Status::NotFound(std::string("cuFile: cannot load libcufile.so.0 (") + ::dlerror() +
+                              "); it comes with PyPI's nvidia-cufile: scripts/install-deps.sh pyenv:torch, then put "
+                              "its nvidia/cu13/lib on LD_LIBRARY_PATH");
+    auto sym = [&](const char* name, auto** fn) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(::dlsym(lib, name));
+      return *fn != nullptr;
+    };
+    if (!sym("cuFileDriverOpen", &DriverOpen) || !sym("cuFileDriverClose_v2", &DriverClose) ||
+        !sym("cuFileDriverGetProperties", &DriverGetProperties) || !sym("cuFileHandleRegister", &HandleRegister) ||
+        !sym("cuFileHandleDeregister", &HandleDeregister) || !sym("cuFileBufRegister", &BufRegister) ||
+        !sym("cuFileBufDeregister", &BufDeregister) || !sym("cuFileRead", &Read)) {
+      ::dlclose(lib);
+      lib = nullptr;
+      return Status::NotFound("cuFile: libcufile.so.0 lacks an entry point flatkv uses");
+    }
+    if (CUfileError_t e = DriverOpen(); e.err != CU_FILE_SUCCESS) {
+      ::dlclose(lib);
+      lib = nullptr;
+      return Status::FailedPrecondition(Why(e, "cuFileDriverOpen"));
+    }
+    return Status::Ok();
+  }
+  void Close() {
+    if (lib == nullptr) return;
+    DriverClose();
+    ::dlclose(lib);
+    lib = nullptr;
+  }
+};
+#endif
 
 // A launch's page table, passed by value (kernel parameters hold up to
 // 32 KiB since CUDA 12.1), so a scatter needs no allocation and no sync.
@@ -53,10 +120,22 @@ class CudaCopyBackend final : public CopyBackend {
     FLATKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
     std::unique_ptr<CudaCopyBackend> b(new CudaCopyBackend(device));
     FLATKV_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    b->OpenFileReads();
     return std::unique_ptr<CopyBackend>(std::move(b));
   }
   ~CudaCopyBackend() override {
+    readers_.reset();  // the reads queued run, then the threads join
     cudaSetDevice(device_);
+    for (Checker& c : checkers_) {
+      cudaStreamDestroy(c.stream);
+      cudaFree(c.device);
+      cudaFreeHost(c.host);
+    }
+#if FLATKV_HAVE_CUFILE
+    for (auto& [fd, f] : files_) cufile_.HandleDeregister(f.handle);
+    for (auto& [p, bytes] : buffers_) cufile_.BufDeregister(p);
+    cufile_.Close();
+#endif
     if (stream_) cudaStreamSynchronize(stream_);
     for (auto& [id, ev] : events_) cudaEventDestroy(ev.event);
     for (auto& [p, bytes] : registered_) cudaHostUnregister(const_cast<std::byte*>(p));
@@ -68,10 +147,27 @@ class CudaCopyBackend final : public CopyBackend {
     cudaSetDevice(device_);
     void* p = nullptr;
     if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+#if FLATKV_HAVE_CUFILE
+    // Registered with cuFile, a read lands by DMA from the SSD (GDS) without
+    // cuFile's own bounce buffers; where it cannot be (BAR1 space), reads
+    // still work through them.
+    if (!path_.empty() && bytes >= kRegisterMin && cufile_.BufRegister(p, bytes, 0).err == CU_FILE_SUCCESS) {
+      std::lock_guard<std::mutex> lock(mu_);
+      buffers_[static_cast<const std::byte*>(p)] = bytes;
+    }
+#endif
     return static_cast<std::byte*>(p);
   }
   void FreeDevice(std::byte* p) override {
     cudaSetDevice(device_);
+#if FLATKV_HAVE_CUFILE
+    bool registered = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      registered = buffers_.erase(p) > 0;
+    }
+    if (registered) cufile_.BufDeregister(p);
+#endif
     cudaFree(p);
   }
   Status RegisterHost(const std::byte* p, uint64_t bytes) override {
@@ -181,9 +277,157 @@ class CudaCopyBackend final : public CopyBackend {
     return stats_;
   }
 
+  std::string file_read_path() const override { return path_; }
+  std::string no_file_reads_why() const override { return why_; }
+
+  Status RegisterFile(int fd) override {
+#if FLATKV_HAVE_CUFILE
+    if (path_.empty()) return Status::FailedPrecondition("copy backend 'cuda': no file reads: " + why_);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "copy backend 'cuda': fstat of fd " + std::to_string(fd));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = files_.find(fd);
+    if (it != files_.end() && it->second.dev == st.st_dev && it->second.ino == st.st_ino) return Status::Ok();
+    if (it != files_.end()) {  // the descriptor now names another file
+      cufile_.HandleDeregister(it->second.handle);
+      files_.erase(it);
+    }
+    CUfileDescr_t descr{};
+    descr.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+    descr.handle.fd = fd;
+    CUfileHandle_t handle;
+    if (CUfileError_t e = cufile_.HandleRegister(&handle, &descr); e.err != CU_FILE_SUCCESS)
+      return Status::FailedPrecondition(CuFile::Why(e, "cuFileHandleRegister of fd " + std::to_string(fd)));
+    files_[fd] = File{handle, st.st_dev, st.st_ino};
+    stats_.registered_files++;
+    return Status::Ok();
+#else
+    return Status::FailedPrecondition("copy backend 'cuda': no file reads: " + why_);
+#endif
+  }
+
+  void SubmitRead(int fd, uint64_t offset, std::byte* dst, uint64_t bytes, std::function<void(Status)> done) override {
+#if FLATKV_HAVE_CUFILE
+    CUfileHandle_t handle;
+    const std::byte* base = dst;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = files_.find(fd);
+      if (it == files_.end() || path_.empty()) {
+        stats_.failed_file_reads++;
+        return done(Status::FailedPrecondition("copy backend 'cuda': a read of fd " + std::to_string(fd) +
+                                               ", not registered (RegisterFile)"));
+      }
+      handle = it->second.handle;
+      // A registered buffer is named by its base and an offset (cuFileRead's contract).
+      if (auto b = buffers_.upper_bound(dst); b != buffers_.begin() && dst < (--b)->first + b->second) base = b->first;
+      if (!readers_) readers_ = std::make_unique<DramQueue>(kReaders);
+    }
+    readers_->Submit([this, handle, offset, dst, base, bytes, done = std::move(done)] {
+      cudaSetDevice(device_);
+      const Status s = ReadAll(handle, offset, dst, base, bytes);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (s.ok()) {
+          stats_.file_reads++;
+          stats_.file_read_bytes += bytes;
+        } else {
+          stats_.failed_file_reads++;
+        }
+      }
+      done(std::move(s));
+    });
+#else
+    done(Status::FailedPrecondition("copy backend 'cuda': no file reads: " + why_));
+#endif
+  }
+
+  Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) override {
+    if (n == 0) return Status::Ok();
+    Checker c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!checkers_.empty()) {
+        c = checkers_.back();
+        checkers_.pop_back();
+      }
+    }
+    cudaSetDevice(device_);
+    const Status s = RunChecksums(c, slices, n, bytes, out);
+    if (c.stream != nullptr) {
+      std::lock_guard<std::mutex> lock(mu_);
+      checkers_.push_back(c);
+    }
+    return s;
+  }
+
  private:
   static constexpr size_t kMaxEvents = 4096;
+  // Reader threads: synchronous cuFileReads in flight at once (the
+  // restore keeps up to ssd_layers_in_flight layers' requests queued).
+  static constexpr uint32_t kReaders = 8;
+  static constexpr uint64_t kRegisterMin = 1ull << 20;  // device buffers registered with cuFile from this size
   explicit CudaCopyBackend(int device) : device_(device) {}
+
+  struct Checker;
+  // One Checksums call on `c`'s stream, growing its buffers to n sums.
+  static Status RunChecksums(Checker& c, const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) {
+    if (c.stream == nullptr)
+      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    if (c.capacity < n) {  // grown to the largest run's blocks
+      cudaFree(c.device);
+      cudaFreeHost(c.host);
+      c.device = nullptr;
+      c.host = nullptr;
+      c.capacity = 0;
+      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&c.device, n * sizeof(uint64_t)), "cudaMalloc of checksums"));
+      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&c.host, n * sizeof(uint64_t)), "cudaMallocHost of checksums"));
+      c.capacity = n;
+    }
+    FLATKV_RETURN_IF_ERROR(LaunchBlockChecksums(c.stream, slices, n, bytes, bytes, c.device));
+    FLATKV_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(c.host, c.device, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, c.stream), "cudaMemcpyAsync of checksums"));
+    FLATKV_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize (checksums)"));
+    std::copy(c.host, c.host + n, out);
+    return Status::Ok();
+  }
+#if FLATKV_HAVE_CUFILE
+  // cuFileRead until `bytes` have landed at `dst` (within the buffer at `base`).
+  Status ReadAll(CUfileHandle_t handle, uint64_t offset, std::byte* dst, const std::byte* base, uint64_t bytes) {
+    for (uint64_t got = 0; got < bytes;) {
+      const ssize_t n = cufile_.Read(handle, const_cast<std::byte*>(base), bytes - got, static_cast<off_t>(offset + got),
+                                     static_cast<off_t>(dst - base + got));
+      if (n == 0) return Status::IoError("cuFileRead: end of file at offset " + std::to_string(offset + got));
+      if (n == -1) return Status::FromErrno(errno, "cuFileRead at offset " + std::to_string(offset + got));
+      if (n < 0) return Status::IoError("cuFileRead at offset " + std::to_string(offset + got) + ": " + CUFILE_ERRSTR(n));
+      got += static_cast<uint64_t>(n);
+    }
+    return Status::Ok();
+  }
+#endif
+
+  // Loads cuFile and reads its path from the driver's properties: GDS when
+  // the nvidia-fs driver answers with a version (kvikio's
+  // DriverProperties::is_gds_available reads the same), else cuFile's
+  // compatibility mode, which is never counted as GDS.
+  void OpenFileReads() {
+#if FLATKV_HAVE_CUFILE
+    if (Status s = cufile_.Open(); !s.ok()) {
+      why_ = s.ToString();
+      return;
+    }
+    CUfileDrvProps_t props{};
+    if (CUfileError_t e = cufile_.DriverGetProperties(&props); e.err != CU_FILE_SUCCESS) {
+      why_ = CuFile::Why(e, "cuFileDriverGetProperties");
+      cufile_.Close();
+      return;
+    }
+    path_ = (props.nvfs.major_version != 0 || props.nvfs.minor_version != 0) ? "gds" : "cufile-compat";
+#else
+    why_ = "flatkv was built without cufile.h (scripts/install-deps.sh pyenv:torch, then reconfigure with -DFLATKV_CUDA=ON)";
+#endif
+  }
+
   int device_;
   cudaStream_t stream_ = nullptr;
   mutable std::mutex mu_;
@@ -195,6 +439,28 @@ class CudaCopyBackend final : public CopyBackend {
   uint64_t next_event_ = 0;
   std::map<const std::byte*, uint64_t> registered_;
   CopyBackendStats stats_;
+  // File reads.
+  std::string path_;  // "gds", "cufile-compat", or "" (none: why_)
+  std::string why_;
+  // A stream and buffers for one Checksums call at a time; reused.
+  struct Checker {
+    cudaStream_t stream = nullptr;
+    uint64_t* device = nullptr;
+    uint64_t* host = nullptr;
+    uint32_t capacity = 0;
+  };
+  std::vector<Checker> checkers_;
+  std::unique_ptr<DramQueue> readers_;  // made at the first read (under mu_)
+#if FLATKV_HAVE_CUFILE
+  CuFile cufile_;
+  struct File {
+    CUfileHandle_t handle;
+    dev_t dev;
+    ino_t ino;
+  };
+  std::map<int, File> files_;
+  std::map<const std::byte*, uint64_t> buffers_;  // device buffers registered with cuFile
+#endif
 };
 
 }  // namespace

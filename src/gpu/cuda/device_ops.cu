@@ -4,6 +4,7 @@
 
 #include "codec/codec_internal.h"
 #include "gpu/cuda/cuda_util.h"
+#include "gpu/cuda/kernels.h"
 #include "gpu/device_ops.h"
 #include "gpu/xxh3.h"
 
@@ -134,13 +135,8 @@ class CudaDeviceOps final : public DeviceOps {
     return Status::Ok();
   }
   Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride, uint64_t* out) override {
-    if (n == 0) return Status::Ok();
-    if (stride < bytes)
-      return Status::InvalidArgument("gpu checksums: stride " + std::to_string(stride) + " under the slice's " +
-                                     std::to_string(bytes) + " bytes");
     cudaSetDevice(device_);
-    ChecksumKernel<<<(n + 63) / 64, 64, 0, stream_>>>(reinterpret_cast<const uint8_t*>(slices), n, bytes, stride, out);
-    return CudaStatus(cudaGetLastError(), "ChecksumKernel launch");
+    return LaunchBlockChecksums(stream_, slices, n, bytes, stride, out);
   }
   Status Spin(uint64_t ns) override {
     cudaSetDevice(device_);
@@ -159,6 +155,16 @@ class CudaDeviceOps final : public DeviceOps {
 };
 
 }  // namespace
+
+Status LaunchBlockChecksums(cudaStream_t stream, const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride,
+                            uint64_t* out) {
+  if (n == 0) return Status::Ok();
+  if (stride < bytes)
+    return Status::InvalidArgument("gpu checksums: stride " + std::to_string(stride) + " under the slice's " +
+                                   std::to_string(bytes) + " bytes");
+  ChecksumKernel<<<(n + 63) / 64, 64, 0, stream>>>(reinterpret_cast<const uint8_t*>(slices), n, bytes, stride, out);
+  return CudaStatus(cudaGetLastError(), "ChecksumKernel launch");
+}
 
 Result<std::unique_ptr<DeviceOps>> DeviceOps::Open(int device) {
   auto ops = std::make_unique<CudaDeviceOps>(device);

@@ -1,12 +1,14 @@
 // Device tests (docs/gpu.md): run on a machine with a GPU by
 // scripts/gpu-check.sh, not by ctest here (no device). Against the CUDA
 // backend: bit-identical round trips into device memory from DRAM copies
-// and from SSD homes; a consumer kernel reading layer l after its event
+// and from SSD homes through each SSD path (cuFile, "gds" or
+// "cufile-compat" as the driver says, and the bounce buffer); a consumer kernel reading layer l after its event
 // while layer l+1 still loads; a corrupted slice is a miss; the int8
 // decoder equals the CPU codec bit for bit on slices of awkward sizes; the
 // checksum kernel gives BlockChecksum; the page scatter lands every page.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -32,7 +34,15 @@ std::unique_ptr<CopyBackend> Cuda() {
   return b.ok() ? std::move(b).value() : nullptr;
 }
 
-void RoundTrip(uint64_t dram_extents) {
+// The SSD path a window took, printed so the device log says it.
+std::string SsdPath(const CopyBackend& backend, const GpuWindowStats& st) {
+  if (st.file_reads == 0) return "bounce (" + (backend.file_read_path().empty() ? backend.no_file_reads_why()
+                                                                                : std::string("files refused: ") +
+                                                                                      std::to_string(st.files_refused)) + ")";
+  return backend.file_read_path() + (st.bounce_bytes > 0 ? " + bounce" : "");
+}
+
+void RoundTrip(uint64_t dram_extents, bool file_reads = true) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), dram_extents, 16);
   o.window_layers = 2;
@@ -44,7 +54,7 @@ void RoundTrip(uint64_t dram_extents) {
   ASSERT_NE(backend, nullptr);
   const uint32_t layers = o.shape.layers;
   const uint64_t lb = store->BlockLayerBytes();
-  auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
+  auto w = GpuWindow::Start(backend.get(), *store, keys, 2, file_reads);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   std::vector<std::byte> host(keys.size() * lb);
   for (uint32_t l = 0; l < layers; ++l) {
@@ -56,15 +66,28 @@ void RoundTrip(uint64_t dram_extents) {
     (*w)->ReleaseLayer(l);
   }
   EXPECT_EQ((*w)->Finish(), keys.size());
+  const GpuWindowStats st = (*w)->Stats();
   if (dram_extents > 0) {
-    EXPECT_EQ((*w)->Stats().pinned_bytes, 0u);  // DRAM hits: DMA from the arena, no host window
+    EXPECT_EQ(st.pinned_bytes, 0u);  // DRAM hits: DMA from the arena, no host window
+  } else {
+    std::printf("[ ssd path ] %s\n", SsdPath(*backend, st).c_str());
+    if (!file_reads) {
+      EXPECT_EQ(st.file_reads, 0u);
+    }
+    // Where cuFile is there and took the segment file, every SSD byte came by its reads.
+    if (file_reads && !backend->file_read_path().empty() && st.files_refused == 0) {
+      EXPECT_EQ(st.file_read_bytes, uint64_t{layers} * keys.size() * lb);
+      EXPECT_EQ(st.bounce_bytes, 0u);
+      EXPECT_EQ(st.checksum_calls, st.file_reads);
+    }
   }
   w->reset();
   GpuWindow::UnpinStore(backend.get(), *store);
 }
 
 TEST(GpuDeviceTest, RoundTripFromDramCopiesIsBitIdentical) { RoundTrip(8); }
-TEST(GpuDeviceTest, RoundTripFromSsdHomesIsBitIdentical) { RoundTrip(0); }
+TEST(GpuDeviceTest, RoundTripFromSsdHomesIsBitIdentical) { RoundTrip(0); }  // by cuFile where it can
+TEST(GpuDeviceTest, RoundTripFromSsdThroughTheBounceBufferIsBitIdentical) { RoundTrip(0, /*file_reads=*/false); }
 
 TEST(GpuDeviceTest, ConsumerComputesOnLayerWhileTheNextLoads) {
   TempDir dir;
@@ -92,7 +115,10 @@ TEST(GpuDeviceTest, ConsumerComputesOnLayerWhileTheNextLoads) {
   EXPECT_EQ((*w)->Finish(), keys.size());
 }
 
-TEST(GpuDeviceTest, ACorruptedSliceIsAMiss) {
+class GpuCorruptTest : public ::testing::TestWithParam<bool> {};
+
+// Through each SSD path: cuFile reads checked by the kernel, and the bounce buffer checked on the host.
+TEST_P(GpuCorruptTest, ACorruptedSliceIsAMiss) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 16);
   auto store = OpenStore(o);
@@ -111,7 +137,7 @@ TEST(GpuDeviceTest, ACorruptedSliceIsAMiss) {
   store = OpenStore(o);
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
-  auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
+  auto w = GpuWindow::Start(backend.get(), *store, keys, 2, /*file_reads=*/GetParam());
   ASSERT_TRUE(w.ok());
   auto d = (*w)->WaitLayer(0);
   ASSERT_TRUE(d.ok());
@@ -123,7 +149,11 @@ TEST(GpuDeviceTest, ACorruptedSliceIsAMiss) {
     (*w)->ReleaseLayer(l);
   }
   EXPECT_EQ((*w)->Finish(), 0u);
+  std::printf("[ ssd path ] %s\n", SsdPath(*backend, (*w)->Stats()).c_str());
+  w->reset();
+  EXPECT_EQ(store->Stats().checksum_failures, 1u);
 }
+INSTANTIATE_TEST_SUITE_P(BothSsdPaths, GpuCorruptTest, ::testing::Bool());
 
 TEST(GpuDeviceTest, Int8DecoderEqualsTheCpuCodecOnAwkwardSizes) {
   auto codec = MakeCodec("int8");

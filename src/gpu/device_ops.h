@@ -1,6 +1,6 @@
-// Work on the accelerator beside the copies (docs/gpu.md): the int8
-// decoder (a store's int8 slices decoded in device memory, bit for bit as
-// the CPU codec decodes them), block checksums computed in device memory,
+// Work on the accelerator beside the copies (docs/gpu.md): the int8 and
+// kivi decoders (a store's int8 and kivi slices decoded in device memory,
+// bit for bit as the CPU codec decodes them), block checksums computed in device memory,
 // and a timed spin kernel that stands for a
 // layer's compute in `bench gpu`'s overlap figure. Each DeviceOps has a
 // stream of its own, so its work overlaps the copy backend's.
@@ -25,6 +25,10 @@ class DeviceOps {
   // `device_slice` the same bytes in device memory; the decoded slice of
   // layout.Bytes() goes to `device_out`.
   virtual Status DecodeInt8(const SliceLayout& layout, std::span<const std::byte> host_slice, const std::byte* device_slice,
+                            std::byte* device_out) = 0;
+  // The same for one kivi slice (gpu/group_dequant.h: its arithmetic,
+  // checked against the CPU codec on the host), one thread an element.
+  virtual Status DecodeKivi(const SliceLayout& layout, std::span<const std::byte> host_slice, const std::byte* device_slice,
                             std::byte* device_out) = 0;
   // Queues the block checksums (XXH3-64, gpu/xxh3.h: the store's
   // BlockChecksum, common/checksum.h) of `n` slices of `bytes` each at

@@ -81,6 +81,76 @@ struct CuFile {
     ::dlclose(lib);
     lib = nullptr;
   }
+
+  // The process's cuFile: the driver is opened once and stays open
+  // (cuFileDriverClose resets the library under every other user's reads,
+  // and a descriptor registered twice is refused,
+  // CU_FILE_HANDLE_ALREADY_REGISTERED); `path`
+  // is read from its properties: GDS when the nvidia-fs driver answers
+  // with a version (kvikio's DriverProperties::is_gds_available reads the
+  // same), else its compatibility mode, never counted as GDS.
+  static CuFile& Get() {
+    static CuFile* process = [] {
+      auto* c = new CuFile;  // never destroyed: reader threads may outlive static destruction
+      if (Status s = c->Open(); !s.ok()) {
+        c->why = s.ToString();
+        return c;
+      }
+      CUfileDrvProps_t props{};
+      if (CUfileError_t e = c->DriverGetProperties(&props); e.err != CU_FILE_SUCCESS) {
+        c->why = Why(e, "cuFileDriverGetProperties");
+        c->Close();
+        return c;
+      }
+      c->path = (props.nvfs.major_version != 0 || props.nvfs.minor_version != 0) ? "gds" : "cufile-compat";
+      return c;
+    }();
+    return *process;
+  }
+  std::string path;  // "gds", "cufile-compat", or "" (why)
+  std::string why;
+
+  // The handle of open file `fd`, registered the first time (or again when
+  // the descriptor now names another file: checked by device and inode);
+  // *added when this call registered it.
+  Result<CUfileHandle_t> Register(int fd, bool* added) {
+    *added = false;
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cuFile: fstat of fd " + std::to_string(fd));
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = files.find(fd);
+    if (it != files.end() && it->second.dev == st.st_dev && it->second.ino == st.st_ino) return it->second.handle;
+    if (it != files.end()) {
+      HandleDeregister(it->second.handle);
+      files.erase(it);
+    }
+    CUfileDescr_t descr{};
+    descr.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+    descr.handle.fd = fd;
+    CUfileHandle_t handle;
+    if (CUfileError_t e = HandleRegister(&handle, &descr); e.err != CU_FILE_SUCCESS)
+      return Status::FailedPrecondition(Why(e, "cuFileHandleRegister of fd " + std::to_string(fd)));
+    files[fd] = File{handle, st.st_dev, st.st_ino};
+    *added = true;
+    return handle;
+  }
+  // The handle Register gave `fd`, if any.
+  bool Find(int fd, CUfileHandle_t* handle) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = files.find(fd);
+    if (it == files.end()) return false;
+    *handle = it->second.handle;
+    return true;
+  }
+
+ private:
+  struct File {
+    CUfileHandle_t handle;
+    dev_t dev;
+    ino_t ino;
+  };
+  std::mutex mu;
+  std::map<int, File> files;
 };
 #endif
 
@@ -132,9 +202,7 @@ class CudaCopyBackend final : public CopyBackend {
       cudaFreeHost(c.host);
     }
 #if FLATKV_HAVE_CUFILE
-    for (auto& [fd, f] : files_) cufile_.HandleDeregister(f.handle);
-    for (auto& [p, bytes] : buffers_) cufile_.BufDeregister(p);
-    cufile_.Close();
+    for (auto& [p, bytes] : buffers_) cufile_->BufDeregister(p);
 #endif
     if (stream_) cudaStreamSynchronize(stream_);
     for (auto& [id, ev] : events_) cudaEventDestroy(ev.event);
@@ -151,7 +219,7 @@ class CudaCopyBackend final : public CopyBackend {
     // Registered with cuFile, a read lands by DMA from the SSD (GDS) without
     // cuFile's own bounce buffers; where it cannot be (BAR1 space), reads
     // still work through them.
-    if (!path_.empty() && bytes >= kRegisterMin && cufile_.BufRegister(p, bytes, 0).err == CU_FILE_SUCCESS) {
+    if (!path_.empty() && bytes >= kRegisterMin && cufile_->BufRegister(p, bytes, 0).err == CU_FILE_SUCCESS) {
       std::lock_guard<std::mutex> lock(mu_);
       buffers_[static_cast<const std::byte*>(p)] = bytes;
     }
@@ -166,7 +234,7 @@ class CudaCopyBackend final : public CopyBackend {
       std::lock_guard<std::mutex> lock(mu_);
       registered = buffers_.erase(p) > 0;
     }
-    if (registered) cufile_.BufDeregister(p);
+    if (registered) cufile_->BufDeregister(p);
 #endif
     cudaFree(p);
   }
@@ -283,23 +351,10 @@ class CudaCopyBackend final : public CopyBackend {
   Status RegisterFile(int fd) override {
 #if FLATKV_HAVE_CUFILE
     if (path_.empty()) return Status::FailedPrecondition("copy backend 'cuda': no file reads: " + why_);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "copy backend 'cuda': fstat of fd " + std::to_string(fd));
+    bool added = false;
+    FLATKV_RETURN_IF_ERROR(cufile_->Register(fd, &added).status());
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = files_.find(fd);
-    if (it != files_.end() && it->second.dev == st.st_dev && it->second.ino == st.st_ino) return Status::Ok();
-    if (it != files_.end()) {  // the descriptor now names another file
-      cufile_.HandleDeregister(it->second.handle);
-      files_.erase(it);
-    }
-    CUfileDescr_t descr{};
-    descr.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
-    descr.handle.fd = fd;
-    CUfileHandle_t handle;
-    if (CUfileError_t e = cufile_.HandleRegister(&handle, &descr); e.err != CU_FILE_SUCCESS)
-      return Status::FailedPrecondition(CuFile::Why(e, "cuFileHandleRegister of fd " + std::to_string(fd)));
-    files_[fd] = File{handle, st.st_dev, st.st_ino};
-    stats_.registered_files++;
+    if (added) stats_.registered_files++;
     return Status::Ok();
 #else
     return Status::FailedPrecondition("copy backend 'cuda': no file reads: " + why_);
@@ -310,15 +365,14 @@ class CudaCopyBackend final : public CopyBackend {
 #if FLATKV_HAVE_CUFILE
     CUfileHandle_t handle;
     const std::byte* base = dst;
+    const bool known = !path_.empty() && cufile_->Find(fd, &handle);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = files_.find(fd);
-      if (it == files_.end() || path_.empty()) {
+      if (!known) {
         stats_.failed_file_reads++;
         return done(Status::FailedPrecondition("copy backend 'cuda': a read of fd " + std::to_string(fd) +
                                                ", not registered (RegisterFile)"));
       }
-      handle = it->second.handle;
       // A registered buffer is named by its base and an offset (cuFileRead's contract).
       if (auto b = buffers_.upper_bound(dst); b != buffers_.begin() && dst < (--b)->first + b->second) base = b->first;
       if (!readers_) readers_ = std::make_unique<DramQueue>(kReaders);
@@ -395,7 +449,7 @@ class CudaCopyBackend final : public CopyBackend {
   // cuFileRead until `bytes` have landed at `dst` (within the buffer at `base`).
   Status ReadAll(CUfileHandle_t handle, uint64_t offset, std::byte* dst, const std::byte* base, uint64_t bytes) {
     for (uint64_t got = 0; got < bytes;) {
-      const ssize_t n = cufile_.Read(handle, const_cast<std::byte*>(base), bytes - got, static_cast<off_t>(offset + got),
+      const ssize_t n = cufile_->Read(handle, const_cast<std::byte*>(base), bytes - got, static_cast<off_t>(offset + got),
                                      static_cast<off_t>(dst - base + got));
       if (n == 0) return Status::IoError("cuFileRead: end of file at offset " + std::to_string(offset + got));
       if (n == -1) return Status::FromErrno(errno, "cuFileRead at offset " + std::to_string(offset + got));
@@ -406,23 +460,12 @@ class CudaCopyBackend final : public CopyBackend {
   }
 #endif
 
-  // Loads cuFile and reads its path from the driver's properties: GDS when
-  // the nvidia-fs driver answers with a version (kvikio's
-  // DriverProperties::is_gds_available reads the same), else cuFile's
-  // compatibility mode, which is never counted as GDS.
+  // The process's cuFile (CuFile::Get), and its path.
   void OpenFileReads() {
 #if FLATKV_HAVE_CUFILE
-    if (Status s = cufile_.Open(); !s.ok()) {
-      why_ = s.ToString();
-      return;
-    }
-    CUfileDrvProps_t props{};
-    if (CUfileError_t e = cufile_.DriverGetProperties(&props); e.err != CU_FILE_SUCCESS) {
-      why_ = CuFile::Why(e, "cuFileDriverGetProperties");
-      cufile_.Close();
-      return;
-    }
-    path_ = (props.nvfs.major_version != 0 || props.nvfs.minor_version != 0) ? "gds" : "cufile-compat";
+    cufile_ = &CuFile::Get();
+    path_ = cufile_->path;
+    why_ = cufile_->why;
 #else
     why_ = "flatkv was built without cufile.h (scripts/install-deps.sh pyenv:torch, then reconfigure with -DFLATKV_CUDA=ON)";
 #endif
@@ -452,13 +495,7 @@ class CudaCopyBackend final : public CopyBackend {
   std::vector<Checker> checkers_;
   std::unique_ptr<DramQueue> readers_;  // made at the first read (under mu_)
 #if FLATKV_HAVE_CUFILE
-  CuFile cufile_;
-  struct File {
-    CUfileHandle_t handle;
-    dev_t dev;
-    ino_t ino;
-  };
-  std::map<int, File> files_;
+  CuFile* cufile_ = nullptr;  // the process's
   std::map<const std::byte*, uint64_t> buffers_;  // device buffers registered with cuFile
 #endif
 };

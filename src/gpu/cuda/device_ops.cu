@@ -1,4 +1,4 @@
-// DeviceOps on CUDA (gpu/device_ops.h): the int8 decoder, the block
+// DeviceOps on CUDA (gpu/device_ops.h): the int8 and kivi decoders, the block
 // checksums and the spin kernel, on a non-blocking stream of their own.
 #include <cuda_runtime.h>
 
@@ -6,6 +6,7 @@
 #include "gpu/cuda/cuda_util.h"
 #include "gpu/cuda/kernels.h"
 #include "gpu/device_ops.h"
+#include "gpu/group_dequant.h"
 #include "gpu/xxh3.h"
 
 namespace flatkv::gpu {
@@ -83,6 +84,19 @@ __global__ void Int8Decode(const uint8_t* body, Part p, int wide, int dtype, std
   else reinterpret_cast<uint16_t*>(out)[at] = FloatToBf16(y);
 }
 
+// One thread per element of a kivi section: gpu/group_dequant.h's Element
+// (lo + step * code, never fused), then the dtype as Int8Decode does.
+__global__ void KiviDecode(const uint8_t* body, kivi::Part p, int wide, int dtype, std::byte* out) {
+  const uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= uint64_t(p.rows) * p.width) return;
+  const uint32_t row = uint32_t(i / p.width), c = uint32_t(i % p.width);
+  const float y = kivi::Element(body, p, wide != 0, row, c);
+  const uint64_t at = p.base + uint64_t(row) * p.row_stride + c;
+  if (dtype == int(DType::kF32)) reinterpret_cast<float*>(out)[at] = y;
+  else if (dtype == int(DType::kF16)) reinterpret_cast<uint16_t*>(out)[at] = FloatToHalf(y);
+  else reinterpret_cast<uint16_t*>(out)[at] = FloatToBf16(y);
+}
+
 __global__ void SpinKernel(uint64_t cycles) {
   const long long start = clock64();
   while (uint64_t(clock64() - start) < cycles) {
@@ -132,6 +146,21 @@ class CudaDeviceOps final : public DeviceOps {
       FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "Int8Decode launch"));
     }
     if (at != body_bytes) return Status::Corruption("int8 decode: " + std::to_string(body_bytes - at) + " trailing bytes");
+    return Status::Ok();
+  }
+  Status DecodeKivi(const SliceLayout& layout, std::span<const std::byte> host_slice, const std::byte* device_slice,
+                    std::byte* device_out) override {
+    if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
+      return Status::InvalidArgument("gpu kivi decode: dtype not f32, f16 or bf16");
+    FLATKV_ASSIGN_OR_RETURN(kivi::Slice s, kivi::ParseSlice(layout, host_slice));
+    const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + s.body);
+    cudaSetDevice(device_);
+    for (uint32_t k = 0; k < s.parts; ++k) {
+      const uint64_t n = uint64_t(s.part[k].rows) * s.part[k].width;
+      KiviDecode<<<unsigned((n + 255) / 256), 256, 0, stream_>>>(body, s.part[k], s.wide ? 1 : 0,
+                                                                 int(layout.shape.dtype), device_out);
+      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "KiviDecode launch"));
+    }
     return Status::Ok();
   }
   Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride, uint64_t* out) override {

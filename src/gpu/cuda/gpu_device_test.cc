@@ -3,8 +3,8 @@
 // backend: bit-identical round trips into device memory from DRAM copies
 // and from SSD homes through each SSD path (cuFile, "gds" or
 // "cufile-compat" as the driver says, and the bounce buffer); a consumer kernel reading layer l after its event
-// while layer l+1 still loads; a corrupted slice is a miss; the int8
-// decoder equals the CPU codec bit for bit on slices of awkward sizes; the
+// while layer l+1 still loads; a corrupted slice is a miss; the int8 and
+// kivi decoders equal the CPU codec bit for bit on slices of awkward sizes; the
 // checksum kernel gives BlockChecksum; the page scatter lands every page.
 #include <gtest/gtest.h>
 
@@ -179,7 +179,7 @@ TEST(GpuDeviceTest, Int8DecoderEqualsTheCpuCodecOnAwkwardSizes) {
         ASSERT_TRUE(size.ok());
         enc.resize(*size);
         std::vector<std::byte> want(layout.Bytes()), got(layout.Bytes());
-        ASSERT_TRUE((*codec)->Decode(ctx, layout, enc, want).ok());
+        ASSERT_TRUE(DecodeSlice(ctx, layout, enc, want).ok());
         std::byte* din = backend->AllocateDevice(enc.size());
         std::byte* dout = backend->AllocateDevice(want.size());
         ASSERT_TRUE(backend->EnqueueCopy(din, enc.data(), enc.size()).ok());
@@ -192,6 +192,50 @@ TEST(GpuDeviceTest, Int8DecoderEqualsTheCpuCodecOnAwkwardSizes) {
         backend->FreeDevice(din);
         backend->FreeDevice(dout);
       }
+}
+
+TEST(GpuDeviceTest, KiviDecoderEqualsTheCpuCodecOnAwkwardSizes) {
+  auto backend = Cuda();
+  ASSERT_NE(backend, nullptr);
+  auto ops = DeviceOps::Open(0);
+  ASSERT_TRUE(ops.ok());
+  std::mt19937 rng(2);
+  std::normal_distribution<float> n(0, 1);
+  for (const char* spec : {"kivi:bits=2,group=32", "kivi:bits=4,group=7"}) {
+    auto codec = MakeCodec(spec);
+    ASSERT_TRUE(codec.ok());
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+      for (uint32_t tokens : {1u, 17u, 64u, 333u})
+        for (int shape_i = 0; shape_i < 3; ++shape_i)
+          for (float scale : {1.0f, 1e6f}) {  // 1e6: f32 (wide) group metadata
+            const KvShape shape = shape_i == 0   ? KvShape::Mha(2, 3, 64, dt)
+                                  : shape_i == 1 ? KvShape::Mha(2, 5, 72, dt)
+                                                 : KvShape::Mla(2, 96, 16, dt);
+            SliceLayout layout{shape, tokens, 1, 0};
+            std::vector<float> f(layout.Elements());
+            for (float& x : f) x = n(rng) * (rng() % 7 == 0 ? 30.f : 1.f) * scale;
+            std::vector<std::byte> raw(layout.Bytes());
+            codec::FromFloat(dt, f.data(), raw.data(), f.size());
+            CodecContext ctx;
+            std::vector<std::byte> enc((*codec)->MaxEncodedSize(layout));
+            auto size = (*codec)->Encode(ctx, layout, raw, enc);
+            ASSERT_TRUE(size.ok());
+            enc.resize(*size);
+            std::vector<std::byte> want(layout.Bytes()), got(layout.Bytes());
+            ASSERT_TRUE(DecodeSlice(ctx, layout, enc, want).ok());
+            std::byte* din = backend->AllocateDevice(enc.size());
+            std::byte* dout = backend->AllocateDevice(want.size());
+            ASSERT_TRUE(backend->EnqueueCopy(din, enc.data(), enc.size()).ok());
+            ASSERT_TRUE(backend->Wait(backend->Record()).ok());
+            ASSERT_TRUE((*ops)->DecodeKivi(layout, enc, din, dout).ok());
+            ASSERT_TRUE((*ops)->Sync().ok());
+            ASSERT_TRUE(backend->CopyToHost(got.data(), dout, got.size()).ok());
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
+                << spec << " dtype " << int(dt) << " tokens " << tokens << " shape " << shape_i << " scale " << scale;
+            backend->FreeDevice(din);
+            backend->FreeDevice(dout);
+          }
+  }
 }
 
 // The checksum kernel gives the store's BlockChecksum for slices of every

@@ -89,14 +89,18 @@ struct PutOptions {
 };
 
 // Destinations in an accelerator's memory, which the host cannot write (the
-// GPU window, docs/gpu.md): every byte reaches them through Copy or
-// ReadFile. A source that can land there copies straight from the medium:
+// GPU window, docs/gpu.md): every byte reaches them through Copy, ReadFile
+// or Decode. A source that can land there copies straight from the medium:
 // DRAM by DMA from its arena; SSD homes by the landing's own file reads
 // (cuFile) where it reads their file and a run's destinations are one
-// 4 KiB-aligned range, checked in device memory (Checksums). The others
-// (media past the index, coded extents, SSD where the landing does not read
-// files) land, are checked and decoded in the restore's host window, which
-// then copies each layer over once it is complete.
+// 4 KiB-aligned range, checked in device memory (Checksums); coded extents
+// whose codec it decodes (Decodes) by their checked encoded slices, decoded
+// there. The others (media past the index, other coded extents, SSD where
+// the landing does not read files) land, are checked and decoded in the
+// restore's host window, which then copies each layer over once it is
+// complete.
+struct SliceLayout;  // flatkv/codec.h
+
 class DeviceLanding {
  public:
   virtual ~DeviceLanding() = default;
@@ -118,6 +122,17 @@ class DeviceLanding {
   // The block checksums (BlockChecksum) of `n` adjacent slices of `bytes`
   // each at device `slices`, into host `out[0..n)`.
   virtual Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) = 0;
+  // Whether it decodes `codec`'s slices of `layout` in device memory (the
+  // GPU decoders): a coded run then carries its encoded slices over,
+  // checked on the host, and they are decoded into their destinations
+  // there, instead of decoded on the host and carried over decoded.
+  virtual bool Decodes(const Codec& codec, const SliceLayout& layout) = 0;
+  // Decodes `slices` (host memory, each a whole encoded slice, header
+  // included, checked; consecutive in one buffer) into device `dst[j]`
+  // (layout.Bytes() each) and returns once they are decoded, or why not
+  // (those blocks are then misses that stay stored).
+  virtual Status Decode(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
+                        std::span<std::byte* const> dst) = 0;
 };
 
 // Where a restore delivers: by default into the store's bounded window

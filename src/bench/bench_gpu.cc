@@ -38,13 +38,14 @@ std::vector<BlockKey> Chain(uint32_t blocks) {
 // slots, with `compute_ns` of device compute per layer after it lands
 // (0: none); *valid gets the blocks valid in every layer, *stats (if set)
 // the window's. With `file_reads` false SSD hits bounce through the host
-// window even where the backend reads files.
+// window even where the backend reads files; with `decodes` false coded
+// hits are decoded on the host even where the backend decodes them.
 Result<double> RestoreToDevice(Store& store, CopyBackend& backend, gpu::DeviceOps* ops, std::span<const BlockKey> keys,
                                uint64_t compute_ns, uint32_t* valid, bool file_reads = true,
-                               gpu::GpuWindowStats* stats = nullptr) {
+                               gpu::GpuWindowStats* stats = nullptr, bool decodes = true) {
   const double t0 = NowSeconds();
   const uint32_t layers = store.options().shape.layers;
-  FLATKV_ASSIGN_OR_RETURN(auto w, GpuWindow::Start(&backend, store, keys, 4, file_reads));
+  FLATKV_ASSIGN_OR_RETURN(auto w, GpuWindow::Start(&backend, store, keys, 4, file_reads, decodes));
   for (uint32_t l = 0; l < layers; ++l) {
     FLATKV_RETURN_IF_ERROR(w->WaitLayer(l).status());
     if (compute_ns > 0 && ops) {
@@ -152,6 +153,55 @@ int RunBenchGpu(const BenchGpuArgs& a) {
       j["dram_to_gpu_gbps"] = bytes / Best(t) / 1e9;
       j["dram_path"] = "dma-from-arena";  // DRAM hits copied by the backend from the pinned arena, no host copy
       j["dram_valid_blocks"] = valid;
+    }
+
+    // DRAM, kivi-coded (its default, 4 bits in groups of 32): decoded on the
+    // device from the encoded slices carried over, and decoded on the host
+    // and carried over decoded, in decoded bytes per second.
+    {
+      StoreOptions d = o;
+      d.dram_capacity_bytes = bytes + (256ull << 20);
+      auto store = Store::Open(d);
+      if (!store.ok()) return fail(store.status());
+      auto kivi = MakeCodec("kivi");
+      if (!kivi.ok()) return fail(kivi.status());
+      PutOptions po;
+      po.codec = std::shared_ptr<const Codec>(std::move(kivi).value());
+      // KV-like values (a codec's input, not random bits: those are NaNs in bf16).
+      auto kv = PrefaultedBuffer::Allocate(bytes);
+      if (!kv.ok()) return fail(kv.status());
+      {
+        std::vector<float> f(1 << 20);
+        const uint64_t es = DTypeBytes(o.shape.dtype);
+        for (uint64_t at = 0; at < bytes; at += f.size() * es) {
+          const uint64_t n = std::min<uint64_t>(f.size(), (bytes - at) / es);
+          for (uint64_t i = 0; i < n; ++i) f[i] = float(((at / es + i) * 2654435761u) % 2000) / 1000.0f - 1.0f;
+          codec::FromFloat(o.shape.dtype, f.data(), kv->data() + at, n);
+        }
+      }
+      if (Status s = (*store)->Put(1, keys, kv->first(bytes), po); !s.ok()) return fail(s);
+      std::vector<double> dev_t, host_t;
+      uint32_t valid = 0, host_valid = 0;
+      gpu::GpuWindowStats ws;
+      for (uint32_t r = 0; r <= a.reps; ++r) {  // the first pins the arena
+        auto sd = RestoreToDevice(**store, backend, nullptr, keys, 0, &valid, true, &ws, /*decodes=*/true);
+        auto sh = sd.ok() ? RestoreToDevice(**store, backend, nullptr, keys, 0, &host_valid, true, nullptr, false) : sd;
+        if (!sd.ok() || !sh.ok()) {
+          GpuWindow::UnpinStore(&backend, **store);
+          return fail(!sd.ok() ? sd.status() : sh.status());
+        }
+        if (r > 0) {
+          dev_t.push_back(*sd);
+          host_t.push_back(*sh);
+        }
+      }
+      GpuWindow::UnpinStore(&backend, **store);
+      j["dram_kivi_to_gpu_gbps"] = bytes / Best(dev_t) / 1e9;
+      j["dram_kivi_host_decode_to_gpu_gbps"] = bytes / Best(host_t) / 1e9;
+      j["dram_kivi_path"] = ws.decoded_slices > 0 ? "device-decode" : "host-decode";
+      j["dram_kivi_carried_bytes"] = ws.decoded_slices > 0 ? ws.decode_in_bytes : ws.copy_bytes;
+      j["dram_kivi_valid_blocks"] = valid;
+      j["dram_kivi_host_decode_valid_blocks"] = host_valid;
     }
 
     // SSD: an SSD-only store, page cache dropped before every read.

@@ -26,6 +26,10 @@
 //  - "": none (no cuFile, or the CPU backend without file reads); SSD hits
 //    then go through the restore's pinned host window ("bounce").
 //
+// Decoding (coded extents whose slices the backend decodes: int8 and kivi):
+// a restore carries the checked encoded slices over, one copy per decode
+// job, and they are decoded into their destinations in device memory.
+//
 // Thread-safety: Enqueue*, Record and Wait/Done may be called from any
 // thread; operations run in the order they were enqueued.
 #pragma once
@@ -36,6 +40,7 @@
 #include <span>
 #include <string>
 
+#include "flatkv/codec.h"
 #include "flatkv/status.h"
 
 namespace flatkv::gpu {
@@ -58,6 +63,8 @@ struct CopyBackendStats {
   uint64_t file_read_bytes = 0;
   uint64_t failed_file_reads = 0;
   uint64_t registered_files = 0;  // files registered for them (cuFileHandleRegister)
+  uint64_t decoded_slices = 0;    // slices decoded on the device
+  uint64_t decode_in_bytes = 0;   // encoded bytes carried over for them
 };
 
 class CopyBackend {
@@ -101,6 +108,15 @@ class CopyBackend {
   // synchronous, callable from several threads at once.
   virtual Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) = 0;
 
+  // Decoding on the device: whether it decodes `codec`'s slices of
+  // `layout` (int8 and kivi, f32/f16/bf16, where it has decoders), and the
+  // decode of `slices` (host memory, whole encoded slices, consecutive in one
+  // buffer: carried over in one copy) into device `dst[j]`; synchronous,
+  // callable from several threads at once.
+  virtual bool DecodesCodec(const Codec& codec, const SliceLayout& layout) const = 0;
+  virtual Status DecodeSlices(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
+                              std::span<std::byte* const> dst) = 0;
+
   virtual CopyBackendStats Stats() const = 0;
 };
 
@@ -108,19 +124,24 @@ class CopyBackend {
 // later one) fails, to test the window's failure handling. With
 // `file_reads` it reads files into its memory ("cpu-pread"), the fail_reads-th
 // read (and every later one) failing when that is > 0.
+// With `decodes` it decodes int8 and kivi slices into its memory with the
+// CPU codec, as the CUDA backend's decoders do on a GPU, the fail_decodes-th
+// call (and every later one) failing when that is > 0.
 struct CpuBackendOptions {
   uint64_t fail_after = 0;
   bool file_reads = false;
   uint64_t fail_reads = 0;
+  bool decodes = false;
+  uint64_t fail_decodes = 0;
 };
 std::unique_ptr<CopyBackend> MakeCpuCopyBackend(const CpuBackendOptions& options);
 inline std::unique_ptr<CopyBackend> MakeCpuCopyBackend(uint64_t fail_after = 0) {
-  return MakeCpuCopyBackend(CpuBackendOptions{fail_after, false, 0});
+  return MakeCpuCopyBackend(CpuBackendOptions{fail_after, false, 0, false, 0});
 }
 // The CUDA backend on device `device`; an error naming why when flatkv was
 // built without FLATKV_CUDA or no device is usable.
 Result<std::unique_ptr<CopyBackend>> MakeCudaCopyBackend(int device = 0);
-// "cpu" (with file reads) or "cuda".
+// "cpu" (with file reads and decoders) or "cuda".
 Result<std::unique_ptr<CopyBackend>> MakeCopyBackend(const std::string& name);
 
 }  // namespace flatkv::gpu

@@ -31,7 +31,12 @@ namespace {
 class CpuCopyBackend final : public CopyBackend {
  public:
   explicit CpuCopyBackend(const CpuBackendOptions& o)
-      : fail_after_(o.fail_after), file_reads_(o.file_reads), fail_reads_(o.fail_reads), worker_([this] { Run(); }) {}
+      : fail_after_(o.fail_after),
+        file_reads_(o.file_reads),
+        fail_reads_(o.fail_reads),
+        decodes_(o.decodes),
+        fail_decodes_(o.fail_decodes),
+        worker_([this] { Run(); }) {}
   ~CpuCopyBackend() override {
     readers_.reset();  // runs the reads queued, then joins
     {
@@ -171,6 +176,34 @@ class CpuCopyBackend final : public CopyBackend {
     return Status::Ok();
   }
 
+  // The codecs the CUDA backend decodes (int8, kivi), with the CPU codec.
+  bool DecodesCodec(const Codec& codec, const SliceLayout& layout) const override {
+    const DType dt = layout.shape.dtype;
+    return decodes_ && (codec.id() == 1 || codec.id() == 2) && (dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16);
+  }
+  Status DecodeSlices(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
+                      std::span<std::byte* const> dst) override {
+    if (!decodes_) return Status::FailedPrecondition("cpu copy backend: made without decoders");
+    {
+      MutexLock lock(&mu_);
+      if (fail_decodes_ > 0 && ++decode_calls_ >= fail_decodes_)
+        return Status::IoError("cpu copy backend: decode " + std::to_string(decode_calls_) + " failed (injected)");
+    }
+    thread_local CodecContext ctx;
+    std::vector<std::byte> out(layout.Bytes());
+    uint64_t in_bytes = 0;
+    for (size_t j = 0; j < slices.size(); ++j) {
+      FLATKV_RETURN_IF_ERROR(DecodeSlice(ctx, layout, slices[j], out));
+      DeviceAccess access(this, {{dst[j], out.size()}});
+      std::memcpy(dst[j], out.data(), out.size());
+      in_bytes += slices[j].size();
+    }
+    MutexLock lock(&mu_);
+    stats_.decoded_slices += slices.size();
+    stats_.decode_in_bytes += in_bytes;
+    return Status::Ok();
+  }
+
  private:
   static constexpr uint32_t kReaders = 4;
   static uint64_t RoundUp(uint64_t n) { return (n + 4095) / 4096 * 4096; }
@@ -241,6 +274,8 @@ class CpuCopyBackend final : public CopyBackend {
   const uint64_t fail_after_;
   const bool file_reads_;
   const uint64_t fail_reads_;
+  const bool decodes_;
+  const uint64_t fail_decodes_;
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::function<Status()>> queue_ FLATKV_GUARDED_BY(mu_);
@@ -248,6 +283,7 @@ class CpuCopyBackend final : public CopyBackend {
   uint64_t done_ FLATKV_GUARDED_BY(mu_) = 0;
   uint64_t copies_ FLATKV_GUARDED_BY(mu_) = 0;
   uint64_t reads_ FLATKV_GUARDED_BY(mu_) = 0;
+  uint64_t decode_calls_ FLATKV_GUARDED_BY(mu_) = 0;
   std::set<std::pair<dev_t, ino_t>> files_ FLATKV_GUARDED_BY(mu_);
   std::unique_ptr<DramQueue> readers_;  // made at the first read (under mu_), then only used
   uint64_t first_failure_at_ FLATKV_GUARDED_BY(mu_) = 0;
@@ -267,7 +303,7 @@ std::unique_ptr<CopyBackend> MakeCpuCopyBackend(const CpuBackendOptions& options
 
 
 Result<std::unique_ptr<CopyBackend>> MakeCopyBackend(const std::string& name) {
-  if (name == "cpu") return MakeCpuCopyBackend(CpuBackendOptions{0, /*file_reads=*/true, 0});
+  if (name == "cpu") return MakeCpuCopyBackend(CpuBackendOptions{0, /*file_reads=*/true, 0, /*decodes=*/true, 0});
   if (name == "cuda") return MakeCudaCopyBackend(0);
   return Status::InvalidArgument("copy backend '" + name + "': expected cpu or cuda");
 }

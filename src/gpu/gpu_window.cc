@@ -7,7 +7,7 @@
 namespace flatkv::gpu {
 
 Result<std::unique_ptr<GpuWindow>> GpuWindow::Start(CopyBackend* backend, Store& store, std::span<const BlockKey> chain,
-                                                    uint32_t slots, bool file_reads) {
+                                                    uint32_t slots, bool file_reads, bool decodes) {
   if (backend == nullptr) return Status::InvalidArgument("gpu window: no copy backend");
   const uint32_t layers = store.options().shape.layers;
   const uint64_t lb = store.BlockLayerBytes();
@@ -15,7 +15,7 @@ Result<std::unique_ptr<GpuWindow>> GpuWindow::Start(CopyBackend* backend, Store&
   if (chain.empty()) return Status::InvalidArgument("gpu window: an empty chain");
   slots = std::min(slots, layers);
   const uint64_t slot_bytes = (chain.size() * lb + 4095) / 4096 * 4096;
-  std::unique_ptr<GpuWindow> w(new GpuWindow(backend, layers, lb, slots, slot_bytes, file_reads));
+  std::unique_ptr<GpuWindow> w(new GpuWindow(backend, layers, lb, slots, slot_bytes, file_reads, decodes));
   w->state_.assign(layers, Layer::kPending);
   // DRAM hits are copied from the arena: pinned once, so those copies are DMA.
   if (std::span<const std::byte> dram = store.DramMemory(); !dram.empty() && !backend->RegisterHost(dram.data(), dram.size()).ok()) {
@@ -113,6 +113,23 @@ void GpuWindow::ReadFile(int fd, uint64_t offset, std::byte* dst, uint64_t bytes
     }
     done(std::move(s));
   });
+}
+
+bool GpuWindow::Decodes(const Codec& codec, const SliceLayout& layout) {
+  return decodes_ && backend_->DecodesCodec(codec, layout);
+}
+
+Status GpuWindow::Decode(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
+                         std::span<std::byte* const> dst) {
+  Status s = cancelled_.load() ? Status::Aborted("gpu window: cancelled") : backend_->DecodeSlices(layout, slices, dst);
+  MutexLock lock(&mu_);
+  if (s.ok()) {
+    stats_.decoded_slices += slices.size();
+    for (const auto& slice : slices) stats_.decode_in_bytes += slice.size();
+  } else {
+    stats_.failed_decodes++;
+  }
+  return s;
 }
 
 Status GpuWindow::Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) {

@@ -5,7 +5,9 @@
 // from the store's arena, pinned, by the copy backend (DMA, no host copy);
 // SSD hits are read straight into the slot by the backend's file reads
 // (cuFile) where it has them and can read the segment file, and checked
-// there by the checksum kernel; the rest (SSD without them, coded extents,
+// there by the checksum kernel; coded extents whose codec the backend
+// decodes (int8, kivi) are checked on the host, carried over encoded and
+// decoded there; the rest (SSD without file reads, other coded extents,
 // media past the index) are read, checked and decoded in the restore's host
 // window (pinned: the bounce buffer) and copied over once their layer is
 // whole. A layer is ready once its copies have passed: a consumer computes
@@ -51,6 +53,9 @@ struct GpuWindowStats {
   uint64_t failed_file_reads = 0;
   uint64_t files_refused = 0;   // segment files the backend could not register (read through the window)
   uint64_t checksum_calls = 0;  // device checksum launches (one per file read)
+  uint64_t decoded_slices = 0;  // coded slices decoded on the device (int8, kivi)
+  uint64_t decode_in_bytes = 0; // encoded bytes carried over for them
+  uint64_t failed_decodes = 0;
 };
 
 class GpuWindow final : public DeviceLanding {
@@ -59,9 +64,11 @@ class GpuWindow final : public DeviceLanding {
   // the whole chain's layer. Pins the store's DRAM arena for DMA the first
   // time (UnpinStore undoes it, before the store is destroyed).
   // With `file_reads` false, SSD hits go through the host window even where
-  // the backend reads files (to measure the bounce path beside it).
+  // the backend reads files (to measure the bounce path beside it); with
+  // `decodes` false, coded extents are decoded on the host even where the
+  // backend decodes their codec.
   static Result<std::unique_ptr<GpuWindow>> Start(CopyBackend* backend, Store& store, std::span<const BlockKey> chain,
-                                                  uint32_t slots, bool file_reads = true);
+                                                  uint32_t slots, bool file_reads = true, bool decodes = true);
   static void UnpinStore(CopyBackend* backend, const Store& store);
   ~GpuWindow() override;  // cancels, waits for the restore's I/O and the copies in flight
 
@@ -85,23 +92,28 @@ class GpuWindow final : public DeviceLanding {
   bool ReadsFile(int fd) override;
   void ReadFile(int fd, uint64_t offset, std::byte* dst, uint64_t bytes, std::function<void(Status)> done) override;
   Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) override;
+  bool Decodes(const Codec& codec, const SliceLayout& layout) override;
+  Status Decode(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
+                std::span<std::byte* const> dst) override;
 
  private:
   enum class Layer : uint8_t { kPending, kWaited, kReleased };
   GpuWindow(CopyBackend* backend, uint32_t layers, uint64_t block_layer_bytes, uint32_t slots, uint64_t slot_bytes,
-            bool file_reads)
+            bool file_reads, bool decodes)
       : backend_(backend),
         layers_(layers),
         slots_(slots),
         lb_(block_layer_bytes),
         slot_bytes_(slot_bytes),
-        file_reads_(file_reads && !backend->file_read_path().empty()) {}
+        file_reads_(file_reads && !backend->file_read_path().empty()),
+        decodes_(decodes) {}
   std::byte* Slot(uint32_t layer) const { return device_ + uint64_t{layer % slots_} * slot_bytes_; }
 
   CopyBackend* backend_;
   const uint32_t layers_, slots_;
   const uint64_t lb_, slot_bytes_;
   const bool file_reads_;
+  const bool decodes_;
   std::byte* device_ = nullptr;           // allocated when the restore asks for its first destination
   Status no_memory_;                      // why it could not be
   // Host window buffers pinned (unpinned at destruction), and their sizes.

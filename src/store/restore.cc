@@ -409,6 +409,9 @@ Status RestoreImpl::Begin() {
     // the landing reads its file (cuFile), asked once per file.
     std::vector<uint8_t> reads_file(runs_.size(), 0);
     if (target_.device) {
+      // Coded runs whose codec the landing decodes carry encoded slices there.
+      const SliceLayout layout{o.shape, o.block_tokens, 0, SliceLayout::kUnknownPosition};
+      for (Run& run : runs_) run.device_decode = run.codec && target_.device->Decodes(*run.codec, layout);
       std::vector<std::pair<int, bool>> asked;
       for (size_t r = 0; r < runs_.size(); ++r) {
         const Run& run = runs_[r];
@@ -423,7 +426,7 @@ Status RestoreImpl::Begin() {
         Run& run = runs_[r];
         // Sources that scatter copy block by block; coded runs decode into place.
         bool direct = run.source->scatters() || run.codec;
-        if (target_.device) direct = run.source->CanLand(LandingKind::kDevice) && !run.codec;
+        if (target_.device) direct = (run.source->CanLand(LandingKind::kDevice) && !run.codec) || run.device_decode;
         if (!direct && (!target_.device || reads_file[r])) {
           std::byte* first = Dst(l, run.first_block);
           direct = run.slot_stride == lb_ && reinterpret_cast<uintptr_t>(first) % 4096 == 0;

@@ -110,6 +110,9 @@ class RestoreImpl final : public Restore {
     // (cuFile) in some layer: checked there (Checksums), never readmitted
     // (its bytes are not in host memory).
     bool device_reads = false;
+    // Coded, its codec decoded by the DeviceLanding (Decodes): its checked
+    // encoded slices are decoded straight into the device destinations.
+    bool device_decode = false;
     uint64_t copy_src = 0;         // arena offset of (layer 0, first slot) (coded: region start) in that copy
     // Where its blocks' checksums (and coded offsets and lengths) are: its
     // SSD home's sums table (read in Begin, outside the store lock), else
@@ -190,7 +193,7 @@ class RestoreImpl final : public Restore {
   // Copies blocks j0..j0+n-1 of readmitted run `r` of `layer` into the DRAM copy.
   void CopyRaw(uint32_t layer, const Run& r, uint32_t j0, std::span<const std::byte* const> where, uint32_t good);
   void CopyCoded(uint32_t layer, const Run& r, uint32_t j0, uint32_t n, const std::byte* bytes, uint64_t region_begin);
-  std::byte* Home(uint32_t layer, uint32_t block);  // where a decoded block goes
+  std::byte* Home(uint32_t layer, uint32_t block);  // where a block decoded on the host goes
   bool AllSettled() FLATKV_REQUIRES(mu_);  // no request in flight
   // Streams (runs of media past the index). Each has a sink the fetch
   // calls from its medium's thread.

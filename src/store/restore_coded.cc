@@ -1,6 +1,8 @@
 // RestoreImpl's coded runs: their pieces' byte ranges, reads into the
 // window's staging area, and the decode jobs that verify each encoded slice
-// and decode it into its block's place (store/restore.h).
+// and decode it into its block's place (store/restore.h), or, into device
+// memory whose landing decodes the codec, check each slice and hand the
+// checked ones to the landing to decode there.
 #include <algorithm>
 #include <cstring>
 
@@ -12,10 +14,10 @@
 namespace flatkv {
 namespace {
 
-// Decodes a slice the store kept with `codec`: the header must name this
-// codec and describe `layout` (Corruption naming the field otherwise).
-Status DecodeStored(CodecContext& ctx, const Codec& codec, uint32_t params_bytes, const SliceLayout& layout,
-                    std::span<const std::byte> in, std::span<std::byte> out) {
+// Checks the header of a slice the store kept with `codec`: it must name
+// this codec and describe `layout` (Corruption naming the field otherwise).
+Result<codec::SliceHeader> CheckStored(const Codec& codec, uint32_t params_bytes, const SliceLayout& layout,
+                                       std::span<const std::byte> in) {
   FLATKV_ASSIGN_OR_RETURN(codec::SliceHeader h, codec::ParseHeader(in));
   const bool mla = layout.shape.kind == AttentionKind::kMla;
   const uint32_t dim_a = mla ? layout.shape.latent_dim : layout.shape.kv_heads;
@@ -31,6 +33,13 @@ Status DecodeStored(CodecContext& ctx, const Codec& codec, uint32_t params_bytes
   if (h.dim_a != dim_a || h.dim_b != dim_b) return mismatch("dimensions", uint64_t{h.dim_a} << 32 | h.dim_b, uint64_t{dim_a} << 32 | dim_b);
   if (h.layer != (layout.layer & 0xFFFF)) return mismatch("layer", h.layer, layout.layer);
   if (h.params_bytes != params_bytes) return mismatch("parameter bytes", h.params_bytes, params_bytes);
+  return h;
+}
+
+// Decodes a slice the store kept with `codec` (CheckStored first).
+Status DecodeStored(CodecContext& ctx, const Codec& codec, uint32_t params_bytes, const SliceLayout& layout,
+                    std::span<const std::byte> in, std::span<std::byte> out) {
+  FLATKV_ASSIGN_OR_RETURN(codec::SliceHeader h, CheckStored(codec, params_bytes, layout, in));
   SliceLayout l = layout;
   l.first_position = h.first_position;
   const size_t start = codec::kHeaderBytes + h.params_bytes;
@@ -48,7 +57,8 @@ void RestoreImpl::CodedSpan(const Run& r, uint32_t layer, uint32_t j0, uint32_t 
 }
 
 std::byte* RestoreImpl::Home(uint32_t layer, uint32_t block) {
-  // Into device memory a coded block decodes in the window first (FinalizeLayer copies it over).
+  // Into device memory a coded block decoded on the host decodes in the
+  // window first (FinalizeLayer copies it over).
   return target_.destination && !target_.device ? Dst(layer, block) : window_->slot(layer % slots_) + uint64_t{block} * lb_;
 }
 
@@ -106,6 +116,9 @@ void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32
   const SliceLayout layout{store_->options().shape, store_->options().block_tokens, layer, SliceLayout::kUnknownPosition};
   uint32_t bad = UINT32_MAX, decoded = 0;
   std::vector<BlockRef> corrupt;
+  // Decoded on the device: the slices checked here, then decoded there at once.
+  std::vector<std::span<const std::byte>> slices;
+  std::vector<std::byte*> dst;
   for (uint32_t j = j0; j < j0 + n; ++j) {
     const uint32_t block = r.first_block + j;
     const uint64_t at = uint64_t{block} * layers_ + layer;
@@ -114,6 +127,14 @@ void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32
     if (verify && BlockChecksum(in.data(), in.size()) != checksums_[at]) {
       c.checksum_failures++;
       problem = "checksum mismatch";
+    } else if (r.device_decode) {
+      if (Status s = CheckStored(*r.codec, r.params_bytes, layout, in).status(); !s.ok()) {
+        c.decode_failures++;
+        problem = "its " + std::string(r.codec->name()) + " slice: " + s.ToString();
+      } else {
+        slices.push_back(in);
+        dst.push_back(Dst(layer, block));
+      }
     } else if (Status s = DecodeStored(ctx, *r.codec, r.params_bytes, layout, in, std::span(Home(layer, block), lb_));
                !s.ok()) {
       c.decode_failures++;
@@ -129,6 +150,16 @@ void RestoreImpl::DecodeBlocks(uint32_t layer, const Run& r, uint32_t j0, uint32
     corrupt.push_back({r.extent, r.first_slot + j});
     bad = block;
     break;
+  }
+  if (!slices.empty()) {
+    // The landing's failure, not the medium's: the blocks it was given stay
+    // stored (a corrupt block found after them still leaves the index).
+    if (Status s = target_.device->Decode(layout, slices, dst); !s.ok()) {
+      LogWarning("restore: layer " + std::to_string(layer) + ": decoding in device memory: " + s.ToString() +
+                 "; blocks from " + std::to_string(r.first_block + j0) + " on are misses");
+      bad = r.first_block + j0;
+      decoded = 0;
+    }
   }
   r.source->counters()->bytes_delivered += uint64_t{decoded} * lb_;
   Settle(layer, bad, corrupt);

@@ -149,15 +149,20 @@ assert row['ssd_over_rocksdb'] > 0 and row['ssd_over_rocksdb_blobdb'] > 0 and j[
 # and both SSD paths (file reads straight into device memory, the CPU backend's pread standing
 # for cuFile, and the pinned bounce window) deliver every block (bench gpu exits 1 when one is
 # short), every byte of the first by file reads, and the SSD figures read the SSD (its store has
-# no DRAM copies).
+# no DRAM copies); a kivi-coded DRAM store restores both decoded on the device from its encoded
+# slices (the CPU backend's decoder standing for the CUDA ones, under half the bytes carried) and
+# decoded on the host.
 "$FLATKV" bench gpu --backend cpu --blocks 8 --reps 1 --dir "$WORK" --json > "$WORK/gpu.json" || fail "bench gpu --backend cpu"
 python3 -c "
 import json; j = json.load(open('$WORK/gpu.json'))
 assert j['dram_valid_blocks'] == 8 and j['ssd_valid_blocks'] == 8 and j['ssd_bounce_valid_blocks'] == 8, j
 assert j['dram_path'] == 'dma-from-arena' and j['ssd_path'] == 'cpu-pread', j
 assert j['ssd_file_read_bytes'] == j['restored_bytes'] and j['ssd_bounce_bytes'] == 0, j
+assert j['dram_kivi_valid_blocks'] == 8 and j['dram_kivi_host_decode_valid_blocks'] == 8, j
+assert j['dram_kivi_path'] == 'device-decode' and 0 < j['dram_kivi_carried_bytes'] < j['restored_bytes'] / 2, j
 assert j['ssd_delivered_bytes'] >= 2 * j['restored_bytes'] and j['ssd_store_dram_delivered_bytes'] == 0, j
-for k in ('h2d_pinned_gbps', 'dram_to_gpu_gbps', 'raw_ssd_read_gbps', 'ssd_to_gpu_gbps', 'ssd_bounce_to_gpu_gbps'):
+for k in ('h2d_pinned_gbps', 'dram_to_gpu_gbps', 'raw_ssd_read_gbps', 'ssd_to_gpu_gbps', 'ssd_bounce_to_gpu_gbps',
+          'dram_kivi_to_gpu_gbps', 'dram_kivi_host_decode_to_gpu_gbps'):
     assert j[k] > 0, (k, j)
 " || fail "bench gpu json"
 

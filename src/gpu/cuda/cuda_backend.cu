@@ -19,6 +19,7 @@
 
 #include "gpu/copy_backend.h"
 #include "gpu/cuda/cuda_util.h"
+#include "codec/codec_internal.h"
 #include "gpu/cuda/kernels.h"
 #include "store/dram_queue.h"
 
@@ -200,6 +201,7 @@ class CudaCopyBackend final : public CopyBackend {
       cudaStreamDestroy(c.stream);
       cudaFree(c.device);
       cudaFreeHost(c.host);
+      cudaFree(c.staging);
     }
 #if FLATKV_HAVE_CUFILE
     for (auto& [p, bytes] : buffers_) cufile_->BufDeregister(p);
@@ -398,19 +400,28 @@ class CudaCopyBackend final : public CopyBackend {
 
   Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) override {
     if (n == 0) return Status::Ok();
-    Checker c;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!checkers_.empty()) {
-        c = checkers_.back();
-        checkers_.pop_back();
-      }
-    }
-    cudaSetDevice(device_);
+    Checker c = TakeChecker();
     const Status s = RunChecksums(c, slices, n, bytes, out);
-    if (c.stream != nullptr) {
-      std::lock_guard<std::mutex> lock(mu_);
-      checkers_.push_back(c);
+    GiveChecker(c);
+    return s;
+  }
+
+  bool DecodesCodec(const Codec& codec, const SliceLayout& layout) const override {
+    const DType dt = layout.shape.dtype;
+    return (codec.id() == 1 || codec.id() == 2) && (dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16);
+  }
+  Status DecodeSlices(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
+                      std::span<std::byte* const> dst) override {
+    if (slices.empty()) return Status::Ok();
+    Checker c = TakeChecker();
+    const Status s = RunDecodes(c, layout, slices, dst);
+    GiveChecker(c);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.ok()) {
+      stats_.decoded_slices += slices.size();
+      stats_.decode_in_bytes += uint64_t(slices.back().data() + slices.back().size() - slices.front().data());
+    } else {
+      stats_.failed_ops++;
     }
     return s;
   }
@@ -424,6 +435,45 @@ class CudaCopyBackend final : public CopyBackend {
   explicit CudaCopyBackend(int device) : device_(device) {}
 
   struct Checker;
+  Checker TakeChecker() {
+    cudaSetDevice(device_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (checkers_.empty()) return Checker{};
+    Checker c = checkers_.back();
+    checkers_.pop_back();
+    return c;
+  }
+  void GiveChecker(const Checker& c) {
+    if (c.stream == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    checkers_.push_back(c);
+  }
+  // One DecodeSlices call on `c`'s stream: the slices' bytes carried over in
+  // one copy into its staging (grown as needed), then one decode each.
+  static Status RunDecodes(Checker& c, const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
+                           std::span<std::byte* const> dst) {
+    if (c.stream == nullptr)
+      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    const std::byte* first = slices.front().data();
+    const uint64_t bytes = uint64_t(slices.back().data() + slices.back().size() - first);
+    if (c.staging_capacity < bytes) {
+      cudaFree(c.staging);
+      c.staging = nullptr;
+      c.staging_capacity = 0;
+      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&c.staging, bytes), "cudaMalloc of decode staging"));
+      c.staging_capacity = bytes;
+    }
+    FLATKV_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(c.staging, first, bytes, cudaMemcpyHostToDevice, c.stream), "cudaMemcpyAsync of encoded slices"));
+    for (size_t j = 0; j < slices.size(); ++j) {
+      const std::byte* on_device = c.staging + (slices[j].data() - first);
+      FLATKV_ASSIGN_OR_RETURN(codec::SliceHeader h, codec::ParseHeader(slices[j]));
+      if (h.codec_id == 1) FLATKV_RETURN_IF_ERROR(LaunchInt8Decode(c.stream, layout, slices[j], on_device, dst[j]));
+      else if (h.codec_id == 2) FLATKV_RETURN_IF_ERROR(LaunchKiviDecode(c.stream, layout, slices[j], on_device, dst[j]));
+      else return Status::InvalidArgument("copy backend 'cuda': no decoder for codec id " + std::to_string(h.codec_id));
+    }
+    return CudaStatus(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize (decodes)");
+  }
   // One Checksums call on `c`'s stream, growing its buffers to n sums.
   static Status RunChecksums(Checker& c, const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t* out) {
     if (c.stream == nullptr)
@@ -485,12 +535,14 @@ class CudaCopyBackend final : public CopyBackend {
   // File reads.
   std::string path_;  // "gds", "cufile-compat", or "" (none: why_)
   std::string why_;
-  // A stream and buffers for one Checksums call at a time; reused.
+  // A stream and buffers for one Checksums or DecodeSlices call at a time; reused.
   struct Checker {
     cudaStream_t stream = nullptr;
     uint64_t* device = nullptr;
     uint64_t* host = nullptr;
     uint32_t capacity = 0;
+    std::byte* staging = nullptr;  // encoded slices, in device memory
+    uint64_t staging_capacity = 0;
   };
   std::vector<Checker> checkers_;
   std::unique_ptr<DramQueue> readers_;  // made at the first read (under mu_)

@@ -121,47 +121,13 @@ class CudaDeviceOps final : public DeviceOps {
   }
   Status DecodeInt8(const SliceLayout& layout, std::span<const std::byte> host_slice, const std::byte* device_slice,
                     std::byte* device_out) override {
-    FLATKV_ASSIGN_OR_RETURN(codec::SliceHeader h, codec::ParseHeader(host_slice));
-    if (h.codec_id != 1) return Status::InvalidArgument("gpu int8 decode: the slice's codec id is " + std::to_string(h.codec_id));
-    if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
-      return Status::InvalidArgument("gpu int8 decode: dtype not f32, f16 or bf16");
-    const uint64_t start = codec::kHeaderBytes + h.params_bytes;
-    const uint64_t body_bytes = codec::kHeaderBytes + h.body_bytes - start;
-    if (host_slice.size() < start + body_bytes || body_bytes < 1)
-      return Status::Corruption("gpu int8 decode: slice of " + std::to_string(host_slice.size()) + " bytes is truncated");
-    const uint8_t wide = uint8_t(host_slice[start]);
-    if (wide > 1) return Status::Corruption("int8 decode: bad metadata flag");
-    const codec::Sections sec = codec::SplitSlice(layout);
-    const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + start);
-    uint64_t at = 1;
     cudaSetDevice(device_);
-    for (const codec::Section& s : sec.part) {
-      if (s.width == 0 || s.rows == 0) continue;
-      const uint64_t heads = s.head_dim ? s.width / s.head_dim : 0;
-      Part p{s.base, at, at + uint64_t(s.rows) * heads * (wide ? 4 : 2), s.row_stride, s.rows, s.width, s.head_dim};
-      at = p.codes + uint64_t(s.rows) * s.width;
-      if (at > body_bytes) return Status::Corruption("int8 decode: truncated body");
-      const uint64_t n = uint64_t(s.rows) * s.width;
-      Int8Decode<<<unsigned((n + 255) / 256), 256, 0, stream_>>>(body, p, wide, int(layout.shape.dtype), device_out);
-      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "Int8Decode launch"));
-    }
-    if (at != body_bytes) return Status::Corruption("int8 decode: " + std::to_string(body_bytes - at) + " trailing bytes");
-    return Status::Ok();
+    return LaunchInt8Decode(stream_, layout, host_slice, device_slice, device_out);
   }
   Status DecodeKivi(const SliceLayout& layout, std::span<const std::byte> host_slice, const std::byte* device_slice,
                     std::byte* device_out) override {
-    if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
-      return Status::InvalidArgument("gpu kivi decode: dtype not f32, f16 or bf16");
-    FLATKV_ASSIGN_OR_RETURN(kivi::Slice s, kivi::ParseSlice(layout, host_slice));
-    const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + s.body);
     cudaSetDevice(device_);
-    for (uint32_t k = 0; k < s.parts; ++k) {
-      const uint64_t n = uint64_t(s.part[k].rows) * s.part[k].width;
-      KiviDecode<<<unsigned((n + 255) / 256), 256, 0, stream_>>>(body, s.part[k], s.wide ? 1 : 0,
-                                                                 int(layout.shape.dtype), device_out);
-      FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "KiviDecode launch"));
-    }
-    return Status::Ok();
+    return LaunchKiviDecode(stream_, layout, host_slice, device_slice, device_out);
   }
   Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride, uint64_t* out) override {
     cudaSetDevice(device_);
@@ -184,6 +150,50 @@ class CudaDeviceOps final : public DeviceOps {
 };
 
 }  // namespace
+
+Status LaunchInt8Decode(cudaStream_t stream, const SliceLayout& layout, std::span<const std::byte> host_slice,
+                        const std::byte* device_slice, std::byte* device_out) {
+  FLATKV_ASSIGN_OR_RETURN(codec::SliceHeader h, codec::ParseHeader(host_slice));
+  if (h.codec_id != 1) return Status::InvalidArgument("gpu int8 decode: the slice's codec id is " + std::to_string(h.codec_id));
+  if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
+    return Status::InvalidArgument("gpu int8 decode: dtype not f32, f16 or bf16");
+  const uint64_t start = codec::kHeaderBytes + h.params_bytes;
+  const uint64_t body_bytes = codec::kHeaderBytes + h.body_bytes - start;
+  if (host_slice.size() < start + body_bytes || body_bytes < 1)
+    return Status::Corruption("gpu int8 decode: slice of " + std::to_string(host_slice.size()) + " bytes is truncated");
+  const uint8_t wide = uint8_t(host_slice[start]);
+  if (wide > 1) return Status::Corruption("int8 decode: bad metadata flag");
+  const codec::Sections sec = codec::SplitSlice(layout);
+  const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + start);
+  uint64_t at = 1;
+  for (const codec::Section& s : sec.part) {
+    if (s.width == 0 || s.rows == 0) continue;
+    const uint64_t heads = s.head_dim ? s.width / s.head_dim : 0;
+    Part p{s.base, at, at + uint64_t(s.rows) * heads * (wide ? 4 : 2), s.row_stride, s.rows, s.width, s.head_dim};
+    at = p.codes + uint64_t(s.rows) * s.width;
+    if (at > body_bytes) return Status::Corruption("int8 decode: truncated body");
+    const uint64_t n = uint64_t(s.rows) * s.width;
+    Int8Decode<<<unsigned((n + 255) / 256), 256, 0, stream>>>(body, p, wide, int(layout.shape.dtype), device_out);
+    FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "Int8Decode launch"));
+  }
+  if (at != body_bytes) return Status::Corruption("int8 decode: " + std::to_string(body_bytes - at) + " trailing bytes");
+  return Status::Ok();
+}
+
+Status LaunchKiviDecode(cudaStream_t stream, const SliceLayout& layout, std::span<const std::byte> host_slice,
+                        const std::byte* device_slice, std::byte* device_out) {
+  if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
+    return Status::InvalidArgument("gpu kivi decode: dtype not f32, f16 or bf16");
+  FLATKV_ASSIGN_OR_RETURN(kivi::Slice s, kivi::ParseSlice(layout, host_slice));
+  const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + s.body);
+  for (uint32_t k = 0; k < s.parts; ++k) {
+    const uint64_t n = uint64_t(s.part[k].rows) * s.part[k].width;
+    KiviDecode<<<unsigned((n + 255) / 256), 256, 0, stream>>>(body, s.part[k], s.wide ? 1 : 0, int(layout.shape.dtype),
+                                                              device_out);
+    FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "KiviDecode launch"));
+  }
+  return Status::Ok();
+}
 
 Status LaunchBlockChecksums(cudaStream_t stream, const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride,
                             uint64_t* out) {

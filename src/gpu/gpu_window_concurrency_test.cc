@@ -75,6 +75,13 @@ struct Stored {
   }
 };
 
+// A backend that reads files (the CPU backend's pread, as cuFile does on a
+// GPU): SSD hits are read straight into the device slots, checked there,
+// with no host window at all.
+std::unique_ptr<CopyBackend> FileReadingBackend(uint64_t fail_reads = 0) {
+  return MakeCpuCopyBackend(CpuBackendOptions{0, /*file_reads=*/true, fail_reads});
+}
+
 TEST(GpuWindowTest, DramHitsAreCopiedStraightFromTheArena) {
   Stored s(/*dram_extents=*/8);
   auto backend = MakeCpuCopyBackend();
@@ -112,12 +119,6 @@ TEST(GpuWindowTest, SsdHitsGoThroughThePinnedHostWindow) {
   EXPECT_EQ(w->Stats().copies, uint64_t{s.layers} * 2);  // a layer's run each, once checked
 }
 
-// A backend that reads files (the CPU backend's pread, as cuFile does on a
-// GPU): SSD hits are read straight into the device slots, checked there,
-// with no host window at all.
-std::unique_ptr<CopyBackend> FileReadingBackend(uint64_t fail_reads = 0) {
-  return MakeCpuCopyBackend(CpuBackendOptions{0, /*file_reads=*/true, fail_reads});
-}
 
 TEST(GpuWindowTest, SsdHitsAreReadStraightIntoDeviceMemoryAndCheckedThere) {
   Stored s(/*dram_extents=*/0);
@@ -193,33 +194,6 @@ TEST(GpuWindowTest, ACorruptSliceReadIntoDeviceMemoryIsAMissAndLeavesTheIndex) {
   w.reset();
   EXPECT_EQ(s.store->Stats().checksum_failures, 1u);
   EXPECT_EQ(s.store->Match(s.keys), 5u);  // the corrupt block left the index
-}
-
-TEST(GpuWindowTest, AFailedFileReadIsACleanMissAndTheBlocksStayStored) {
-  Stored s(/*dram_extents=*/0);
-  auto backend = FileReadingBackend(/*fail_reads=*/5);  // layer 2's first run (2 reads a layer)
-  auto w = s.Window(backend.get(), 2);
-  ASSERT_NE(w, nullptr);
-  for (uint32_t l = 0; l < 2; ++l) {
-    auto d = w->WaitLayer(l);
-    ASSERT_TRUE(d.ok());
-    EXPECT_EQ(d->blocks, s.keys.size());
-  }
-  w->ReleaseLayer(0);
-  w->ReleaseLayer(1);
-  auto two = w->WaitLayer(2);
-  ASSERT_TRUE(two.ok()) << two.status().ToString();
-  EXPECT_EQ(two->blocks, 0u);
-  w->ReleaseLayer(2);
-  EXPECT_EQ(w->Finish(), 0u);
-  EXPECT_GT(w->Stats().failed_file_reads, 0u);
-  w.reset();
-  EXPECT_EQ(s.store->Match(s.keys), s.keys.size());  // the landing's failure, not the medium's
-  EXPECT_EQ(s.store->Stats().checksum_failures, 0u);
-  auto again = FileReadingBackend();
-  auto w2 = s.Window(again.get(), 2);
-  ASSERT_NE(w2, nullptr);
-  s.ExpectAllLayers(*w2, *again);
 }
 
 // A backend that decodes int8 and kivi slices into its memory (the CPU
@@ -356,10 +330,17 @@ TEST(GpuWindowTest, SlotsRecycleOnlyAsTheConsumerReleases) {
   }
 }
 
-TEST(GpuWindowTest, AFailedCopyIsACleanMissAndTheBlocksStayStored) {
-  for (uint64_t dram : {8u, 0u}) {
-    Stored s(dram);
-    auto backend = MakeCpuCopyBackend(/*fail_after=*/5);  // layer 2's first run (2 copies a layer)
+// A failed copy (from the arena, or from the host window) or file read
+// (into device memory) is the landing's failure, not the medium's.
+TEST(GpuWindowTest, AFailedCopyOrFileReadIsACleanMissAndTheBlocksStayStored) {
+  struct Case {
+    uint64_t dram;
+    bool file_reads;
+  };
+  for (Case c : {Case{8, false}, Case{0, false}, Case{0, true}}) {
+    Stored s(c.dram);
+    // Layer 2's first run fails (2 copies, or reads, a layer).
+    auto backend = c.file_reads ? FileReadingBackend(/*fail_reads=*/5) : MakeCpuCopyBackend(/*fail_after=*/5);
     auto w = s.Window(backend.get(), 2);
     ASSERT_NE(w, nullptr);
     // Both slots' layers before either is released: layer 2 (whose copies
@@ -377,10 +358,11 @@ TEST(GpuWindowTest, AFailedCopyIsACleanMissAndTheBlocksStayStored) {
     EXPECT_EQ(two->blocks, 0u);  // nothing wrong is delivered: the engine recomputes
     w->ReleaseLayer(2);
     EXPECT_EQ(w->Finish(), 0u);
-    EXPECT_GT(w->Stats().failed_copies, 0u);
+    EXPECT_GT(c.file_reads ? w->Stats().failed_file_reads : w->Stats().failed_copies, 0u);
     w.reset();
-    EXPECT_EQ(s.store->Match(s.keys), s.keys.size());  // a copy's failure is not the medium's
-    auto again = MakeCpuCopyBackend();
+    EXPECT_EQ(s.store->Match(s.keys), s.keys.size());  // the landing's failure is not the medium's
+    EXPECT_EQ(s.store->Stats().checksum_failures, 0u);
+    auto again = c.file_reads ? FileReadingBackend() : MakeCpuCopyBackend();
     auto w2 = s.Window(again.get(), 2);
     ASSERT_NE(w2, nullptr);
     s.ExpectAllLayers(*w2, *again);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "codec/dtype.h"
+#include "testing/test_util.h"
 
 namespace flatkv::gpu::kivi {
 namespace {
@@ -35,7 +36,6 @@ Status DecodeByElements(const SliceLayout& layout, std::span<const std::byte> en
 
 TEST(KiviElementTest, EqualsTheCpuCodecBitForBit) {
   std::mt19937 rng(3);
-  std::normal_distribution<float> n(0, 1);
   int cases = 0;
   for (const char* spec : {"kivi:bits=2,group=32", "kivi:bits=4,group=32", "kivi:bits=2,group=5", "kivi:bits=4,group=7",
                            "kivi:bits=4,group=1024"}) {
@@ -43,31 +43,18 @@ TEST(KiviElementTest, EqualsTheCpuCodecBitForBit) {
     ASSERT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
       for (uint32_t tokens : {1u, 17u, 64u, 333u})
-        for (int shape_i = 0; shape_i < 5; ++shape_i)
+        for (const KvShape& shape : {KvShape::Mha(2, 1, 8, dt), KvShape::Mha(2, 3, 64, dt), KvShape::Mha(2, 5, 72, dt),
+                                     KvShape::Mha(2, 8, 128, dt), KvShape::Mla(2, 96, 16, dt)})
           for (float scale : {1.0f, 1e6f}) {  // 1e6: past f16's range, so the groups' metadata is f32 (wide)
-            const KvShape shape = shape_i == 0   ? KvShape::Mha(2, 1, 8, dt)
-                                  : shape_i == 1 ? KvShape::Mha(2, 3, 64, dt)
-                                  : shape_i == 2 ? KvShape::Mha(2, 5, 72, dt)
-                                  : shape_i == 3 ? KvShape::Mha(2, 8, 128, dt)
-                                                 : KvShape::Mla(2, 96, 16, dt);
-            SliceLayout layout{shape, tokens, 1, 0};
-            std::vector<float> f(layout.Elements());
-            for (float& x : f) x = n(rng) * (rng() % 7 == 0 ? 30.f : 1.f) * scale;
-            std::vector<std::byte> raw(layout.Bytes());
-            codec::FromFloat(dt, f.data(), raw.data(), f.size());
-            CodecContext ctx;
-            std::vector<std::byte> enc((*codec)->MaxEncodedSize(layout));
-            auto size = (*codec)->Encode(ctx, layout, raw, enc);
-            ASSERT_TRUE(size.ok()) << size.status().ToString();
-            enc.resize(*size);
-            std::vector<std::byte> want(layout.Bytes()), got(layout.Bytes(), std::byte{0xEE});
-            Status cpu = DecodeSlice(ctx, layout, enc, want);
-            ASSERT_TRUE(cpu.ok()) << spec << " dtype " << int(dt) << " tokens " << tokens << " shape " << shape_i
-                                  << ": " << cpu.ToString();
-            Status by_elements = DecodeByElements(layout, enc, got);
+            const SliceLayout layout{shape, tokens, 1, 0};
+            const testing::CodedSlice slice = testing::EncodeKvSlice(**codec, layout, rng, scale);
+            ASSERT_FALSE(slice.decoded.empty());
+            std::vector<std::byte> got(layout.Bytes(), std::byte{0xEE});
+            Status by_elements = DecodeByElements(layout, slice.encoded, got);
             ASSERT_TRUE(by_elements.ok()) << by_elements.ToString();
-            ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
-                << spec << " dtype " << int(dt) << " tokens " << tokens << " shape " << shape_i << " scale " << scale;
+            ASSERT_EQ(std::memcmp(got.data(), slice.decoded.data(), got.size()), 0)
+                << spec << " dtype " << int(dt) << " tokens " << tokens << " dims " << shape.kv_heads << "x" << shape.head_dim
+                << " scale " << scale;
             ++cases;
           }
   }

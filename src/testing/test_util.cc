@@ -15,6 +15,7 @@
 #include <sstream>
 #include <random>
 
+#include "codec/dtype.h"
 #include "common/aligned_buffer.h"
 #include "io/fault_injection.h"
 
@@ -51,6 +52,26 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+CodedSlice EncodeKvSlice(const Codec& codec, const SliceLayout& layout, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> n(0, 1);
+  std::vector<float> f(layout.Elements());
+  for (float& x : f) x = n(rng) * (rng() % 7 == 0 ? 30.f : 1.f) * scale;
+  std::vector<std::byte> raw(layout.Bytes());
+  codec::FromFloat(layout.shape.dtype, f.data(), raw.data(), f.size());
+  CodecContext ctx;
+  CodedSlice out;
+  out.encoded.resize(codec.MaxEncodedSize(layout));
+  auto size = codec.Encode(ctx, layout, raw, out.encoded);
+  EXPECT_TRUE(size.ok()) << size.status().ToString();
+  if (!size.ok()) return {};
+  out.encoded.resize(*size);
+  out.decoded.resize(layout.Bytes());
+  const Status s = DecodeSlice(ctx, layout, out.encoded, out.decoded);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return {};
+  return out;
 }
 
 std::vector<std::byte> Payload(const Store& store, size_t blocks, uint64_t seed) {

@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "flatkv/codec.h"
 #include "flatkv/keys.h"
 #include "flatkv/options.h"
 #include "flatkv/store.h"
@@ -47,6 +49,15 @@ class TempDir {
 // Deterministic pseudo-random payload for `blocks` blocks of `store`,
 // distinct per (seed, block index).
 std::vector<std::byte> Payload(const Store& store, size_t blocks, uint64_t seed);
+
+// A slice of KV-like values for `layout` (normal, one in 7 scaled by 30,
+// all by `scale`: 1e6 puts group metadata past f16's range), encoded with
+// `codec`, and what the CPU codec decodes it to (DecodeSlice); failing the
+// test (EXPECT) and empty when it cannot be.
+struct CodedSlice {
+  std::vector<std::byte> encoded, decoded;
+};
+CodedSlice EncodeKvSlice(const Codec& codec, const SliceLayout& layout, std::mt19937& rng, float scale = 1.0f);
 
 // Keys for `blocks` blocks of a chain identified by `chain_id`; chains with
 // the same id share their keys, and ChainKeys(id, n) is a prefix of

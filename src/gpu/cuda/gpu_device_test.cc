@@ -2,7 +2,8 @@
 // scripts/gpu-check.sh, not by ctest here (no device). Against the CUDA
 // backend: bit-identical round trips into device memory from DRAM copies
 // and from SSD homes through each SSD path (cuFile, "gds" or
-// "cufile-compat" as the driver says, and the bounce buffer); a consumer kernel reading layer l after its event
+// "cufile-compat" as the driver says, and the bounce buffer); int8 and kivi
+// stores decoded on the device as a host restore decodes them; a consumer kernel reading layer l after its event
 // while layer l+1 still loads; a corrupted slice is a miss; the int8 and
 // kivi decoders equal the CPU codec bit for bit on slices of awkward sizes; the
 // checksum kernel gives BlockChecksum; the page scatter lands every page.
@@ -89,6 +90,60 @@ TEST(GpuDeviceTest, RoundTripFromDramCopiesIsBitIdentical) { RoundTrip(8); }
 TEST(GpuDeviceTest, RoundTripFromSsdHomesIsBitIdentical) { RoundTrip(0); }  // by cuFile where it can
 TEST(GpuDeviceTest, RoundTripFromSsdThroughTheBounceBufferIsBitIdentical) { RoundTrip(0, /*file_reads=*/false); }
 
+// int8- and kivi-coded stores (DRAM and SSD) restored into device memory,
+// decoded there from their encoded slices: every layer equals what a
+// restore into the host window delivers.
+TEST(GpuDeviceTest, CodedRestoresDecodedOnTheDeviceEqualHostRestores) {
+  for (const char* spec : {"int8", "kivi"})
+    for (uint64_t dram : {8u, 0u}) {
+      TempDir dir;
+      StoreOptions o = SmallOptions(dir.Sub("ssd"), dram, 16);
+      auto store = OpenStore(o);
+      const auto keys = ChainKeys(6, 8);
+      std::vector<float> f(keys.size() * o.shape.layers * store->BlockLayerBytes() / DTypeBytes(o.shape.dtype));
+      std::mt19937 rng(6);
+      std::normal_distribution<float> n(0, 1);
+      for (float& x : f) x = n(rng);
+      std::vector<std::byte> data(f.size() * DTypeBytes(o.shape.dtype));
+      codec::FromFloat(o.shape.dtype, f.data(), data.data(), f.size());
+      auto codec = MakeCodec(spec);
+      ASSERT_TRUE(codec.ok());
+      PutOptions po;
+      po.codec = std::shared_ptr<const Codec>(std::move(codec).value());
+      ASSERT_TRUE(store->Put(1, keys, data, po).ok());
+      const uint32_t layers = o.shape.layers;
+      const uint64_t lb = store->BlockLayerBytes();
+      std::vector<std::vector<std::byte>> want;
+      {
+        auto r = store->StartRestore(keys);
+        ASSERT_TRUE(r.ok());
+        for (uint32_t l = 0; l < layers; ++l) {
+          auto v = (*r)->WaitLayer(l);
+          ASSERT_TRUE(v.ok() && v->blocks == keys.size());
+          want.emplace_back(v->data.begin(), v->data.end());
+          (*r)->ReleaseLayer(l);
+        }
+      }
+      auto backend = Cuda();
+      ASSERT_NE(backend, nullptr);
+      auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
+      ASSERT_TRUE(w.ok()) << w.status().ToString();
+      std::vector<std::byte> host(keys.size() * lb);
+      for (uint32_t l = 0; l < layers; ++l) {
+        auto d = (*w)->WaitLayer(l);
+        ASSERT_TRUE(d.ok()) << d.status().ToString();
+        ASSERT_EQ(d->blocks, keys.size()) << spec << " layer " << l;
+        ASSERT_TRUE(backend->CopyToHost(host.data(), d->data, host.size()).ok());
+        ASSERT_EQ(std::memcmp(host.data(), want[l].data(), host.size()), 0) << spec << " dram " << dram << " layer " << l;
+        (*w)->ReleaseLayer(l);
+      }
+      EXPECT_EQ((*w)->Finish(), keys.size());
+      EXPECT_EQ((*w)->Stats().decoded_slices, uint64_t{layers} * keys.size()) << spec;
+      w->reset();
+      GpuWindow::UnpinStore(backend.get(), *store);
+    }
+}
+
 TEST(GpuDeviceTest, ConsumerComputesOnLayerWhileTheNextLoads) {
   TempDir dir;
   StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 16);
@@ -155,87 +210,50 @@ TEST_P(GpuCorruptTest, ACorruptedSliceIsAMiss) {
 }
 INSTANTIATE_TEST_SUITE_P(BothSsdPaths, GpuCorruptTest, ::testing::Bool());
 
-TEST(GpuDeviceTest, Int8DecoderEqualsTheCpuCodecOnAwkwardSizes) {
-  auto codec = MakeCodec("int8");
-  ASSERT_TRUE(codec.ok());
+// Every slice decodes on the device (DecodeInt8 or DecodeKivi) to the CPU
+// codec's bytes, on slices of awkward sizes: 1 to 333 tokens, head dims 8
+// to 128, MLA for kivi, f32, f16 and bf16, f16 and f32 (wide) metadata.
+void ExpectDeviceDecodesAsTheCpu(const std::vector<std::string>& specs, bool kivi) {
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
   auto ops = DeviceOps::Open(0);
-  ASSERT_TRUE(ops.ok());
+  ASSERT_TRUE(ops.ok()) << ops.status().ToString();
   std::mt19937 rng(1);
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
-    for (uint32_t tokens : {1u, 17u, 64u, 333u})
-      for (auto [heads, dim] : {std::pair{1u, 8u}, std::pair{3u, 64u}, std::pair{8u, 128u}, std::pair{5u, 72u}}) {
-        KvShape shape = KvShape::Mha(2, heads, dim, dt);
-        SliceLayout layout{shape, tokens, 1, 0};
-        std::vector<float> f(layout.Elements());
-        std::normal_distribution<float> n(0, 1);
-        for (float& x : f) x = n(rng) * (rng() % 7 == 0 ? 300.f : 1.f);
-        std::vector<std::byte> raw(layout.Bytes());
-        codec::FromFloat(dt, f.data(), raw.data(), f.size());
-        CodecContext ctx;
-        std::vector<std::byte> enc((*codec)->MaxEncodedSize(layout));
-        auto size = (*codec)->Encode(ctx, layout, raw, enc);
-        ASSERT_TRUE(size.ok());
-        enc.resize(*size);
-        std::vector<std::byte> want(layout.Bytes()), got(layout.Bytes());
-        ASSERT_TRUE(DecodeSlice(ctx, layout, enc, want).ok());
-        std::byte* din = backend->AllocateDevice(enc.size());
-        std::byte* dout = backend->AllocateDevice(want.size());
-        ASSERT_TRUE(backend->EnqueueCopy(din, enc.data(), enc.size()).ok());
-        ASSERT_TRUE(backend->Wait(backend->Record()).ok());
-        ASSERT_TRUE((*ops)->DecodeInt8(layout, enc, din, dout).ok());
-        ASSERT_TRUE((*ops)->Sync().ok());
-        ASSERT_TRUE(backend->CopyToHost(got.data(), dout, got.size()).ok());
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
-            << "dtype " << int(dt) << " tokens " << tokens << " heads " << heads << " dim " << dim;
-        backend->FreeDevice(din);
-        backend->FreeDevice(dout);
-      }
-}
-
-TEST(GpuDeviceTest, KiviDecoderEqualsTheCpuCodecOnAwkwardSizes) {
-  auto backend = Cuda();
-  ASSERT_NE(backend, nullptr);
-  auto ops = DeviceOps::Open(0);
-  ASSERT_TRUE(ops.ok());
-  std::mt19937 rng(2);
-  std::normal_distribution<float> n(0, 1);
-  for (const char* spec : {"kivi:bits=2,group=32", "kivi:bits=4,group=7"}) {
+  for (const std::string& spec : specs) {
     auto codec = MakeCodec(spec);
-    ASSERT_TRUE(codec.ok());
+    ASSERT_TRUE(codec.ok()) << spec;
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
       for (uint32_t tokens : {1u, 17u, 64u, 333u})
-        for (int shape_i = 0; shape_i < 3; ++shape_i)
-          for (float scale : {1.0f, 1e6f}) {  // 1e6: f32 (wide) group metadata
-            const KvShape shape = shape_i == 0   ? KvShape::Mha(2, 3, 64, dt)
-                                  : shape_i == 1 ? KvShape::Mha(2, 5, 72, dt)
-                                                 : KvShape::Mla(2, 96, 16, dt);
-            SliceLayout layout{shape, tokens, 1, 0};
-            std::vector<float> f(layout.Elements());
-            for (float& x : f) x = n(rng) * (rng() % 7 == 0 ? 30.f : 1.f) * scale;
-            std::vector<std::byte> raw(layout.Bytes());
-            codec::FromFloat(dt, f.data(), raw.data(), f.size());
-            CodecContext ctx;
-            std::vector<std::byte> enc((*codec)->MaxEncodedSize(layout));
-            auto size = (*codec)->Encode(ctx, layout, raw, enc);
-            ASSERT_TRUE(size.ok());
-            enc.resize(*size);
-            std::vector<std::byte> want(layout.Bytes()), got(layout.Bytes());
-            ASSERT_TRUE(DecodeSlice(ctx, layout, enc, want).ok());
-            std::byte* din = backend->AllocateDevice(enc.size());
-            std::byte* dout = backend->AllocateDevice(want.size());
-            ASSERT_TRUE(backend->EnqueueCopy(din, enc.data(), enc.size()).ok());
+        for (const KvShape& shape : {KvShape::Mha(2, 1, 8, dt), KvShape::Mha(2, 3, 64, dt), KvShape::Mha(2, 8, 128, dt),
+                                     KvShape::Mha(2, 5, 72, dt), KvShape::Mla(2, 96, 16, dt)})
+          for (float scale : {1.0f, 1e6f}) {
+            if (!kivi && shape.kind == AttentionKind::kMla) continue;  // int8 is per head
+            const SliceLayout layout{shape, tokens, 1, 0};
+            const CodedSlice slice = EncodeKvSlice(**codec, layout, rng, scale);
+            ASSERT_FALSE(slice.decoded.empty());
+            std::vector<std::byte> got(layout.Bytes());
+            std::byte* din = backend->AllocateDevice(slice.encoded.size());
+            std::byte* dout = backend->AllocateDevice(got.size());
+            ASSERT_TRUE(din != nullptr && dout != nullptr);
+            ASSERT_TRUE(backend->EnqueueCopy(din, slice.encoded.data(), slice.encoded.size()).ok());
             ASSERT_TRUE(backend->Wait(backend->Record()).ok());
-            ASSERT_TRUE((*ops)->DecodeKivi(layout, enc, din, dout).ok());
+            const Status s = kivi ? (*ops)->DecodeKivi(layout, slice.encoded, din, dout)
+                                  : (*ops)->DecodeInt8(layout, slice.encoded, din, dout);
+            ASSERT_TRUE(s.ok()) << s.ToString();
             ASSERT_TRUE((*ops)->Sync().ok());
             ASSERT_TRUE(backend->CopyToHost(got.data(), dout, got.size()).ok());
-            EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
-                << spec << " dtype " << int(dt) << " tokens " << tokens << " shape " << shape_i << " scale " << scale;
+            EXPECT_EQ(std::memcmp(got.data(), slice.decoded.data(), got.size()), 0)
+                << spec << " dtype " << int(dt) << " tokens " << tokens << " dims " << shape.kv_heads << "x"
+                << shape.head_dim << " scale " << scale;
             backend->FreeDevice(din);
             backend->FreeDevice(dout);
           }
   }
+}
+
+TEST(GpuDeviceTest, Int8DecoderEqualsTheCpuCodecOnAwkwardSizes) { ExpectDeviceDecodesAsTheCpu({"int8"}, false); }
+TEST(GpuDeviceTest, KiviDecoderEqualsTheCpuCodecOnAwkwardSizes) {
+  ExpectDeviceDecodesAsTheCpu({"kivi:bits=2,group=32", "kivi:bits=4,group=7"}, true);
 }
 
 // The checksum kernel gives the store's BlockChecksum for slices of every

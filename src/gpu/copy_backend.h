@@ -67,6 +67,18 @@ struct CopyBackendStats {
   uint64_t decode_in_bytes = 0;   // encoded bytes carried over for them
 };
 
+// Counts one file read into device memory in `stats` (a backend's or a
+// window's: both name these fields alike).
+template <typename Stats>
+void CountFileRead(Stats& stats, bool ok, uint64_t bytes) {
+  if (ok) {
+    stats.file_reads++;
+    stats.file_read_bytes += bytes;
+  } else {
+    stats.failed_file_reads++;
+  }
+}
+
 class CopyBackend {
  public:
   virtual ~CopyBackend() = default;

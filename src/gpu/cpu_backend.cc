@@ -160,12 +160,7 @@ class CpuCopyBackend final : public CopyBackend {
       }
       {
         MutexLock lock(&mu_);
-        if (s.ok()) {
-          stats_.file_reads++;
-          stats_.file_read_bytes += bytes;
-        } else {
-          stats_.failed_file_reads++;
-        }
+        CountFileRead(stats_, s.ok(), bytes);
       }
       done(std::move(s));
     });

@@ -104,12 +104,7 @@ void GpuWindow::ReadFile(int fd, uint64_t offset, std::byte* dst, uint64_t bytes
   backend_->SubmitRead(fd, offset, dst, bytes, [this, bytes, done = std::move(done)](Status s) {
     {
       MutexLock lock(&mu_);
-      if (s.ok()) {
-        stats_.file_reads++;
-        stats_.file_read_bytes += bytes;
-      } else {
-        stats_.failed_file_reads++;
-      }
+      CountFileRead(stats_, s.ok(), bytes);
     }
     done(std::move(s));
   });

@@ -384,12 +384,7 @@ class CudaCopyBackend final : public CopyBackend {
       const Status s = ReadAll(handle, offset, dst, base, bytes);
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (s.ok()) {
-          stats_.file_reads++;
-          stats_.file_read_bytes += bytes;
-        } else {
-          stats_.failed_file_reads++;
-        }
+        CountFileRead(stats_, s.ok(), bytes);
       }
       done(std::move(s));
     });

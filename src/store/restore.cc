@@ -698,7 +698,7 @@ void RestoreImpl::Complete(uint32_t layer, const Run& r, uint32_t j0, std::vecto
                std::to_string(bad) + " on are misses, and the blocks it read leave the index");
     return Settle(layer, bad, ReadBlocks(r, j0, n));
   }
-  if (on_device && r.source->verifies() && !r.source->mapped()) {
+  if (on_device && r.device_reads) {
     // Read into device memory (the landing's file reads): checked there, the
     // blocks adjacent (Begin reads a run in place only then).
     std::vector<uint64_t> sums(n);

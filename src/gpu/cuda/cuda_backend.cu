@@ -5,7 +5,8 @@
 // engine's paged cache (one launch per layer, never one copy per page),
 // and SSD reads straight into device memory by cuFile (GPUDirect Storage,
 // or cuFile's compatibility mode where the nvidia-fs driver is not loaded),
-// checked there by the checksum kernel. libcufile.so.0 is loaded at run
+// checked there by the checksum kernel, and int8 and kivi slices decoded
+// in device memory from their encoded bytes. libcufile.so.0 is loaded at run
 // time (dlopen, as RAPIDS kvikio does), so a machine without it still runs
 // the backend, SSD hits then going through the pinned host window.
 // Built only with -DFLATKV_CUDA=ON (docs/gpu.md).
@@ -17,9 +18,9 @@
 #include <mutex>
 #include <vector>
 
+#include "codec/codec_internal.h"
 #include "gpu/copy_backend.h"
 #include "gpu/cuda/cuda_util.h"
-#include "codec/codec_internal.h"
 #include "gpu/cuda/kernels.h"
 #include "store/dram_queue.h"
 

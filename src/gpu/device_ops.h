@@ -33,8 +33,8 @@ class DeviceOps {
   // Queues the block checksums (XXH3-64, gpu/xxh3.h: the store's
   // BlockChecksum, common/checksum.h) of `n` slices of `bytes` each at
   // `slices + j * stride` in device memory, one thread a slice, into device
-  // memory `out[0..n)`: the check a read landing in device memory (cuFile)
-  // would need before its layer is valid.
+  // memory `out[0..n)`: the kernel that checks each cuFile read before its
+  // layer is valid (the copy backend's Checksums launches the same one).
   virtual Status Checksums(const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride, uint64_t* out) = 0;
   // Queues a kernel that spins for about `ns` nanoseconds.
   virtual Status Spin(uint64_t ns) = 0;

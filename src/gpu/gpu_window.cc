@@ -54,15 +54,19 @@ GpuWindow::~GpuWindow() {
     backend_->FreeDevice(device_);
   }
   MutexLock lock(&mu_);
-  for (const auto& [p, bytes] : pinned_) backend_->UnregisterHost(p);  // before the store reuses or frees them
+  for (const std::byte* p : pinned_) backend_->UnregisterHost(p);  // before the store reuses or frees them
 }
 
 void GpuWindow::Pin(std::span<const std::byte> host) {
   const bool ok = backend_->RegisterHost(host.data(), host.size()).ok();
   MutexLock lock(&mu_);
-  pinned_.push_back({host.data(), ok ? host.size() : 0});
-  if (ok) stats_.pinned_bytes += host.size();
-  else stats_.unpinned_bytes += host.size();
+  windows_.push_back(host);
+  if (ok) {
+    pinned_.push_back(host.data());
+    stats_.pinned_bytes += host.size();
+  } else {
+    stats_.unpinned_bytes += host.size();
+  }
 }
 
 Status GpuWindow::Copy(std::byte* dst, const std::byte* src, uint64_t bytes) {
@@ -72,8 +76,8 @@ Status GpuWindow::Copy(std::byte* dst, const std::byte* src, uint64_t bytes) {
   if (s.ok()) {
     stats_.copies++;
     stats_.copy_bytes += bytes;
-    for (const auto& [p, n] : pinned_)
-      if (src >= p && src < p + std::max<uint64_t>(n, 1)) stats_.bounce_bytes += bytes;
+    for (std::span<const std::byte> w : windows_)
+      if (src >= w.data() && src < w.data() + w.size()) stats_.bounce_bytes += bytes;
   } else {
     stats_.failed_copies++;
   }

@@ -116,8 +116,10 @@ class GpuWindow final : public DeviceLanding {
   const bool decodes_;
   std::byte* device_ = nullptr;           // allocated when the restore asks for its first destination
   Status no_memory_;                      // why it could not be
-  // Host window buffers pinned (unpinned at destruction), and their sizes.
-  std::vector<std::pair<const std::byte*, uint64_t>> pinned_ FLATKV_GUARDED_BY(mu_);
+  // The restore's host windows (a copy from one is a bounce), and those of
+  // them pinned (unpinned at destruction).
+  std::vector<std::span<const std::byte>> windows_ FLATKV_GUARDED_BY(mu_);
+  std::vector<const std::byte*> pinned_ FLATKV_GUARDED_BY(mu_);
   std::unique_ptr<Restore> restore_;      // destroyed first: its I/O threads call Copy
   std::vector<Layer> state_;              // the consumer's
   std::atomic<bool> cancelled_{false};

@@ -116,6 +116,7 @@ TEST(GpuWindowTest, SsdHitsGoThroughThePinnedHostWindow) {
   ASSERT_NE(w, nullptr);
   s.ExpectAllLayers(*w, *backend);
   EXPECT_GT(w->Stats().pinned_bytes, 0u);  // the bounce buffer
+  EXPECT_EQ(w->Stats().bounce_bytes, uint64_t{s.layers} * s.keys.size() * s.lb);  // every byte copied from it
   EXPECT_EQ(w->Stats().copies, uint64_t{s.layers} * 2);  // a layer's run each, once checked
 }
 

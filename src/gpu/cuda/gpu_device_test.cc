@@ -212,7 +212,8 @@ INSTANTIATE_TEST_SUITE_P(BothSsdPaths, GpuCorruptTest, ::testing::Bool());
 
 // Every slice decodes on the device (DecodeInt8 or DecodeKivi) to the CPU
 // codec's bytes, on slices of awkward sizes: 1 to 333 tokens, head dims 8
-// to 128, MLA for kivi, f32, f16 and bf16, f16 and f32 (wide) metadata.
+// to 128, MLA (with and without a RoPE key), f32, f16 and bf16, f16 and f32
+// (wide) metadata: the shapes gpu/group_dequant_test.cc checks on the host.
 void ExpectDeviceDecodesAsTheCpu(const std::vector<std::string>& specs, bool kivi) {
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
@@ -225,9 +226,8 @@ void ExpectDeviceDecodesAsTheCpu(const std::vector<std::string>& specs, bool kiv
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
       for (uint32_t tokens : {1u, 17u, 64u, 333u})
         for (const KvShape& shape : {KvShape::Mha(2, 1, 8, dt), KvShape::Mha(2, 3, 64, dt), KvShape::Mha(2, 8, 128, dt),
-                                     KvShape::Mha(2, 5, 72, dt), KvShape::Mla(2, 96, 16, dt)})
+                                     KvShape::Mha(2, 5, 72, dt), KvShape::Mla(2, 96, 16, dt), KvShape::Mla(2, 64, 0, dt)})
           for (float scale : {1.0f, 1e6f}) {
-            if (!kivi && shape.kind == AttentionKind::kMla) continue;  // int8 is per head
             const SliceLayout layout{shape, tokens, 1, 0};
             const CodedSlice slice = EncodeKvSlice(**codec, layout, rng, scale);
             ASSERT_FALSE(slice.decoded.empty());

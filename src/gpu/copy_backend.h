@@ -138,13 +138,16 @@ class CopyBackend {
 // read (and every later one) failing when that is > 0.
 // With `decodes` it decodes int8 and kivi slices into its memory with the
 // CPU codec, as the CUDA backend's decoders do on a GPU, the fail_decodes-th
-// call (and every later one) failing when that is > 0.
+// call (and every later one) failing when that is > 0. With `queue_delay_us`
+// each queued copy or scatter waits that long before it runs: a busy stream,
+// which file reads and decodes (not on the queue) overtake.
 struct CpuBackendOptions {
   uint64_t fail_after = 0;
   bool file_reads = false;
   uint64_t fail_reads = 0;
   bool decodes = false;
   uint64_t fail_decodes = 0;
+  uint32_t queue_delay_us = 0;
 };
 std::unique_ptr<CopyBackend> MakeCpuCopyBackend(const CpuBackendOptions& options);
 inline std::unique_ptr<CopyBackend> MakeCpuCopyBackend(uint64_t fail_after = 0) {

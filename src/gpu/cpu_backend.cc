@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -36,6 +37,7 @@ class CpuCopyBackend final : public CopyBackend {
         fail_reads_(o.fail_reads),
         decodes_(o.decodes),
         fail_decodes_(o.fail_decodes),
+        queue_delay_(o.queue_delay_us),
         worker_([this] { Run(); }) {}
   ~CpuCopyBackend() override {
     readers_.reset();  // runs the reads queued, then joins
@@ -252,6 +254,7 @@ class CpuCopyBackend final : public CopyBackend {
         op = std::move(queue_.front());
         queue_.pop_front();
       }
+      if (queue_delay_.count() > 0) std::this_thread::sleep_for(queue_delay_);
       Status s = op();
       MutexLock lock(&mu_);
       ++done_;
@@ -271,6 +274,7 @@ class CpuCopyBackend final : public CopyBackend {
   const uint64_t fail_reads_;
   const bool decodes_;
   const uint64_t fail_decodes_;
+  const std::chrono::microseconds queue_delay_;
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::function<Status()>> queue_ FLATKV_GUARDED_BY(mu_);

@@ -17,6 +17,7 @@ Result<std::unique_ptr<GpuWindow>> GpuWindow::Start(CopyBackend* backend, Store&
   const uint64_t slot_bytes = (chain.size() * lb + 4095) / 4096 * 4096;
   std::unique_ptr<GpuWindow> w(new GpuWindow(backend, layers, lb, slots, slot_bytes, file_reads, decodes));
   w->state_.assign(layers, Layer::kPending);
+  w->scattered_.assign(layers, 0);
   // DRAM hits are copied from the arena: pinned once, so those copies are DMA.
   if (std::span<const std::byte> dram = store.DramMemory(); !dram.empty() && !backend->RegisterHost(dram.data(), dram.size()).ok()) {
     MutexLock lock(&w->mu_);
@@ -172,11 +173,24 @@ Result<uint64_t> GpuWindow::ScatterLayer(uint32_t layer, std::span<const PageCop
                                      std::to_string(p.src) + " outside the slot's " + std::to_string(slot_bytes_) +
                                      " bytes (or to no destination)");
   FLATKV_RETURN_IF_ERROR(backend_->EnqueueScatter(Slot(layer), pages));
-  return backend_->Record();
+  const uint64_t event = backend_->Record();
+  if (event == 0) {  // nothing to wait for: wait now, so the slot is not refilled under the scatter
+    const Status s = backend_->Wait(backend_->Record());
+    return Status::IoError("gpu window: no event for the scatter of layer " + std::to_string(layer) +
+                           (s.ok() ? " (it has run)" : "; " + s.ToString()));
+  }
+  scattered_[layer] = event;
+  return event;
 }
 
 void GpuWindow::ReleaseLayer(uint32_t layer) {
   if (layer >= layers_ || state_[layer] == Layer::kReleased) return;
+  // The slot's next layer may land by a file read or a decode, which do not
+  // queue behind the scatter on the copy stream: the scatter reads the slot first.
+  if (scattered_[layer] != 0) {
+    const Status s = backend_->Wait(scattered_[layer]);  // its failure is the consumer's, who holds the event
+    if (!s.ok()) LogWarning("gpu window: the scatter of layer " + std::to_string(layer) + ": " + s.ToString());
+  }
   state_[layer] = Layer::kReleased;
   if (restore_) restore_->ReleaseLayer(layer);
 }

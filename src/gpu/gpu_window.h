@@ -12,7 +12,10 @@
 // window (pinned: the bounce buffer) and copied over once their layer is
 // whole. A layer is ready once its copies have passed: a consumer computes
 // on layer l while layers l+1.. still load, and frees the slot with
-// ReleaseLayer(l), which lets layer l + slots in.
+// ReleaseLayer(l), which lets layer l + slots in: once the consumer's own
+// kernels reading the slot have finished (file reads and decodes refill a
+// slot outside any stream's order); the window's scatters of that layer are
+// waited for by ReleaseLayer itself.
 //
 // Failures: a failed copy makes the blocks it carried and every later one
 // misses, as a failed read does: later layers carry fewer blocks and Finish
@@ -80,6 +83,8 @@ class GpuWindow final : public DeviceLanding {
   // Queues a scatter of layer l's slot into an engine's paged cache (after
   // WaitLayer(l), before ReleaseLayer(l)); returns the event to wait for.
   Result<uint64_t> ScatterLayer(uint32_t layer, std::span<const PageCopy> pages);
+  // Frees layer l's slot for layer l + slots, after waiting for the
+  // layer's scatters to have read it.
   void ReleaseLayer(uint32_t layer);
   // Waits for every layer; the blocks valid in every layer (0 once cancelled).
   uint32_t Finish();
@@ -122,6 +127,7 @@ class GpuWindow final : public DeviceLanding {
   std::vector<const std::byte*> pinned_ FLATKV_GUARDED_BY(mu_);
   std::unique_ptr<Restore> restore_;      // destroyed first: its I/O threads call Copy
   std::vector<Layer> state_;              // the consumer's
+  std::vector<uint64_t> scattered_;       // the consumer's: each layer's last scatter event (0: none)
   std::atomic<bool> cancelled_{false};
 
   mutable Mutex mu_;

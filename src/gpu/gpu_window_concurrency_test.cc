@@ -422,6 +422,64 @@ TEST(GpuWindowTest, ScatterPutsSlotBytesIntoPagedCache) {
   EXPECT_EQ(w->Finish(), s.keys.size());
 }
 
+// A scatter still queued when its layer is released keeps the slot until
+// it has run: the slot's next layer lands by a file read or a decode, which
+// do not queue behind it (the CPU backend's queue is made slow here, as a
+// busy stream is). Each layer is scattered into a paged cache of its own and
+// released at once; every page then holds its own layer's bytes.
+TEST(GpuWindowTest, AReleasedLayerKeepsItsSlotUntilItsScatterHasRun) {
+  struct Case {
+    const char* what;
+    uint64_t dram;
+    bool file_reads, decodes;
+  };
+  for (Case c : {Case{"dram copies", 8, false, false}, Case{"ssd file reads", 0, true, false},
+                 Case{"int8 decodes", 8, false, true}}) {
+    std::shared_ptr<const Codec> codec;
+    if (c.decodes) {
+      auto int8 = MakeCodec("int8");
+      ASSERT_TRUE(int8.ok());
+      codec = std::move(int8).value();
+    }
+    Stored s(c.dram, 8, codec);
+    const auto want = HostLayers(s);
+    ASSERT_EQ(want.size(), s.layers);
+    auto backend = MakeCpuCopyBackend(CpuBackendOptions{0, c.file_reads, 0, c.decodes, 0, /*queue_delay_us=*/20'000});
+    auto w = s.Window(backend.get(), 1);
+    ASSERT_NE(w, nullptr);
+    const uint64_t layer_bytes = s.keys.size() * s.lb;
+    std::byte* cache = backend->AllocateDevice(s.layers * layer_bytes);
+    ASSERT_NE(cache, nullptr);
+    uint64_t last = 0;
+    for (uint32_t l = 0; l < s.layers; ++l) {
+      auto d = w->WaitLayer(l);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      ASSERT_EQ(d->blocks, s.keys.size()) << c.what << " layer " << l;
+      std::vector<PageCopy> pages;
+      for (uint32_t b = 0; b < s.keys.size(); ++b) pages.push_back({b * s.lb, cache + l * layer_bytes + b * s.lb, s.lb});
+      auto ev = w->ScatterLayer(l, pages);
+      ASSERT_TRUE(ev.ok()) << ev.status().ToString();
+      last = *ev;
+      w->ReleaseLayer(l);  // not waiting for the event: the window does
+    }
+    EXPECT_EQ(w->Finish(), s.keys.size());
+    ASSERT_TRUE(backend->Wait(last).ok());
+    std::vector<std::byte> host(s.layers * layer_bytes);
+    ASSERT_TRUE(backend->CopyToHost(host.data(), cache, host.size()).ok());
+    for (uint32_t l = 0; l < s.layers; ++l)
+      ASSERT_EQ(std::memcmp(host.data() + l * layer_bytes, want[l].data(), layer_bytes), 0) << c.what << " layer " << l;
+    const GpuWindowStats st = w->Stats();
+    if (c.file_reads) {
+      EXPECT_GT(st.file_reads, 0u);
+    }
+    if (c.decodes) {
+      EXPECT_GT(st.decoded_slices, 0u);
+    }
+    w.reset();
+    backend->FreeDevice(cache);
+  }
+}
+
 TEST(GpuWindowTest, AMissIsAnEmptyWindow) {
   Stored s(8);
   auto backend = MakeCpuCopyBackend();

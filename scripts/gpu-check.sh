@@ -8,8 +8,12 @@
 #       device machine lacks flatkv's Debian -dev libraries and has no network).
 #   scripts/gpu-check.sh device
 #       on the device machine (1 H200, CUDA 13), with build/gpu-bundle carried there: runs the
-#       device tests, then `flatkv bench gpu --json`, writing at most 4 files under $OUT
-#       (device_tests.log, bench_gpu.json, bench_gpu.err, nvidia_smi.txt).
+#       device tests, then `flatkv bench gpu --json`, writing at most 5 files under $OUT
+#       (device_tests.log, bench_gpu.json, bench_gpu.err, nvidia_smi.txt, machine.txt: the
+#       kernel, memory, the scratch directory's filesystem and block devices, and whether the
+#       nvidia-fs driver that GDS needs is loaded). The bench's SSD store goes to /tmp, or to
+#       build/gpu-scratch beside the bundle where /tmp is a tmpfs (not an SSD), and so do the device
+#       tests' stores (FLATKV_TEST_DIR).
 #       Expected time there: about 2 minutes (tests under 1, the bench 1-2 at 64 blocks).
 #
 # With the device tool: `run` with carry ["build/gpu-bundle"] and the command
@@ -46,10 +50,19 @@ case "$mode" in
     mkdir -p "$out"
     export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi > "$out/nvidia_smi.txt" 2>&1 || true
+    scratch=/tmp
+    if [ "$(stat -f -c %T /tmp 2>/dev/null)" = tmpfs ]; then scratch=$PWD/build/gpu-scratch; mkdir -p "$scratch"; fi
+    {
+      echo "scratch: $scratch"; uname -a; nproc; free -g
+      df -hT "$scratch" "$PWD"; lsblk -o NAME,SIZE,ROTA,TYPE,MOUNTPOINT 2>&1 | head -20
+      echo "nvidia modules:"; (lsmod 2>/dev/null | grep -i nvidia) || echo "(lsmod: none listed)"
+      if [ -e /proc/driver/nvidia-fs/version ]; then echo "nvidia-fs:"; cat /proc/driver/nvidia-fs/version
+      else echo "nvidia-fs: not loaded (cuFile can only run in compatibility mode)"; fi
+    } > "$out/machine.txt" 2>&1 || true
     rc=0
-    timeout 120 "$bundle/flatkv_gpu_device_tests" > "$out/device_tests.log" 2>&1 || rc=$?
+    FLATKV_TEST_DIR=$scratch timeout 120 "$bundle/flatkv_gpu_device_tests" > "$out/device_tests.log" 2>&1 || rc=$?
     tail -5 "$out/device_tests.log"
-    timeout 170 "$bundle/flatkv" bench gpu --json --dir /tmp > "$out/bench_gpu.json" 2> "$out/bench_gpu.err" || rc=$((rc ? rc : $?))
+    timeout 170 "$bundle/flatkv" bench gpu --json --dir "$scratch" > "$out/bench_gpu.json" 2> "$out/bench_gpu.err" || rc=$((rc ? rc : $?))
     cat "$out/bench_gpu.json"
     exit $rc
     ;;

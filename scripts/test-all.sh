@@ -44,8 +44,8 @@ note_skipped() {  # note_skipped BUILD_DIR LOG
 step "Release build and tests"
 # With nvcc (the CUDA toolkit in /usr/local/cuda), the GPU window's CUDA sources compile and
 # link here too (src/gpu/cuda/, docs/gpu.md); a CUDA source that does not compile fails the run.
-# Their device tests (flatkv_gpu_device_tests) are built, not run: they need a GPU
-# (scripts/gpu-check.sh runs them on one).
+# Their device tests (flatkv_gpu_device_tests) run here on the CPU backend
+# (gpu_device_tests_on_cpu; those needing CUDA kernels skip); scripts/gpu-check.sh runs them on a GPU.
 CUDA_FLAGS=()
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   CUDA_FLAGS=(-DFLATKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)

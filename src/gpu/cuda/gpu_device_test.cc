@@ -1,6 +1,9 @@
 // Device tests (docs/gpu.md): run on a machine with a GPU by
-// scripts/gpu-check.sh, not by ctest here (no device). Against the CUDA
-// backend: bit-identical round trips into device memory from DRAM copies
+// scripts/gpu-check.sh. ctest runs them here too on the CPU backend
+// (FLATKV_GPU_TEST_BACKEND=cpu: its file reads and decoders stand for
+// cuFile's and the CUDA kernels), so their logic has run before the one
+// device run; those that need DeviceOps (CUDA kernels) are skipped there.
+// Against the CUDA backend: bit-identical round trips into device memory from DRAM copies
 // and from SSD homes through each SSD path (cuFile, "gds" or
 // "cufile-compat" as the driver says, and the bounce buffer); int8 and kivi
 // stores decoded on the device as a host restore decodes them; a consumer kernel reading layer l after its event
@@ -10,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -29,17 +33,30 @@ namespace {
 
 using namespace flatkv::testing;
 
+// The backend under test: "cuda" unless FLATKV_GPU_TEST_BACKEND names another.
+std::string BackendName() {
+  const char* name = std::getenv("FLATKV_GPU_TEST_BACKEND");
+  return name && *name ? name : "cuda";
+}
 std::unique_ptr<CopyBackend> Cuda() {
-  auto b = MakeCudaCopyBackend(0);
+  auto b = MakeCopyBackend(BackendName());
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   return b.ok() ? std::move(b).value() : nullptr;
 }
+// The CUDA kernels, or a skip where the backend under test is not CUDA.
+#define OPEN_DEVICE_OPS(ops)                                                        \
+  if (BackendName() != "cuda")                                                      \
+    GTEST_SKIP() << "DeviceOps are CUDA kernels: not on the " << BackendName() << " backend"; \
+  auto ops = DeviceOps::Open(0);                                                    \
+  ASSERT_TRUE(ops.ok()) << ops.status().ToString()
 
 // The SSD path a window took, printed so the device log says it.
 std::string SsdPath(const CopyBackend& backend, const GpuWindowStats& st) {
-  if (st.file_reads == 0) return "bounce (" + (backend.file_read_path().empty() ? backend.no_file_reads_why()
-                                                                                : std::string("files refused: ") +
-                                                                                      std::to_string(st.files_refused)) + ")";
+  if (st.file_reads == 0) {
+    if (backend.file_read_path().empty()) return "bounce (" + backend.no_file_reads_why() + ")";
+    if (st.files_refused > 0) return "bounce (" + std::to_string(st.files_refused) + " files refused by " + backend.file_read_path() + ")";
+    return "bounce (file reads off)";
+  }
   return backend.file_read_path() + (st.bounce_bytes > 0 ? " + bounce" : "");
 }
 
@@ -152,8 +169,7 @@ TEST(GpuDeviceTest, ConsumerComputesOnLayerWhileTheNextLoads) {
   ASSERT_TRUE(store->Put(1, keys, Payload(*store, keys.size(), 4)).ok());
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
-  auto ops = DeviceOps::Open(0);
-  ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+  OPEN_DEVICE_OPS(ops);
   auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE((*w)->WaitLayer(0).ok());
@@ -217,8 +233,7 @@ INSTANTIATE_TEST_SUITE_P(BothSsdPaths, GpuCorruptTest, ::testing::Bool());
 void ExpectDeviceDecodesAsTheCpu(const std::vector<std::string>& specs, bool kivi) {
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
-  auto ops = DeviceOps::Open(0);
-  ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+  OPEN_DEVICE_OPS(ops);
   std::mt19937 rng(1);
   for (const std::string& spec : specs) {
     auto codec = MakeCodec(spec);
@@ -262,8 +277,7 @@ TEST(GpuDeviceTest, KiviDecoderEqualsTheCpuCodecOnAwkwardSizes) {
 TEST(GpuDeviceTest, ChecksumKernelEqualsBlockChecksum) {
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
-  auto ops = DeviceOps::Open(0);
-  ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+  OPEN_DEVICE_OPS(ops);
   std::mt19937_64 rng(9);
   for (uint64_t bytes : {0ull, 3ull, 8ull, 16ull, 17ull, 128ull, 129ull, 240ull, 241ull, 1024ull, 1025ull, 4099ull,
                          16384ull, 262144ull}) {

@@ -116,6 +116,18 @@ FLATKV_HD inline float Meta(const uint8_t* m, bool wide) {
   return HalfBitsToFloat(uint16_t(m[0] | m[1] << 8));
 }
 
+// A slice read on the host: where its body starts in the slice, whether
+// its metadata is f32 (wide), and its sections (parts with no rows or no
+// width are left out), each a P (int8::Part, kivi::Part).
+template <typename P>
+struct ParsedSlice {
+  bool wide = false;
+  uint64_t body = 0;  // byte offset of the body (after header and parameters) in the slice
+  uint64_t body_bytes = 0;
+  P part[2];
+  uint32_t parts = 0;
+};
+
 namespace int8 {
 
 // One section of a slice: where its output, its scales and its codes are.
@@ -138,16 +150,9 @@ FLATKV_HD inline float Element(const uint8_t* body, const Part& p, bool wide, ui
   return MulAdd(lo, scale, float(body[p.codes + uint64_t(row) * p.width + c]));
 }
 
-// An int8 slice (header included) read on the host: where its body starts
-// in the slice, and its sections (parts with no rows or no width are left
-// out). An error names what is wrong with it.
-struct Slice {
-  bool wide = false;
-  uint64_t body = 0;  // byte offset of the body (after header and parameters) in the slice
-  uint64_t body_bytes = 0;
-  Part part[2];
-  uint32_t parts = 0;
-};
+// An int8 slice (header included) read on the host. An error names what
+// is wrong with it.
+using Slice = ParsedSlice<Part>;
 Result<Slice> ParseSlice(const SliceLayout& layout, std::span<const std::byte> slice);
 
 }  // namespace int8
@@ -188,16 +193,10 @@ FLATKV_HD inline float Element(const uint8_t* body, const Part& p, bool wide, ui
   return MulAdd(lo, step, float(v));
 }
 
-// A kivi slice (header included) read on the host: its parameters, where
-// its body starts in the slice, and its sections (parts with no rows or no
-// width are left out). An error names what is wrong with it.
-struct Slice {
+// A kivi slice (header included) read on the host, with its parameters.
+// An error names what is wrong with it.
+struct Slice : ParsedSlice<Part> {
   uint32_t bits = 0, group = 0;
-  bool wide = false;
-  uint64_t body = 0;  // byte offset of the body (after header and parameters) in the slice
-  uint64_t body_bytes = 0;
-  Part part[2];
-  uint32_t parts = 0;
 };
 Result<Slice> ParseSlice(const SliceLayout& layout, std::span<const std::byte> slice);
 

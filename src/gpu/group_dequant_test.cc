@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -117,67 +118,50 @@ TEST(StoreElementTest, ConvertsAsTheCpuDoes) {
   EXPECT_EQ(back, -1.5f);
 }
 
-TEST(Int8ElementTest, ParseSliceRefusesWhatIsNotAnInt8SliceByName) {
-  const KvShape shape = KvShape::Mha(2, 2, 16, DType::kF16);
-  SliceLayout layout{shape, 8, 0, 0};
+// A slice of ones of `layout`, encoded by `spec`.
+std::vector<std::byte> Encoded(const char* spec, const SliceLayout& layout) {
   std::vector<std::byte> raw(layout.Bytes(), std::byte{1});
   CodecContext ctx;
-  auto kivi = MakeCodec("kivi");
-  ASSERT_TRUE(kivi.ok());
-  std::vector<std::byte> enc((*kivi)->MaxEncodedSize(layout));
-  auto size = (*kivi)->Encode(ctx, layout, raw, enc);
-  ASSERT_TRUE(size.ok());
-  enc.resize(*size);
-  auto s = int8::ParseSlice(layout, enc);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().ToString().find("codec id"), std::string::npos) << s.status().ToString();
-
-  auto int8 = MakeCodec("int8");
-  ASSERT_TRUE(int8.ok());
-  enc.assign((*int8)->MaxEncodedSize(layout), std::byte{0});
-  size = (*int8)->Encode(ctx, layout, raw, enc);
-  ASSERT_TRUE(size.ok());
-  enc.resize(*size);
-  ASSERT_TRUE(int8::ParseSlice(layout, enc).ok());
-  SliceLayout longer = layout;
-  longer.tokens = 9;
-  EXPECT_FALSE(int8::ParseSlice(longer, enc).ok());  // not this layout's slice
-  std::vector<std::byte> flagged = enc;
-  flagged[codec::kHeaderBytes] = std::byte{2};  // the wide flag is 0 or 1
-  s = int8::ParseSlice(layout, flagged);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().ToString().find("metadata flag"), std::string::npos) << s.status().ToString();
-  enc.resize(enc.size() - 1);  // truncated
-  EXPECT_FALSE(int8::ParseSlice(layout, enc).ok());
+  auto codec = MakeCodec(spec);
+  EXPECT_TRUE(codec.ok());
+  if (!codec.ok()) return {};
+  std::vector<std::byte> enc((*codec)->MaxEncodedSize(layout));
+  auto size = (*codec)->Encode(ctx, layout, raw, enc);
+  EXPECT_TRUE(size.ok());
+  enc.resize(size.ok() ? *size : 0);
+  return enc;
 }
 
-TEST(KiviElementTest, ParseSliceRefusesWhatIsNotAKiviSliceByName) {
-  const KvShape shape = KvShape::Mha(2, 2, 16, DType::kF16);
-  SliceLayout layout{shape, 8, 0, 0};
-  std::vector<std::byte> raw(layout.Bytes(), std::byte{1});
-  CodecContext ctx;
-  auto int8 = MakeCodec("int8");
-  ASSERT_TRUE(int8.ok());
-  std::vector<std::byte> enc((*int8)->MaxEncodedSize(layout));
-  auto size = (*int8)->Encode(ctx, layout, raw, enc);
-  ASSERT_TRUE(size.ok());
-  enc.resize(*size);
-  auto s = kivi::ParseSlice(layout, enc);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().ToString().find("codec id"), std::string::npos) << s.status().ToString();
-
-  auto kivi = MakeCodec("kivi");
-  ASSERT_TRUE(kivi.ok());
-  enc.assign((*kivi)->MaxEncodedSize(layout), std::byte{0});
-  size = (*kivi)->Encode(ctx, layout, raw, enc);
-  ASSERT_TRUE(size.ok());
-  enc.resize(*size);
-  ASSERT_TRUE(kivi::ParseSlice(layout, enc).ok());
+// Each ParseSlice takes its codec's slice and refuses, by name, the other
+// codec's, another layout's, a bad wide flag and a truncated slice.
+TEST(ParseSliceTest, RefusesWhatIsNotItsCodecsSliceByName) {
+  const SliceLayout layout{KvShape::Mha(2, 2, 16, DType::kF16), 8, 0, 0};
   SliceLayout longer = layout;
   longer.tokens = 9;
-  EXPECT_FALSE(kivi::ParseSlice(longer, enc).ok());  // not this layout's slice
-  enc.resize(enc.size() - 1);                  // truncated
-  EXPECT_FALSE(kivi::ParseSlice(layout, enc).ok());
+  auto int8_parse = [](const SliceLayout& l, std::span<const std::byte> e) { return int8::ParseSlice(l, e).status(); };
+  auto kivi_parse = [](const SliceLayout& l, std::span<const std::byte> e) { return kivi::ParseSlice(l, e).status(); };
+  struct Case {
+    const char* own;
+    const char* other;
+    std::function<Status(const SliceLayout&, std::span<const std::byte>)> parse;
+  };
+  for (const Case& c : {Case{"int8", "kivi", int8_parse}, Case{"kivi", "int8", kivi_parse}}) {
+    const std::vector<std::byte> own = Encoded(c.own, layout), other = Encoded(c.other, layout);
+    ASSERT_FALSE(own.empty() || other.empty());
+    EXPECT_TRUE(c.parse(layout, own).ok()) << c.own << ": " << c.parse(layout, own).ToString();
+    const Status wrong = c.parse(layout, other);
+    EXPECT_NE(wrong.ToString().find("codec id"), std::string::npos) << c.own << ": " << wrong.ToString();
+    const Status tokens = c.parse(longer, own);  // not this layout's slice
+    EXPECT_NE(tokens.ToString().find("tokens"), std::string::npos) << c.own << ": " << tokens.ToString();
+    auto header = codec::ParseHeader(own);
+    ASSERT_TRUE(header.ok());
+    std::vector<std::byte> flagged = own;
+    flagged[codec::kHeaderBytes + header->params_bytes] = std::byte{2};  // the wide flag is 0 or 1
+    const Status flag = c.parse(layout, flagged);
+    EXPECT_NE(flag.ToString().find("metadata flag"), std::string::npos) << c.own << ": " << flag.ToString();
+    std::vector<std::byte> truncated(own.begin(), own.end() - 1);
+    EXPECT_FALSE(c.parse(layout, truncated).ok()) << c.own;
+  }
 }
 
 }  // namespace

@@ -20,24 +20,36 @@ __global__ void ChecksumKernel(const uint8_t* slices, uint32_t n, uint64_t bytes
   if (j < n) out[j] = xxh3::Hash64(slices + uint64_t(j) * stride, bytes, kDeviceSecret);
 }
 
-// One thread per element of an int8 section: gpu/group_dequant.h's
-// int8::Element (lo + scale * code with lo = -128 * scale, never fused),
-// then the dtype (StoreElement), both checked on the host against the CPU
-// codec.
-__global__ void Int8Decode(const uint8_t* body, int8::Part p, int wide, int dtype, std::byte* out) {
+// One thread per element of a section (an int8::Part or a kivi::Part):
+// gpu/group_dequant.h's Element for its codec (lo + step * code, never
+// fused), then the dtype (StoreElement), both checked on the host against
+// the CPU codec.
+template <typename P>
+__global__ void DecodeSection(const uint8_t* body, P p, int wide, int dtype, std::byte* out) {
   const uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= uint64_t(p.rows) * p.width) return;
   const uint32_t row = uint32_t(i / p.width), c = uint32_t(i % p.width);
-  StoreElement(dtype, int8::Element(body, p, wide != 0, row, c), out, p.base + uint64_t(row) * p.row_stride + c);
+  StoreElement(dtype, Element(body, p, wide != 0, row, c), out, p.base + uint64_t(row) * p.row_stride + c);
 }
 
-// One thread per element of a kivi section: gpu/group_dequant.h's
-// kivi::Element (lo + step * code, never fused), then the dtype.
-__global__ void KiviDecode(const uint8_t* body, kivi::Part p, int wide, int dtype, std::byte* out) {
-  const uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= uint64_t(p.rows) * p.width) return;
-  const uint32_t row = uint32_t(i / p.width), c = uint32_t(i % p.width);
-  StoreElement(dtype, kivi::Element(body, p, wide != 0, row, c), out, p.base + uint64_t(row) * p.row_stride + c);
+// Queues one DecodeSection per section of a slice parsed on the host.
+template <typename P>
+Status LaunchSections(cudaStream_t stream, const SliceLayout& layout, const ParsedSlice<P>& s,
+                      const std::byte* device_slice, std::byte* device_out) {
+  const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + s.body);
+  for (uint32_t k = 0; k < s.parts; ++k) {
+    const uint64_t n = uint64_t(s.part[k].rows) * s.part[k].width;
+    DecodeSection<<<unsigned((n + 255) / 256), 256, 0, stream>>>(body, s.part[k], s.wide ? 1 : 0,
+                                                                 int(layout.shape.dtype), device_out);
+    FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "DecodeSection launch"));
+  }
+  return Status::Ok();
+}
+
+Status CheckDType(const SliceLayout& layout, const char* codec) {
+  if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
+    return Status::InvalidArgument(std::string("gpu ") + codec + " decode: dtype not f32, f16 or bf16");
+  return Status::Ok();
 }
 
 __global__ void SpinKernel(uint64_t cycles) {
@@ -96,32 +108,16 @@ class CudaDeviceOps final : public DeviceOps {
 
 Status LaunchInt8Decode(cudaStream_t stream, const SliceLayout& layout, std::span<const std::byte> host_slice,
                         const std::byte* device_slice, std::byte* device_out) {
-  if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
-    return Status::InvalidArgument("gpu int8 decode: dtype not f32, f16 or bf16");
+  FLATKV_RETURN_IF_ERROR(CheckDType(layout, "int8"));
   FLATKV_ASSIGN_OR_RETURN(int8::Slice s, int8::ParseSlice(layout, host_slice));
-  const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + s.body);
-  for (uint32_t k = 0; k < s.parts; ++k) {
-    const uint64_t n = uint64_t(s.part[k].rows) * s.part[k].width;
-    Int8Decode<<<unsigned((n + 255) / 256), 256, 0, stream>>>(body, s.part[k], s.wide ? 1 : 0, int(layout.shape.dtype),
-                                                              device_out);
-    FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "Int8Decode launch"));
-  }
-  return Status::Ok();
+  return LaunchSections(stream, layout, s, device_slice, device_out);
 }
 
 Status LaunchKiviDecode(cudaStream_t stream, const SliceLayout& layout, std::span<const std::byte> host_slice,
                         const std::byte* device_slice, std::byte* device_out) {
-  if (layout.shape.dtype != DType::kF32 && layout.shape.dtype != DType::kF16 && layout.shape.dtype != DType::kBF16)
-    return Status::InvalidArgument("gpu kivi decode: dtype not f32, f16 or bf16");
+  FLATKV_RETURN_IF_ERROR(CheckDType(layout, "kivi"));
   FLATKV_ASSIGN_OR_RETURN(kivi::Slice s, kivi::ParseSlice(layout, host_slice));
-  const uint8_t* body = reinterpret_cast<const uint8_t*>(device_slice + s.body);
-  for (uint32_t k = 0; k < s.parts; ++k) {
-    const uint64_t n = uint64_t(s.part[k].rows) * s.part[k].width;
-    KiviDecode<<<unsigned((n + 255) / 256), 256, 0, stream>>>(body, s.part[k], s.wide ? 1 : 0, int(layout.shape.dtype),
-                                                              device_out);
-    FLATKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "KiviDecode launch"));
-  }
-  return Status::Ok();
+  return LaunchSections(stream, layout, s, device_slice, device_out);
 }
 
 Status LaunchBlockChecksums(cudaStream_t stream, const std::byte* slices, uint32_t n, uint64_t bytes, uint64_t stride,

@@ -12,8 +12,10 @@
 // Built only with -DFLATKV_CUDA=ON (docs/gpu.md).
 #include <cuda_runtime.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -70,6 +72,14 @@ struct CuFile {
       lib = nullptr;
       return Status::NotFound("cuFile: libcufile.so.0 lacks an entry point flatkv uses");
     }
+    // With no cufile.json (PyPI's wheel ships none), compatibility mode is
+    // allowed, the documented default ("allow_compat_mode": true), so a
+    // machine without nvidia-fs still reads by cuFile; a cufile.json in
+    // place (CUFILE_ENV_PATH_JSON or /etc/cufile.json) decides for itself.
+    CUfileError_t (*set_bool)(CUFileBoolConfigParameter_t, bool) = nullptr;
+    if (std::getenv("CUFILE_ENV_PATH_JSON") == nullptr && ::access("/etc/cufile.json", F_OK) != 0 &&
+        sym("cuFileSetParameterBool", &set_bool))
+      (void)set_bool(CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE, true);
     if (CUfileError_t e = DriverOpen(); e.err != CU_FILE_SUCCESS) {
       ::dlclose(lib);
       lib = nullptr;
@@ -377,7 +387,10 @@ class CudaCopyBackend final : public CopyBackend {
                                                ", not registered (RegisterFile)"));
       }
       // A registered buffer is named by its base and an offset (cuFileRead's contract).
-      if (auto b = buffers_.upper_bound(dst); b != buffers_.begin() && dst < (--b)->first + b->second) base = b->first;
+      if (auto b = buffers_.upper_bound(dst); b != buffers_.begin()) {
+        --b;  // the registered buffer starting at or before dst, if dst is inside it
+        if (dst < b->first + b->second) base = b->first;
+      }
       if (!readers_) readers_ = std::make_unique<DramQueue>(kReaders);
     }
     readers_->Submit([this, handle, offset, dst, base, bytes, done = std::move(done)] {

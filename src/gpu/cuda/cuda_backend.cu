@@ -422,6 +422,7 @@ class CudaCopyBackend final : public CopyBackend {
   Status DecodeSlices(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
                       std::span<std::byte* const> dst) override {
     if (slices.empty()) return Status::Ok();
+    FLATKV_RETURN_IF_ERROR(CheckSlicesInOrder(slices, kMaxSliceGap));  // carried over in one copy
     Checker c = TakeChecker();
     const Status s = RunDecodes(c, layout, slices, dst);
     GiveChecker(c);
@@ -440,7 +441,8 @@ class CudaCopyBackend final : public CopyBackend {
   // Reader threads: synchronous cuFileReads in flight at once (the
   // restore keeps up to ssd_layers_in_flight layers' requests queued).
   static constexpr uint32_t kReaders = 8;
-  static constexpr uint64_t kRegisterMin = 1ull << 20;  // device buffers registered with cuFile from this size
+  static constexpr uint64_t kRegisterMin = 1ull << 20;
+  static constexpr uint64_t kMaxSliceGap = 4096;  // between slices carried in one copy  // device buffers registered with cuFile from this size
   explicit CudaCopyBackend(int device) : device_(device) {}
 
   struct Checker;

@@ -7,7 +7,7 @@
 // and from SSD homes through each SSD path (cuFile, "gds" or
 // "cufile-compat" as the driver says, and the bounce buffer); int8 and kivi
 // stores decoded on the device as a host restore decodes them; a consumer kernel reading layer l after its event
-// while layer l+1 still loads; a corrupted slice is a miss; the int8 and
+// while layer l+1 still loads (its sums checked); a corrupted slice is a miss; the int8 and
 // kivi decoders equal the CPU codec bit for bit on slices of awkward sizes; the
 // checksum kernel gives BlockChecksum; the page scatter lands every page.
 #include <gtest/gtest.h>
@@ -161,29 +161,47 @@ TEST(GpuDeviceTest, CodedRestoresDecodedOnTheDeviceEqualHostRestores) {
     }
 }
 
-TEST(GpuDeviceTest, ConsumerComputesOnLayerWhileTheNextLoads) {
-  TempDir dir;
-  StoreOptions o = SmallOptions(dir.Sub("ssd"), 0, 16);
-  auto store = OpenStore(o);
-  const auto keys = ChainKeys(4, 8);
-  ASSERT_TRUE(store->Put(1, keys, Payload(*store, keys.size(), 4)).ok());
+// A consumer kernel reads layer l as soon as WaitLayer(l) returns (the
+// checksum kernel over the slot, on DeviceOps' own stream, then a spin
+// standing for the layer's attention) while the window goes on loading
+// layer l+1 into the other slot, from DRAM and from SSD: every layer's sums
+// equal those of the blocks put, so what the consumer read was the layer.
+TEST(GpuDeviceTest, ConsumerKernelReadsEachLayerWhileTheNextLoads) {
   auto backend = Cuda();
   ASSERT_NE(backend, nullptr);
   OPEN_DEVICE_OPS(ops);
-  auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
-  ASSERT_TRUE(w.ok());
-  ASSERT_TRUE((*w)->WaitLayer(0).ok());
-  // Compute on layer 0 (a spin kernel on its own stream) while the pump
-  // goes on with layer 1.
-  ASSERT_TRUE((*ops)->Spin(2'000'000).ok());
-  auto one = (*w)->WaitLayer(1);
-  ASSERT_TRUE(one.ok());
-  ASSERT_TRUE((*ops)->Sync().ok());
-  for (uint32_t l = 0; l < o.shape.layers; ++l) {
-    ASSERT_TRUE((*w)->WaitLayer(l).ok());
-    (*w)->ReleaseLayer(l);
+  for (uint64_t dram : {8u, 0u}) {
+    TempDir dir;
+    StoreOptions o = SmallOptions(dir.Sub("ssd"), dram, 16);
+    auto store = OpenStore(o);
+    const auto keys = ChainKeys(4, 8);
+    const auto data = Payload(*store, keys.size(), 4);
+    ASSERT_TRUE(store->Put(1, keys, data).ok());
+    const uint32_t layers = o.shape.layers, n = uint32_t(keys.size());
+    const uint64_t lb = store->BlockLayerBytes();
+    std::byte* sums = backend->AllocateDevice(n * sizeof(uint64_t));
+    ASSERT_NE(sums, nullptr);
+    auto w = GpuWindow::Start(backend.get(), *store, keys, 2);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    std::vector<uint64_t> got(n);
+    for (uint32_t l = 0; l < layers; ++l) {
+      auto d = (*w)->WaitLayer(l);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      ASSERT_EQ(d->blocks, n) << "dram " << dram << " layer " << l;
+      ASSERT_TRUE((*ops)->Checksums(d->data, n, lb, lb, reinterpret_cast<uint64_t*>(sums)).ok());
+      ASSERT_TRUE((*ops)->Spin(200'000).ok());
+      ASSERT_TRUE((*ops)->Sync().ok());
+      ASSERT_TRUE(backend->CopyToHost(reinterpret_cast<std::byte*>(got.data()), sums, n * sizeof(uint64_t)).ok());
+      for (uint32_t b = 0; b < n; ++b)
+        ASSERT_EQ(got[b], BlockChecksum(data.data() + (uint64_t{b} * layers + l) * lb, lb))
+            << "dram " << dram << " layer " << l << " block " << b;
+      (*w)->ReleaseLayer(l);
+    }
+    EXPECT_EQ((*w)->Finish(), n);
+    w->reset();
+    GpuWindow::UnpinStore(backend.get(), *store);
+    backend->FreeDevice(sums);
   }
-  EXPECT_EQ((*w)->Finish(), keys.size());
 }
 
 class GpuCorruptTest : public ::testing::TestWithParam<bool> {};

@@ -84,7 +84,9 @@ class CopyBackend {
   virtual ~CopyBackend() = default;
   virtual std::string name() const = 0;  // "cpu", "cuda"
 
-  // Device memory of `bytes` (the window's slots); null when none can be had.
+  // Device memory of `bytes` (the window's slots), 4 KiB-aligned (a restore
+  // reads an SSD run in place only at an aligned destination); null when
+  // none can be had.
   virtual std::byte* AllocateDevice(uint64_t bytes) = 0;
   virtual void FreeDevice(std::byte* p) = 0;
   // Pins host memory so copies from it are DMA (the store's DRAM arena and

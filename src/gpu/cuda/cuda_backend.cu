@@ -218,38 +218,50 @@ class CudaCopyBackend final : public CopyBackend {
     for (auto& [p, bytes] : buffers_) cufile_->BufDeregister(p);
 #endif
     if (stream_) cudaStreamSynchronize(stream_);
+    for (auto& [p, raw] : allocations_) cudaFree(raw);  // those never freed
     for (auto& [id, ev] : events_) cudaEventDestroy(ev.event);
     for (auto& [p, bytes] : registered_) cudaHostUnregister(const_cast<std::byte*>(p));
     if (stream_) cudaStreamDestroy(stream_);
   }
   std::string name() const override { return "cuda"; }
 
+  // cudaMalloc aligns to 256 bytes only (small allocations share 2 MiB
+  // pages), so each is padded and its first 4 KiB boundary handed out.
   std::byte* AllocateDevice(uint64_t bytes) override {
     cudaSetDevice(device_);
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    void* raw = nullptr;
+    if (cudaMalloc(&raw, bytes + kDeviceAlign) != cudaSuccess) return nullptr;
+    auto* p = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(raw) + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign);
+    std::lock_guard<std::mutex> lock(mu_);
+    allocations_[p] = raw;
 #if FLATKV_HAVE_CUFILE
     // Registered with cuFile, a read lands by DMA from the SSD (GDS) without
     // cuFile's own bounce buffers; where it cannot be (BAR1 space), reads
     // still work through them.
-    if (!path_.empty() && bytes >= kRegisterMin && cufile_->BufRegister(p, bytes, 0).err == CU_FILE_SUCCESS) {
-      std::lock_guard<std::mutex> lock(mu_);
-      buffers_[static_cast<const std::byte*>(p)] = bytes;
-    }
+    if (!path_.empty() && bytes >= kRegisterMin && cufile_->BufRegister(p, bytes, 0).err == CU_FILE_SUCCESS)
+      buffers_[p] = bytes;
 #endif
-    return static_cast<std::byte*>(p);
+    return p;
   }
   void FreeDevice(std::byte* p) override {
     cudaSetDevice(device_);
-#if FLATKV_HAVE_CUFILE
+    void* raw = nullptr;
     bool registered = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      auto it = allocations_.find(p);
+      if (it == allocations_.end()) return;  // not ours (or freed already)
+      raw = it->second;
+      allocations_.erase(it);
+#if FLATKV_HAVE_CUFILE
       registered = buffers_.erase(p) > 0;
+#endif
     }
+#if FLATKV_HAVE_CUFILE
     if (registered) cufile_->BufDeregister(p);
 #endif
-    cudaFree(p);
+    (void)registered;
+    cudaFree(raw);
   }
   Status RegisterHost(const std::byte* p, uint64_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -441,8 +453,9 @@ class CudaCopyBackend final : public CopyBackend {
   // Reader threads: synchronous cuFileReads in flight at once (the
   // restore keeps up to ssd_layers_in_flight layers' requests queued).
   static constexpr uint32_t kReaders = 8;
-  static constexpr uint64_t kRegisterMin = 1ull << 20;
-  static constexpr uint64_t kMaxSliceGap = 4096;  // between slices carried in one copy  // device buffers registered with cuFile from this size
+  static constexpr uint64_t kRegisterMin = 1ull << 20;  // device buffers registered with cuFile from this size
+  static constexpr uint64_t kMaxSliceGap = 4096;        // between slices carried in one copy
+  static constexpr uint64_t kDeviceAlign = 4096;        // AllocateDevice hands out 4 KiB boundaries
   explicit CudaCopyBackend(int device) : device_(device) {}
 
   struct Checker;
@@ -542,6 +555,7 @@ class CudaCopyBackend final : public CopyBackend {
   std::map<uint64_t, Event> events_;
   uint64_t next_event_ = 0;
   std::map<const std::byte*, uint64_t> registered_;
+  std::map<const std::byte*, void*> allocations_;  // aligned pointer handed out -> cudaMalloc's
   CopyBackendStats stats_;
   // File reads.
   std::string path_;  // "gds", "cufile-compat", or "" (none: why_)

@@ -9,7 +9,8 @@
 // stores decoded on the device as a host restore decodes them; a consumer kernel reading layer l after its event
 // while layer l+1 still loads (its sums checked); a corrupted slice is a miss; the int8 and
 // kivi decoders equal the CPU codec bit for bit on slices of awkward sizes; the
-// checksum kernel gives BlockChecksum; the page scatter lands every page.
+// checksum kernel gives BlockChecksum; device memory is 4 KiB-aligned; the
+// page scatter lands every page.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -319,6 +320,21 @@ TEST(GpuDeviceTest, ChecksumKernelEqualsBlockChecksum) {
       backend->FreeDevice(sums);
     }
   }
+}
+
+// Device memory comes 4 KiB-aligned at every size (an SSD run is read into
+// a slot in place only at an aligned destination), and frees cleanly.
+TEST(GpuDeviceTest, AllocationsAreAlignedTo4KiB) {
+  auto backend = Cuda();
+  ASSERT_NE(backend, nullptr);
+  std::vector<std::byte*> held;
+  for (uint64_t bytes : {1ull, 100ull, 4095ull, 5000ull, 65536ull + 7, (1ull << 20) + 3, 3ull << 20}) {
+    std::byte* p = backend->AllocateDevice(bytes);
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u) << bytes << " bytes at " << static_cast<void*>(p);
+    held.push_back(p);
+  }
+  for (std::byte* p : held) backend->FreeDevice(p);
 }
 
 TEST(GpuDeviceTest, ScatterLandsEveryPage) {

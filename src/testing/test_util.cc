@@ -240,7 +240,9 @@ uint32_t RestoreAll(Store& store, const std::vector<BlockKey>& keys, std::vector
 uint32_t RestoreInto(Store& store, const std::vector<BlockKey>& keys, bool block_major, std::vector<std::byte>* out) {
   const uint32_t layers = store.options().shape.layers;
   const uint64_t lb = store.BlockLayerBytes(), bb = store.BlockBytes();
-  const uint32_t n = store.Match(keys);
+  // Room for every key, as the daemon and the C API give it: a put running
+  // beside this one can lengthen the hit between a Match and the restore.
+  const uint32_t n = static_cast<uint32_t>(keys.size());
   AlignedBuffer dst(std::max<uint64_t>(1, uint64_t{n} * bb), 4096);
   auto at = [&](uint32_t l, uint32_t b) { return block_major ? b * bb + l * lb : (uint64_t{l} * n + b) * lb; };
   RestoreTarget target;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -97,6 +98,13 @@ int RunBenchGpu(const BenchGpuArgs& a) {
     j["shape"] = a.shape;
     std::vector<std::string> errors;
     bool failed = false;  // a restore section failed (not a DeviceOps missing: the cpu backend has none)
+    // Runs one restore section; a failure is listed by name and the rest still run.
+    auto section = [&](const char* name, const std::function<Status()>& run) {
+      if (Status s = run(); !s.ok()) {
+        errors.push_back(std::string(name) + ": " + s.ToString());
+        failed = true;
+      }
+    };
     std::unique_ptr<gpu::DeviceOps> ops;
     if (auto o = gpu::DeviceOps::Open(0); o.ok()) ops = std::move(o).value();
     else errors.push_back(o.status().ToString());
@@ -134,7 +142,7 @@ int RunBenchGpu(const BenchGpuArgs& a) {
     if (auto g = h2d(true); g.ok()) j["h2d_pinned_gbps"] = *g; else errors.push_back(g.status().ToString());
 
     // DRAM: a store whose DRAM holds the chain.
-    auto dram = [&]() -> Status {
+    section("dram", [&]() -> Status {
       StoreOptions d = o;
       d.dram_capacity_bytes = bytes + (256ull << 20);
       auto store = Store::Open(d);
@@ -155,16 +163,12 @@ int RunBenchGpu(const BenchGpuArgs& a) {
       j["dram_path"] = "dma-from-arena";  // DRAM hits copied by the backend from the pinned arena, no host copy
       j["dram_valid_blocks"] = valid;
       return Status::Ok();
-    };
-    if (Status s = dram(); !s.ok()) {
-      errors.push_back("dram: " + s.ToString());
-      failed = true;
-    }
+    });
 
     // DRAM, kivi-coded (its default, 4 bits in groups of 32): decoded on the
     // device from the encoded slices carried over, and decoded on the host
     // and carried over decoded, in decoded bytes per second.
-    auto dram_kivi = [&]() -> Status {
+    section("dram_kivi", [&]() -> Status {
       StoreOptions d = o;
       d.dram_capacity_bytes = bytes + (256ull << 20);
       auto store = Store::Open(d);
@@ -209,14 +213,10 @@ int RunBenchGpu(const BenchGpuArgs& a) {
       j["dram_kivi_valid_blocks"] = valid;
       j["dram_kivi_host_decode_valid_blocks"] = host_valid;
       return Status::Ok();
-    };
-    if (Status s = dram_kivi(); !s.ok()) {
-      errors.push_back("dram_kivi: " + s.ToString());
-      failed = true;
-    }
+    });
 
     // SSD: an SSD-only store, page cache dropped before every read.
-    auto ssd = [&]() -> Status {
+    section("ssd", [&]() -> Status {
       StoreOptions s = o;
       s.dram_capacity_bytes = 0;  // no DRAM copies: every hit is read from the SSD
       s.ssd_dirs = {scratch->path() + "/ssd"};
@@ -232,7 +232,7 @@ int RunBenchGpu(const BenchGpuArgs& a) {
       // The restore by the backend's file reads (cuFile) where it has them,
       // and through the pinned host window (bounce) beside it.
       const bool file_reads = !backend.file_read_path().empty();
-      std::vector<double> raw, t, bounce, load_only, both;
+      std::vector<double> raw, t, bounce, both;
       uint64_t raw_bytes = 0;
       bool raw_direct = true;
       uint32_t valid = 0, bounce_valid = 0;
@@ -311,11 +311,7 @@ int RunBenchGpu(const BenchGpuArgs& a) {
         j["layer_overlap_ratio"] = (t_load + t_comp - t_both) / std::min(t_load, t_comp);
       }
       return Status::Ok();
-    };
-    if (Status s = ssd(); !s.ok()) {
-      errors.push_back("ssd: " + s.ToString());
-      failed = true;
-    }
+    });
 
     // The int8 and kivi (its default: 4 bits, groups of 32) decoders, in decoded bytes per second.
     for (const char* spec : {"int8", "kivi"}) {

@@ -12,23 +12,34 @@
 #include <cstring>
 
 #include "common/cpu.h"
+#include "common/hd.h"
 #include "flatkv/shape.h"
 
 namespace flatkv::codec {
 
-inline float BitsToFloat(uint32_t u) {
+// The element conversions are FLATKV_HD: the CUDA decoders
+// (gpu/group_dequant.h) convert with these very functions.
+FLATKV_HD inline float BitsToFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
-inline uint32_t FloatToBits(float f) {
+FLATKV_HD inline uint32_t FloatToBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
 
-inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(uint32_t(h) << 16); }
-inline uint16_t FloatToBf16(float f) {
+FLATKV_HD inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(uint32_t(h) << 16); }
+FLATKV_HD inline uint16_t FloatToBf16(float f) {
   uint32_t u = FloatToBits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u)  // NaN: keep the payload's top bits, stay a NaN
     return (u & 0x007F0000u) ? uint16_t(u >> 16) : uint16_t((u >> 16) | 0x40);
@@ -36,7 +47,7 @@ inline uint16_t FloatToBf16(float f) {
   return uint16_t(u >> 16);
 }
 
-inline float HalfToFloat(uint16_t h) {
+FLATKV_HD inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
   const uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
   if (exp == 0x1F) return BitsToFloat(sign | 0x7F800000u | (man << 13));
@@ -45,7 +56,7 @@ inline float HalfToFloat(uint16_t h) {
   const float v = float(man) * 5.9604644775390625e-08f;
   return sign ? -v : v;
 }
-inline uint16_t FloatToHalf(float f) {
+FLATKV_HD inline uint16_t FloatToHalf(float f) {
   const uint32_t u = FloatToBits(f);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000);
   const uint32_t a = u & 0x7FFFFFFFu;

@@ -125,8 +125,8 @@ class CopyBackend {
   // Decoding on the device: whether it decodes `codec`'s slices of
   // `layout` (int8 and kivi, f32/f16/bf16, where it has decoders), and the
   // decode of `slices` (host memory, whole encoded slices in one buffer, each
-  // after the one before: carried over in one copy, gaps included; slices
-  // that are not are refused, CheckSlicesInOrder) into device `dst[j]`; synchronous,
+  // after the one before: carried over in one copy, gaps included; GpuWindow
+  // refuses slices that are not) into device `dst[j]`; synchronous,
   // callable from several threads at once.
   virtual bool DecodesCodec(const Codec& codec, const SliceLayout& layout) const = 0;
   virtual Status DecodeSlices(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
@@ -134,22 +134,6 @@ class CopyBackend {
 
   virtual CopyBackendStats Stats() const = 0;
 };
-
-// Slices as DecodeSlices takes them: each starts at or after the end of the
-// one before, and the gaps between them are at most `max_gap` bytes (one
-// buffer); an error says which slice is not.
-inline Status CheckSlicesInOrder(std::span<const std::span<const std::byte>> slices, uint64_t max_gap) {
-  for (size_t j = 1; j < slices.size(); ++j) {
-    const std::byte* end = slices[j - 1].data() + slices[j - 1].size();
-    if (slices[j].data() < end || uint64_t(slices[j].data() - end) > max_gap)
-      return Status::InvalidArgument("decode: slice " + std::to_string(j) + " does not follow slice " +
-                                     std::to_string(j - 1) + " in one buffer (" +
-                                     (slices[j].data() < end ? std::string("it starts before that one ends")
-                                                             : std::to_string(slices[j].data() - end) + " bytes after it") +
-                                     ")");
-  }
-  return Status::Ok();
-}
 
 // The CPU backend. With `fail_after` > 0 the fail_after-th copy (and every
 // later one) fails, to test the window's failure handling. With

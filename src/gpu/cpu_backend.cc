@@ -181,7 +181,6 @@ class CpuCopyBackend final : public CopyBackend {
   Status DecodeSlices(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
                       std::span<std::byte* const> dst) override {
     if (!decodes_) return Status::FailedPrecondition("cpu copy backend: made without decoders");
-    FLATKV_RETURN_IF_ERROR(CheckSlicesInOrder(slices, kMaxSliceGap));  // the CUDA backend carries them in one copy
     {
       MutexLock lock(&mu_);
       if (fail_decodes_ > 0 && ++decode_calls_ >= fail_decodes_)
@@ -204,7 +203,6 @@ class CpuCopyBackend final : public CopyBackend {
 
  private:
   static constexpr uint32_t kReaders = 4;
-  static constexpr uint64_t kMaxSliceGap = 4096;  // a slice's padding to an aligned start, at most
   static uint64_t RoundUp(uint64_t n) { return (n + 4095) / 4096 * 4096; }
   // Opens the device pages under the given ranges for one operation (one
   // at a time), closing them again after it; host ranges are left alone.

@@ -5,6 +5,27 @@
 #include "common/log.h"
 
 namespace flatkv::gpu {
+namespace {
+
+constexpr uint64_t kMaxSliceGap = 4096;  // between slices carried in one copy
+
+// Slices as CopyBackend::DecodeSlices takes them, carried over in one copy:
+// each starts at or after the end of the one before, at most kMaxSliceGap
+// bytes after it (one buffer); an error says which slice is not.
+Status CheckSlicesInOrder(std::span<const std::span<const std::byte>> slices) {
+  for (size_t j = 1; j < slices.size(); ++j) {
+    const std::byte* end = slices[j - 1].data() + slices[j - 1].size();
+    if (slices[j].data() < end || uint64_t(slices[j].data() - end) > kMaxSliceGap)
+      return Status::InvalidArgument("decode: slice " + std::to_string(j) + " does not follow slice " +
+                                     std::to_string(j - 1) + " in one buffer (" +
+                                     (slices[j].data() < end ? std::string("it starts before that one ends")
+                                                             : std::to_string(slices[j].data() - end) + " bytes after it") +
+                                     ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<GpuWindow>> GpuWindow::Start(CopyBackend* backend, Store& store, std::span<const BlockKey> chain,
                                                     uint32_t slots, bool file_reads, bool decodes) {
@@ -121,7 +142,8 @@ bool GpuWindow::Decodes(const Codec& codec, const SliceLayout& layout) {
 
 Status GpuWindow::Decode(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
                          std::span<std::byte* const> dst) {
-  Status s = cancelled_.load() ? Status::Aborted("gpu window: cancelled") : backend_->DecodeSlices(layout, slices, dst);
+  Status s = cancelled_.load() ? Status::Aborted("gpu window: cancelled") : CheckSlicesInOrder(slices);
+  if (s.ok()) s = backend_->DecodeSlices(layout, slices, dst);
   MutexLock lock(&mu_);
   if (s.ok()) {
     stats_.decoded_slices += slices.size();
@@ -174,11 +196,8 @@ Result<uint64_t> GpuWindow::ScatterLayer(uint32_t layer, std::span<const PageCop
                                      " bytes (or to no destination)");
   FLATKV_RETURN_IF_ERROR(backend_->EnqueueScatter(Slot(layer), pages));
   const uint64_t event = backend_->Record();
-  if (event == 0) {  // nothing to wait for: wait now, so the slot is not refilled under the scatter
-    const Status s = backend_->Wait(backend_->Record());
-    return Status::IoError("gpu window: no event for the scatter of layer " + std::to_string(layer) +
-                           (s.ok() ? " (it has run)" : "; " + s.ToString()));
-  }
+  if (event == 0)  // the backend could not record one (cudaEventCreate failed)
+    return Status::IoError("gpu window: no event for the scatter of layer " + std::to_string(layer));
   scattered_[layer] = event;
   return event;
 }

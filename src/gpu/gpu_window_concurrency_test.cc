@@ -250,33 +250,42 @@ TEST(GpuWindowTest, Int8AndKiviExtentsAreDecodedOnTheDeviceFromTheirEncodedSlice
     }
 }
 
-// The decoders carry a job's slices over in one copy: slices that do not
-// follow one another in one buffer are refused by name, before any decode.
-TEST(GpuWindowTest, DecodeSlicesRefusesSlicesNotInOneBuffer) {
-  const SliceLayout layout{KvShape::Mha(2, 2, 16, DType::kF16), 8, 0, 0};
-  const std::vector<std::byte> raw(layout.Bytes(), std::byte{1});
+// The decoders carry a job's slices over in one copy: the window refuses,
+// by name and before any decode, slices that do not follow one another in
+// one buffer, and counts the refusal as a failed decode.
+TEST(GpuWindowTest, DecodeRefusesSlicesNotInOneBuffer) {
   auto int8 = MakeCodec("int8");
   ASSERT_TRUE(int8.ok());
+  Stored s(8, 2, std::shared_ptr<const Codec>(std::move(int8).value()));
+  auto backend = DecodingBackend();
+  auto w = s.Window(backend.get(), 2);
+  ASSERT_NE(w, nullptr);
+  const SliceLayout layout{KvShape::Mha(2, 2, 16, DType::kF16), 8, 0, 0};
+  const std::vector<std::byte> raw(layout.Bytes(), std::byte{1});
+  auto codec = MakeCodec("int8");
+  ASSERT_TRUE(codec.ok());
   CodecContext ctx;
-  std::vector<std::byte> one((*int8)->MaxEncodedSize(layout));
-  auto size = (*int8)->Encode(ctx, layout, raw, one);
+  std::vector<std::byte> one((*codec)->MaxEncodedSize(layout));
+  auto size = (*codec)->Encode(ctx, layout, raw, one);
   ASSERT_TRUE(size.ok());
   std::vector<std::byte> buffer(3 * *size + 8192);
   std::memcpy(buffer.data(), one.data(), *size);
   std::memcpy(buffer.data() + *size, one.data(), *size);
   std::memcpy(buffer.data() + 2 * *size + 8000, one.data(), *size);
-  auto backend = DecodingBackend();
   std::byte* dev = backend->AllocateDevice(2 * layout.Bytes());
   ASSERT_NE(dev, nullptr);
   const std::span<const std::byte> a(buffer.data(), *size), b(buffer.data() + *size, *size),
       far(buffer.data() + 2 * *size + 8000, *size);
   std::byte* dst[2] = {dev, dev + layout.Bytes()};
   std::span<const std::byte> in_order[2] = {a, b}, reversed[2] = {b, a}, apart[2] = {b, far};
-  EXPECT_TRUE(backend->DecodeSlices(layout, in_order, dst).ok());
-  const Status r = backend->DecodeSlices(layout, reversed, dst);
+  const uint64_t failed_before = w->Stats().failed_decodes;
+  EXPECT_TRUE(w->Decode(layout, in_order, dst).ok());
+  const Status r = w->Decode(layout, reversed, dst);
   EXPECT_NE(r.ToString().find("starts before"), std::string::npos) << r.ToString();
-  const Status g = backend->DecodeSlices(layout, apart, dst);
+  const Status g = w->Decode(layout, apart, dst);
   EXPECT_NE(g.ToString().find("8000 bytes after"), std::string::npos) << g.ToString();
+  EXPECT_EQ(w->Stats().failed_decodes, failed_before + 2);
+  w.reset();
   backend->FreeDevice(dev);
 }
 

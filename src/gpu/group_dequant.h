@@ -1,11 +1,12 @@
 // The int8 and kivi decoders' arithmetic (codec/int8_codec.cc,
-// codec/kivi_codec.cc, codec/group_quant.h) and the conversion of a decoded
-// float to the slice's dtype (codec/dtype.h), written once for the host and
-// the device, as gpu/xxh3.h is: the CUDA kernels (gpu/cuda/device_ops.cu,
-// DeviceOps::DecodeInt8/DecodeKivi and the copy backend's DecodeSlices)
-// compile it with nvcc, and the CPU test (gpu/group_dequant_test.cc) runs
-// it element by element on the host against the CPU codec's decode, bit for
-// bit, so the kernels decode what the store wrote.
+// codec/kivi_codec.cc, codec/group_quant.h), written once for the host and
+// the device, as gpu/xxh3.h is, converting to the slice's dtype with
+// codec/dtype.h's own conversions (FLATKV_HD): the CUDA kernels
+// (gpu/cuda/device_ops.cu, DeviceOps::DecodeInt8/DecodeKivi and the copy
+// backend's DecodeSlices) compile it with nvcc, and the CPU test
+// (gpu/group_dequant_test.cc) runs it element by element on the host against
+// the CPU codec's decode, bit for bit, so the kernels decode what the store
+// wrote.
 //
 // An int8 body: a u8 wide flag, then per section (MHA: K then V; MLA: the
 // latent then the RoPE key) its scales [row][head] (f16, or f32 when wide),
@@ -25,79 +26,19 @@
 #include <cstring>
 #include <span>
 
+#include "codec/dtype.h"
+#include "common/hd.h"
 #include "flatkv/codec.h"
 #include "flatkv/status.h"
-#include "gpu/xxh3.h"  // FLATKV_HD
 
 namespace flatkv::gpu {
-
-FLATKV_HD inline float BitsToFloat(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
-FLATKV_HD inline uint32_t FloatToBits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
-// An IEEE half's value (codec/dtype.h's HalfToFloat, exactly).
-FLATKV_HD inline float HalfBitsToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  if (exp == 0x1F) return BitsToFloat(sign | 0x7F800000u | (man << 13));
-  if (exp != 0) return BitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
-  const float v = float(man) * 5.9604644775390625e-08f;  // exact: man * 2^-24
-  return sign ? -v : v;
-}
-
-// A float rounded to bf16 bits, nearest even; NaNs keep their payload's top
-// bits (codec/dtype.h's FloatToBf16, exactly).
-FLATKV_HD inline uint16_t FloatToBf16Bits(float f) {
-  uint32_t u = FloatToBits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u & 0x007F0000u) ? uint16_t(u >> 16) : uint16_t((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-
-// A float rounded to half bits, nearest even, overflowing to infinity
-// (codec/dtype.h's FloatToHalf, exactly).
-FLATKV_HD inline uint16_t FloatToHalfBits(float f) {
-  const uint32_t u = FloatToBits(f);
-  const uint16_t sign = uint16_t((u >> 16) & 0x8000);
-  const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) {
-    const uint16_t m = uint16_t((a >> 13) & 0x3FF);
-    return uint16_t(sign | 0x7C00 | (m ? m : 0x200));
-  }
-  if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00);
-  if (a >= 0x38800000u) {
-    const uint32_t r = a - 0x38000000u;
-    const uint32_t rounded = r + 0xFFFu + ((r >> 13) & 1);
-    return uint16_t(sign | (rounded >> 13));
-  }
-  const float scaled = BitsToFloat(a) * 16777216.0f;  // exact (a power of two)
-  uint32_t m = uint32_t(scaled);
-  const float frac = scaled - float(m);
-  if (frac > 0.5f || (frac == 0.5f && (m & 1))) ++m;
-  return uint16_t(sign | m);
-}
 
 // Writes `y` as element `at` of `out`, an array of `dtype` (a DType's
 // value: f32, f16 or bf16) as the CPU codec's FromFloat does.
 FLATKV_HD inline void StoreElement(int dtype, float y, std::byte* out, uint64_t at) {
   if (dtype == int(DType::kF32)) reinterpret_cast<float*>(out)[at] = y;
-  else if (dtype == int(DType::kF16)) reinterpret_cast<uint16_t*>(out)[at] = FloatToHalfBits(y);
-  else reinterpret_cast<uint16_t*>(out)[at] = FloatToBf16Bits(y);
+  else if (dtype == int(DType::kF16)) reinterpret_cast<uint16_t*>(out)[at] = codec::FloatToHalf(y);
+  else reinterpret_cast<uint16_t*>(out)[at] = codec::FloatToBf16(y);
 }
 
 // lo + step * v, multiplied then added, never fused (nvcc builds with
@@ -112,8 +53,8 @@ FLATKV_HD inline float MulAdd(float lo, float step, float v) {
 }
 
 FLATKV_HD inline float Meta(const uint8_t* m, bool wide) {
-  if (wide) return BitsToFloat(uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
-  return HalfBitsToFloat(uint16_t(m[0] | m[1] << 8));
+  if (wide) return codec::BitsToFloat(uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
+  return codec::HalfToFloat(uint16_t(m[0] | m[1] << 8));
 }
 
 // A slice read on the host: where its body starts in the slice, whether

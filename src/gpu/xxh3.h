@@ -11,11 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define FLATKV_HD __host__ __device__
-#else
-#define FLATKV_HD
-#endif
+#include "common/hd.h"
+
 
 namespace flatkv::gpu::xxh3 {
 

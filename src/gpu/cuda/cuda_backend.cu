@@ -232,21 +232,24 @@ class CudaCopyBackend final : public CopyBackend {
     void* raw = nullptr;
     if (cudaMalloc(&raw, bytes + kDeviceAlign) != cudaSuccess) return nullptr;
     auto* p = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(raw) + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign);
-    std::lock_guard<std::mutex> lock(mu_);
-    allocations_[p] = raw;
+    [[maybe_unused]] bool registered = false;
 #if FLATKV_HAVE_CUFILE
     // Registered with cuFile, a read lands by DMA from the SSD (GDS) without
     // cuFile's own bounce buffers; where it cannot be (BAR1 space), reads
-    // still work through them.
-    if (!path_.empty() && bytes >= kRegisterMin && cufile_->BufRegister(p, bytes, 0).err == CU_FILE_SUCCESS)
-      buffers_[p] = bytes;
+    // still work through them. Outside the lock: copies queue meanwhile.
+    registered = !path_.empty() && bytes >= kRegisterMin && cufile_->BufRegister(p, bytes, 0).err == CU_FILE_SUCCESS;
+#endif
+    std::lock_guard<std::mutex> lock(mu_);
+    allocations_[p] = raw;
+#if FLATKV_HAVE_CUFILE
+    if (registered) buffers_[p] = bytes;
 #endif
     return p;
   }
   void FreeDevice(std::byte* p) override {
     cudaSetDevice(device_);
     void* raw = nullptr;
-    bool registered = false;
+    [[maybe_unused]] bool registered = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = allocations_.find(p);
@@ -260,7 +263,6 @@ class CudaCopyBackend final : public CopyBackend {
 #if FLATKV_HAVE_CUFILE
     if (registered) cufile_->BufDeregister(p);
 #endif
-    (void)registered;
     cudaFree(raw);
   }
   Status RegisterHost(const std::byte* p, uint64_t bytes) override {
@@ -434,7 +436,6 @@ class CudaCopyBackend final : public CopyBackend {
   Status DecodeSlices(const SliceLayout& layout, std::span<const std::span<const std::byte>> slices,
                       std::span<std::byte* const> dst) override {
     if (slices.empty()) return Status::Ok();
-    FLATKV_RETURN_IF_ERROR(CheckSlicesInOrder(slices, kMaxSliceGap));  // carried over in one copy
     Checker c = TakeChecker();
     const Status s = RunDecodes(c, layout, slices, dst);
     GiveChecker(c);
@@ -454,7 +455,6 @@ class CudaCopyBackend final : public CopyBackend {
   // restore keeps up to ssd_layers_in_flight layers' requests queued).
   static constexpr uint32_t kReaders = 8;
   static constexpr uint64_t kRegisterMin = 1ull << 20;  // device buffers registered with cuFile from this size
-  static constexpr uint64_t kMaxSliceGap = 4096;        // between slices carried in one copy
   static constexpr uint64_t kDeviceAlign = 4096;        // AllocateDevice hands out 4 KiB boundaries
   explicit CudaCopyBackend(int device) : device_(device) {}
 

@@ -453,8 +453,8 @@ class CudaCopyBackend final : public CopyBackend {
   static constexpr size_t kMaxEvents = 4096;
   // Reader threads: synchronous cuFileReads in flight at once (the
   // restore keeps up to ssd_layers_in_flight layers' requests queued).
-  static constexpr uint32_t kReaders = 8;
-  static constexpr uint64_t kRegisterMin = 1ull << 20;  // device buffers registered with cuFile from this size
+  [[maybe_unused]] static constexpr uint32_t kReaders = 8;  // unused without cuFile
+  [[maybe_unused]] static constexpr uint64_t kRegisterMin = 1ull << 20;  // cuFile registers device buffers from this size
   static constexpr uint64_t kDeviceAlign = 4096;        // AllocateDevice hands out 4 KiB boundaries
   explicit CudaCopyBackend(int device) : device_(device) {}
 

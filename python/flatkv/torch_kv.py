@@ -421,14 +421,17 @@ class KVTransfer:
         for p, n, _ in self._windows:
             if p <= ptr and ptr + size <= p + n:
                 return True
-        cudart = torch.cuda.cudart()
+        if isinstance(buf, torch.Tensor):
+            read_only = False
+        elif hasattr(buf, "__array_interface__"):
+            read_only = not buf.flags.writeable
+        else:
+            read_only = memoryview(buf).readonly
+        # cudaHostRegisterReadOnly (8) for a read-only mapping (a Restore's layer_view), else 0.
         with torch.cuda.device(self.device):
-            err = cudart.cudaHostRegister(ptr, size, 0)
-            if _cuda_code(err) != 0:  # a read-only mapping needs cudaHostRegisterReadOnly (8)
-                _clear_cuda_error()
-                err = cudart.cudaHostRegister(ptr, size, 8)
+            err = torch.cuda.cudart().cudaHostRegister(ptr, size, 8 if read_only else 0)
         if _cuda_code(err) != 0:
-            _clear_cuda_error()
+            _clear_cuda_error()  # else torch's next kernel launch check reports it
             return False
         self._windows.append((ptr, size, buf))
         return True
@@ -502,6 +505,8 @@ class KVTransfer:
         ev = self._load_events.pop(layer, None)
         if ev is not None:
             torch.cuda.current_stream(self.device).wait_event(ev)
+        if not self._load_events:
+            self._loads_started = False  # the next load follows the consumer's work again
         self.poll()
 
     def poll(self) -> None:
@@ -580,7 +585,17 @@ def _cuda_code(err) -> int:
 
 
 def _clear_cuda_error() -> None:
+    """Resets the CUDA runtime's last error after a failed call (torch's cudart module has no
+    cudaGetLastError: the runtime torch loaded is called through ctypes)."""
+    f = getattr(torch.cuda.cudart(), "cudaGetLastError", None)
+    if f is not None:
+        f()
+        return
+    import ctypes
     try:
-        torch.cuda.cudart().cudaGetLastError()
-    except Exception:  # noqa: BLE001 - not every torch exposes it
+        with open("/proc/self/maps") as maps:
+            libs = {line.split()[-1] for line in maps if "libcudart" in line}
+        for lib in libs:
+            ctypes.CDLL(lib).cudaGetLastError()
+    except OSError:
         pass

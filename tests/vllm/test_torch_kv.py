@@ -436,6 +436,28 @@ def test_transfer_engine_cuda_does_not_block_the_host():
     eng.close()
 
 
+def test_transfer_engine_cuda_read_only_window():
+    """A read-only window (a Restore's layer_view is one) is registered read-only, or not at all
+    where the device cannot; either way the loads are right and no CUDA error is left behind."""
+    need_cuda()
+    case = FIX["cases"]["mha_f16"]
+    geo = FIX["geometries"]["mha_f16/LBNHC"]
+    cache = Cache(FIX["backends"]["FLASH_ATTN"], case, geo, "cuda", fill=False)
+    lay = cache.layout(0)
+    data = bytes(random.Random(8).randrange(256) for _ in range(3 * lay.block_layer_bytes))
+    view = memoryview(data)
+    eng = tk.KVTransfer([lay, cache.layout(1)], cache.layers)
+    pinned = eng.register_window(view)
+    print(f"read-only window pinned: {pinned}")
+    eng.load_layer(0, view, [5, 0, 1])
+    eng.wait_layer_load(0)
+    torch.ones(4, device="cuda").sum().item()  # a kernel launch: no stale error from the register
+    out = torch.empty((3, lay.block_layer_bytes), dtype=torch.uint8, device="cuda")
+    tk.gather(lay, cache.layers[0], [5, 0, 1], out)
+    assert bytes(out.cpu().view(-1).tolist()) == data
+    eng.close()
+
+
 def main():
     """Runs the tests without pytest: all of them, or with --cuda only the CUDA ones."""
     only_cuda = "--cuda" in sys.argv

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import mmap
 import random
 import sys
 from pathlib import Path
@@ -178,7 +179,7 @@ def _gather_matches_reference(device):
     for bname, b, cname, case, lname, geo in combos():
         cache = Cache(b, case, geo, device)
         elems = cache.elements()
-        for layer in range(len(cache.layers)):
+        for layer in (count % 2,):  # layers alternate: offset 0 and the second layer's offset
             lay = cache.layout(layer)
             for ids in block_lists(case["num_blocks"], rng):
                 dst = torch.empty((len(ids), lay.block_layer_bytes), dtype=torch.uint8, device=device)
@@ -187,7 +188,7 @@ def _gather_matches_reference(device):
                 assert got == cache.ref_stored(elems, layer, ids), \
                     f"{bname} {cname} {lname} layer {layer} blocks {ids}: gather differs"
                 count += 1
-    assert count > 100
+    assert count > 200
 
 
 def test_gather_matches_reference_cpu():
@@ -253,7 +254,7 @@ def _cross_backend(device):
         all_ = list(combos((kind,)))
         for bx, x, cname, case, lx, geo_x in all_:
             for by, y, cname_y, case_y, ly, geo_y in all_:
-                if cname_y != cname or (bx, lx) == (by, ly) or rng.random() > 0.15:
+                if cname_y != cname or (bx, lx) == (by, ly) or rng.random() > 0.08:
                     continue
                 src = Cache(x, case, geo_x, device, seed=4)
                 dst = Cache(y, case, geo_y, device, fill=False)
@@ -266,7 +267,7 @@ def _cross_backend(device):
                 assert src.ref_stored(src.elements(), 1, ids) == dst.ref_stored(dst.elements(), 1, to), \
                     f"{cname}: {bx} {lx} -> {by} {ly}: K/V differ"
                 pairs += 1
-    assert pairs >= 20, pairs
+    assert pairs >= 12, pairs
 
 
 def test_cross_backend_exchange_cpu():
@@ -381,10 +382,15 @@ def _engine_round_trip(device, pin_window):
                 f"{bname} {cname} {lname}: saved layer {layer} differs"
         # Loads: from a host window (pinned once where asked) into other blocks, layer by layer.
         window = saved.view(len(ids), L, lb).permute(1, 0, 2).contiguous()  # layer-major, as the daemon
+        if pin_window:  # page-aligned shared memory, as the daemon's window is
+            mm = mmap.mmap(-1, window.numel())
+            host = torch.frombuffer(mm, dtype=torch.uint8).view(window.shape)
+            host.copy_(window)
+            window = host
         to = list(reversed(range(case["num_blocks"])))[:len(ids)]
         loader = tk.KVTransfer(layouts, dst.layers)
         if pin_window:
-            assert loader.register_window(window)
+            assert loader.register_window(window) == (device == "cuda")
         released = []
         for layer in range(L):
             loader.load_layer(layer, window[layer], to, on_done=lambda layer=layer: released.append(layer))
@@ -398,12 +404,14 @@ def _engine_round_trip(device, pin_window):
         assert sorted(released) == list(range(L))
         loader.close()
         eng.close()
+        window = host = None  # before the mapping goes
         done += 1
     assert done >= 3
 
 
 def test_transfer_engine_cpu():
     _engine_round_trip("cpu", pin_window=False)
+    _engine_round_trip("cpu", pin_window=True)  # a shared-memory window: nothing to pin on CPU
 
 
 def test_transfer_engine_cuda_pinned_window():

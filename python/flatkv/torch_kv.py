@@ -317,6 +317,39 @@ def as_uint8(buf) -> torch.Tensor:
     return t
 
 
+def vllm_layouts(kv_caches: dict, kv_cache_config: Any, backends: dict) -> dict[str, PagedLayout]:
+    """The layout of every layer vLLM 0.32 registered, for the connector's register_kv_caches.
+
+    kv_caches: register_kv_caches' argument; kv_cache_config: the connector's constructor
+    argument (its kv_cache_groups give each layer's spec: block_size, num_kv_heads, head_size,
+    head_size_v); backends: layer name -> the layer's attention backend class or name, e.g.
+    `{n: l.get_attn_backend() for n, l in get_layers_from_vllm_config(vllm_config,
+    AttentionLayerBase).items()}`. Duck-typed: needs no vLLM import. A layer that is not
+    attention (Mamba state, an indexer) or has no backend is refused by name."""
+    out = {}
+    for group in kv_cache_config.kv_cache_groups:
+        for name in group.layer_names:
+            if name not in kv_caches:
+                continue
+            spec = group.kv_cache_spec
+            per_layer = getattr(spec, "kv_cache_specs", None)
+            if isinstance(per_layer, dict):
+                spec = per_layer[name]
+            if not hasattr(spec, "head_size"):
+                raise LayoutError(f"vLLM layer '{name}': a {type(spec).__name__}, not attention; "
+                                  "flatkv stores attention KV only")
+            if name not in backends:
+                raise LayoutError(f"vLLM layer '{name}': no attention backend given")
+            out[name] = PagedLayout.from_vllm(
+                kv_caches[name], backends[name], head_size=spec.head_size,
+                num_kv_heads=spec.num_kv_heads, head_size_v=getattr(spec, "head_size_v", None),
+                block_size=spec.block_size)
+    missing = sorted(set(kv_caches) - set(out))
+    if missing:
+        raise LayoutError(f"vLLM layers {missing} are in no KV cache group of kv_cache_config")
+    return out
+
+
 def strided_cache(shape: Sequence[int], stride: Sequence[int], offset: int, dtype: torch.dtype,
                   allocation: torch.Tensor) -> torch.Tensor:
     """A cache layer as vLLM's runner views it: `allocation` (its raw int8 buffer) viewed as

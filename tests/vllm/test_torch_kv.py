@@ -320,6 +320,31 @@ def test_kernel_blocks():
     assert torch.equal(fresh.layers[0][[4, 5, 0, 1]].view(torch.int16), t[[4, 5, 0, 1]].view(torch.int16))
 
 
+def test_vllm_layouts_from_kv_cache_config():
+    """vllm_layouts: every registered layer's layout from the connector's kv_cache_config and
+    each layer's backend (objects shaped like vLLM 0.32's, no vLLM needed)."""
+    from types import SimpleNamespace as NS
+    mha, mla = FIX["cases"]["mha_f16"], FIX["cases"]["mla_bf16"]
+    c1 = Cache(FIX["backends"]["FLASH_ATTN"], mha, FIX["geometries"]["mha_f16/BLHNC"])
+    c2 = Cache(FIX["backends"]["FLASHMLA"], mla, FIX["geometries"]["mla_bf16/LBNHC"])
+    kv = {"l.0.attn": c1.layers[0], "l.1.attn": c1.layers[1], "m.0.attn": c2.layers[0]}
+    spec1 = NS(block_size=16, num_kv_heads=2, head_size=8, head_size_v=8)
+    spec2 = NS(block_size=16, num_kv_heads=1, head_size=40, head_size_v=0)
+    cfg = NS(kv_cache_groups=[NS(layer_names=["l.0.attn", "l.1.attn"], kv_cache_spec=spec1),
+                              NS(layer_names=["m.0.attn"], kv_cache_spec=NS(kv_cache_specs={"m.0.attn": spec2}))])
+    backends = {"l.0.attn": "FLASH_ATTN", "l.1.attn": "FLASH_ATTN", "m.0.attn": "FLASHMLA"}
+    lays = tk.vllm_layouts(kv, cfg, backends)
+    assert lays["l.1.attn"].kind == "mha" and lays["m.0.attn"].kind == "mla"
+    assert lays["m.0.attn"].block_layer_bytes == 16 * 40 * 2
+    cfg.kv_cache_groups.append(NS(layer_names=["s.0.mamba"], kv_cache_spec=NS(block_size=16)))
+    try:
+        tk.vllm_layouts({**kv, "s.0.mamba": torch.zeros(1)}, cfg, backends)
+    except tk.LayoutError as e:
+        assert "'s.0.mamba': a SimpleNamespace, not attention" in str(e), e
+    else:
+        raise AssertionError("a non-attention layer was accepted")
+
+
 def test_errors_name_what_is_wrong():
     cache = torch.zeros(4, 2, 16, 32, dtype=torch.float16)
     lay = tk.PagedLayout.from_vllm(cache, "TRITON_ATTN", head_size=16, num_kv_heads=2)

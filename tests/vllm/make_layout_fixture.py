@@ -73,7 +73,8 @@ def _stub_flashinfer():
             sys.modules[n] = m
 
 
-def _views(case, layout):
+def allocate(case, layout):
+    """(kv_cache_config, {layer name: cache view}) for a case, as vLLM's runner makes them."""
     import torch
     from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, MLAAttentionSpec
@@ -94,7 +95,12 @@ def _views(case, layout):
                                            prefix_cache_retention_interval=None),
         attention_config=types.SimpleNamespace(hisparse_config=None))
     kv_cfg = get_kv_cache_config_from_groups(cfg, groups, spec.page_size_bytes * LAYERS * nb)
-    caches = allocate_kv_cache(kv_cfg, torch.device("cpu"), layout)
+    return kv_cfg, allocate_kv_cache(kv_cfg, torch.device("cpu"), layout)
+
+
+def _views(case, layout):
+    kv_cfg, caches = allocate(case, layout)
+    names = list(caches)
     base = caches[names[0]].untyped_storage().data_ptr()
     out = []
     for n in names:

@@ -163,6 +163,19 @@ def test_fixture_matches_vllm():
     assert make_layout_fixture.build() == FIX, (
         "tests/vllm/fixtures/vllm_kv_layouts.json differs from the installed vLLM: regenerate it "
         "with tests/vllm/make_layout_fixture.py and review the change")
+    # vllm_layouts on vLLM's own objects: its KVCacheConfig, specs, views and backend classes.
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+    for cname, bname in (("mha_bf16_1head", "TRITON_ATTN"), ("mla_fp8", "TRITON_MLA"), ("mha_f32", "CPU_ATTN")):
+        case = next(c for c in make_layout_fixture.CASES if c[0] == cname)
+        layout = KVCacheLayout.LBHNC if bname == "CPU_ATTN" else KVCacheLayout.BLNHC
+        kv_cfg, caches = make_layout_fixture.allocate(case, layout)
+        cls = AttentionBackendEnum[bname].get_class()
+        lays = tk.vllm_layouts(caches, kv_cfg, {n: cls for n in caches})
+        for n, lay in lays.items():
+            assert lay.kind == FIX["backends"][bname]["kind"] and lay.source == f"vLLM {bname}", lay
+            buf = torch.empty((1, lay.block_layer_bytes), dtype=torch.uint8)
+            tk.gather(lay, caches[n], [1], buf)
 
 
 def test_fixture_covers_the_backends():

@@ -358,6 +358,24 @@ def test_vllm_layouts_from_kv_cache_config():
         raise AssertionError("a non-attention layer was accepted")
 
 
+def test_from_axes_any_engine():
+    """Any strided cache whose axes are named: here (2, B, N, H, D) stored head-major, and MLA
+    (B, N, L) with a gap between blocks."""
+    g = torch.Generator().manual_seed(9)
+    phys = torch.randn(2, 5, 3, 16, 8, generator=g)  # (kv, B, H, N, D) in memory
+    t = phys.permute(0, 1, 3, 2, 4)  # logical (kv, B, N, H, D), non-contiguous
+    lay = tk.PagedLayout.from_axes(t, ("kv", "block", "token", "head", "dim"))
+    buf = torch.empty((2, lay.block_layer_bytes), dtype=torch.uint8)
+    tk.gather(lay, t, [4, 2], buf)
+    assert torch.equal(buf.view(torch.float32).view(2, 2, 16, 3, 8), t[:, [4, 2]].transpose(0, 1))
+    big = torch.randn(5, 20, 12, generator=g)
+    mla = big[:, 2:18, :]  # 16 tokens of 12, blocks 240 elements apart
+    lay = tk.PagedLayout.from_axes(mla, ("block", "token", "dim"))
+    buf = torch.empty((3, lay.block_layer_bytes), dtype=torch.uint8)
+    tk.gather(lay, mla, [0, 1, 3], buf)
+    assert torch.equal(buf.view(torch.float32).view(3, 16, 12), mla[[0, 1, 3]])
+
+
 def test_errors_name_what_is_wrong():
     cache = torch.zeros(4, 2, 16, 32, dtype=torch.float16)
     lay = tk.PagedLayout.from_vllm(cache, "TRITON_ATTN", head_size=16, num_kv_heads=2)

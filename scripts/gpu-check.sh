@@ -8,13 +8,19 @@
 #       device machine lacks flatkv's Debian -dev libraries and has no network).
 #   scripts/gpu-check.sh device
 #       on the device machine (1 H200, CUDA 13), with build/gpu-bundle carried there: runs the
-#       device tests, then `flatkv bench gpu --json`, writing at most 5 files under $OUT
-#       (device_tests.log, bench_gpu.json, bench_gpu.err, nvidia_smi.txt, machine.txt: the
+#       device tests, the CUDA half of tests/vllm/test_torch_kv.py (the torch data path of the vLLM
+#       connector on the vLLM layouts of tests/vllm/fixtures/vllm_kv_layouts.json: needs a Python
+#       with torch and CUDA, not vLLM or pytest; at most 3 minutes), then `flatkv bench gpu
+#       --json`, writing at most 6 files under $OUT (device_tests.log, torch_kv.log,
+#       bench_gpu.json, bench_gpu.err, nvidia_smi.txt, machine.txt: the
 #       kernel, memory, the scratch directory's filesystem and block devices, and whether the
 #       nvidia-fs driver that GDS needs is loaded). The bench's SSD store goes to /tmp, or to
 #       build/gpu-scratch beside the bundle where /tmp is a tmpfs (not an SSD), and so do the device
 #       tests' stores (FLATKV_TEST_DIR).
-#       Expected time there: about 2 minutes (tests under 1, the bench 1-2 at 64 blocks).
+#       Expected time there: about 2-3 minutes (tests under 1, torch_kv under 1, the bench 1-2
+#       at 64 blocks).
+#   scripts/gpu-check.sh torch-kv
+#       only the torch_kv step (no bundle needed), its log under $OUT.
 #
 # With the device tool: `run` with carry ["build/gpu-bundle"] and the command
 #   bash scripts/gpu-check.sh device
@@ -22,6 +28,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 bundle=build/gpu-bundle
+# tests/vllm/test_torch_kv.py's CUDA tests with the first Python that has torch with CUDA
+# ($FLATKV_TORCH_PYTHON, build/pyenv/torch, python3); its log to $1. No such Python: says so, passes.
+torch_kv_check() {
+  local log=$1 py="" cand
+  for cand in "${FLATKV_TORCH_PYTHON:-}" build/pyenv/torch/bin/python python3; do
+    if [ -n "$cand" ] && command -v "$cand" >/dev/null 2>&1 &&
+        "$cand" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+      py=$cand; break
+    fi
+  done
+  if [ -z "$py" ]; then
+    echo "torch_kv: no Python with torch and CUDA here (FLATKV_TORCH_PYTHON): its CUDA tests did not run" | tee "$log"
+    return 0
+  fi
+  local trc=0
+  timeout 180 "$py" tests/vllm/test_torch_kv.py --cuda > "$log" 2>&1 || trc=$?
+  tail -3 "$log"
+  return $trc
+}
 case "$mode" in
   build)
     scripts/install-deps.sh debian pyenv:torch  # pyenv:torch: cufile.h and libcufile.so.0 (nvidia-cufile)
@@ -62,12 +87,18 @@ case "$mode" in
     rc=0
     FLATKV_TEST_DIR=$scratch timeout 120 "$bundle/flatkv_gpu_device_tests" > "$out/device_tests.log" 2>&1 || rc=$?
     tail -5 "$out/device_tests.log"
+    torch_kv_check "$out/torch_kv.log" || rc=$((rc ? rc : $?))
     timeout 170 "$bundle/flatkv" bench gpu --json --dir "$scratch" > "$out/bench_gpu.json" 2> "$out/bench_gpu.err" || rc=$((rc ? rc : $?))
     cat "$out/bench_gpu.json"
     exit $rc
     ;;
+  torch-kv)
+    out=${OUT:-/tmp/gpu-check}
+    mkdir -p "$out"
+    torch_kv_check "$out/torch_kv.log"
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device" >&2
+    echo "usage: scripts/gpu-check.sh build|device|torch-kv" >&2
     exit 2
     ;;
 esac

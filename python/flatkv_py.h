@@ -100,7 +100,8 @@ OptionsPtr NewOptions();
 // dict, the keywords one C setter each (StoreDoc lists them).
 OptionsPtr OpenOptions(const py::object& shape, const py::kwargs& options);
 // The options of flatkv.Store.connect: a `flatkv serve` daemon's address.
-OptionsPtr ConnectOptions(const std::string& address, const std::string& token, uint64_t shm_bytes);
+OptionsPtr ConnectOptions(const std::string& address, const std::string& token, uint64_t shm_bytes,
+                          uint32_t deadline_ms, uint32_t connect_timeout_ms);
 // Store()'s docstring, from the keyword table.
 std::string StoreDoc();
 
@@ -134,6 +135,7 @@ class Namespace {
 
   py::array_t<uint64_t> Keys(const py::object& tokens_obj, uint32_t block_tokens, const py::object& parent) const;
   py::array_t<uint64_t> ChunkKeys(const py::object& tokens_obj, uint32_t block_tokens) const;
+  py::array_t<uint64_t> EngineKeys(const py::object& hashes) const;
 
  private:
   flatkv_namespace* ns_ = nullptr;

@@ -60,6 +60,36 @@ py::array_t<uint64_t> Namespace::ChunkKeys(const py::object& tokens_obj, uint32_
   return FromKeys(keys);
 }
 
+py::array_t<uint64_t> Namespace::EngineKeys(const py::object& hashes) const {
+  // A sequence of equal-length bytes objects (vLLM's BlockHash), or a 2-D uint8 array, one hash a row.
+  std::vector<uint8_t> flat;
+  uint64_t n = 0;
+  size_t width = 0;
+  if (py::isinstance<py::array>(hashes)) {
+    auto a = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(hashes);
+    if (!a || a.ndim() != 2) throw py::value_error("engine hashes must be a 2-D uint8 array (one hash a row)");
+    n = a.shape(0);
+    width = a.shape(1);
+    flat.assign(a.data(), a.data() + n * width);
+  } else {
+    for (const py::handle h : hashes) {
+      if (!py::isinstance<py::bytes>(h))
+        throw py::type_error("engine hash " + std::to_string(n) + " is " +
+                             std::string(py::str(py::type::of(h).attr("__name__"))) + ", not bytes");
+      const std::string b = py::reinterpret_borrow<py::bytes>(h);
+      if (n == 0) width = b.size();
+      if (b.size() != width || width == 0)
+        throw py::value_error("engine hash " + std::to_string(n) + " has " + std::to_string(b.size()) +
+                              " bytes, the first had " + std::to_string(width) + " (all must be equal and non-empty)");
+      flat.insert(flat.end(), b.begin(), b.end());
+      ++n;
+    }
+  }
+  std::vector<flatkv_key> keys(n);
+  if (n > 0) Check(flatkv_namespace_engine_keys(ns_, flat.data(), n, static_cast<uint32_t>(width), keys.data(), n));
+  return FromKeys(keys);
+}
+
 void BindKeys(py::module_& m) {
   py::class_<Namespace>(m, "Namespace", "Key namespace: hash kind, seed, model fingerprint, adapter, tenant.")
       .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&, uint64_t>(),
@@ -71,7 +101,10 @@ void BindKeys(py::module_& m) {
            "(default: the namespace digest).")
       .def("chunk_keys", &Namespace::ChunkKeys, py::arg("tokens"), py::arg("block_tokens"),
            "Chunk keys (shape (ceil(n / block_tokens), 2)) of a chunk's tokens: position-independent, the "
-           "trailing partial block included (docs/blend.md).");
+           "trailing partial block included (docs/blend.md).")
+      .def("engine_keys", &Namespace::EngineKeys, py::arg("hashes"),
+           "Keys (shape (n, 2)) of a serving engine's own block hashes (vLLM's request.block_hashes: equal-length "
+           "bytes, or a 2-D uint8 array), each already covering its whole prefix (docs/format_keys.md).");
 
   m.def("chunk_session", [](const py::object& key) {
         auto k = ToKeys(key);

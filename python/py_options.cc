@@ -194,10 +194,12 @@ OptionsPtr OpenOptions(const py::object& shape, const py::kwargs& options) {
   return o;
 }
 
-OptionsPtr ConnectOptions(const std::string& address, const std::string& token, uint64_t shm_bytes) {
+OptionsPtr ConnectOptions(const std::string& address, const std::string& token, uint64_t shm_bytes,
+                          uint32_t deadline_ms, uint32_t connect_timeout_ms) {
   OptionsPtr o = NewOptions();
   Check(flatkv_options_set_server(o.get(), address.c_str(), token.c_str()));
   Check(flatkv_options_set_shm_window(o.get(), shm_bytes));
+  Check(flatkv_options_set_server_timeouts(o.get(), deadline_ms, connect_timeout_ms));
   return o;
 }
 

@@ -134,8 +134,9 @@ class Store {
     return std::make_unique<Store>(OpenOptions(shape, options).get());
   }
 
-  static std::unique_ptr<Store> Connect(const std::string& address, const std::string& token, uint64_t shm_bytes) {
-    return std::make_unique<Store>(ConnectOptions(address, token, shm_bytes).get());
+  static std::unique_ptr<Store> Connect(const std::string& address, const std::string& token, uint64_t shm_bytes,
+                                        uint32_t deadline_ms, uint32_t connect_timeout_ms) {
+    return std::make_unique<Store>(ConnectOptions(address, token, shm_bytes, deadline_ms, connect_timeout_ms).get());
   }
 
   uint32_t layers() const { return flatkv_store_layers(s_); }
@@ -388,7 +389,9 @@ void BindStore(py::module_& m) {
   py::class_<Store>(m, "Store", "An embedded store or a daemon client.")
       .def(py::init(&Store::Open), py::arg("shape"), store_doc.c_str())
       .def_static("connect", &Store::Connect, py::arg("address"), py::arg("token") = "",
-                  py::arg("shm_window_bytes") = 0, "Connects to a `flatkv serve` daemon (unix:/path, tcp:host:port).")
+                  py::arg("shm_window_bytes") = 0, py::arg("deadline_ms") = 10000, py::arg("connect_timeout_ms") = 5000,
+                  "Connects to a `flatkv serve` daemon (unix:/path, tcp:host:port). deadline_ms bounds each request "
+                  "(past it the call raises and the daemon abandons it); connect_timeout_ms bounds connecting.")
       .def_property_readonly("layers", &Store::layers)
       .def_property_readonly("block_tokens", &Store::block_tokens)
       .def_property_readonly("block_layer_bytes", &Store::block_layer_bytes)

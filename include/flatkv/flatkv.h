@@ -195,6 +195,13 @@ flatkv_status* flatkv_options_set_server(flatkv_options* options, const char* ad
  * the daemon fills directly, saving the copy through the socket (0, the
  * default, transfers KV bytes over the socket). */
 flatkv_status* flatkv_options_set_shm_window(flatkv_options* options, uint64_t bytes);
+/* For a daemon client: one request's deadline (default 10,000 ms: the daemon
+ * abandons a request past it, and the client stops waiting for its reply
+ * and fails the call, dropping the connection) and the time to connect, hello
+ * included (default 5,000 ms). An engine that must not stall behind a slow
+ * daemon sets both low: a lookup past its deadline is a miss. */
+flatkv_status* flatkv_options_set_server_timeouts(flatkv_options* options, uint32_t deadline_ms,
+                                                  uint32_t connect_timeout_ms);
 
 /* ---------------------------------------------------------------- keys */
 
@@ -225,6 +232,14 @@ flatkv_key flatkv_namespace_digest(const flatkv_namespace* ns);
 flatkv_status* flatkv_namespace_keys(const flatkv_namespace* ns, const flatkv_key* parent, const uint32_t* tokens,
                                      uint64_t n_tokens, uint32_t block_tokens, flatkv_key* keys,
                                      uint64_t keys_capacity, uint64_t* n_keys);
+
+/* Keys of a serving engine's own block hashes (vLLM's request.block_hashes,
+ * SGLang's page hashes: each already covers the whole prefix), n_hashes of
+ * hash_bytes bytes each, back to back: keys[i] = H("flatkv-engine-v1" ‖
+ * namespace ‖ u64 hash_bytes ‖ hash i) (docs/format_keys.md). Fails with
+ * INVALID_ARGUMENT when keys_capacity < n_hashes. */
+flatkv_status* flatkv_namespace_engine_keys(const flatkv_namespace* ns, const uint8_t* hashes, uint64_t n_hashes,
+                                            uint32_t hash_bytes, flatkv_key* keys, uint64_t keys_capacity);
 
 /* ---------------------------------------------------------------- store */
 

@@ -81,6 +81,16 @@ class KeyHasher {
   // key only by a hash collision.
   std::vector<BlockKey> ChunkKeys(const BlockKey& ns_digest, std::span<const uint32_t> tokens,
                                   uint32_t block_tokens) const;
+  // Engine keys (docs/format_keys.md): a serving engine's own block hashes
+  // (vLLM's `request.block_hashes`, SGLang's page hashes), each of which
+  // already covers the whole prefix and whatever the engine separates
+  // (LoRA, images, prompt embeds, salt), mapped into the namespace:
+  // key_i = H("flatkv-engine-v1" || ns || u64 len || hash_i). `hashes` holds
+  // n hashes of `hash_bytes` bytes each, back to back. Equal engine hashes in
+  // one namespace give equal keys; the domain tag keeps them apart from chain
+  // links and chunk keys (equal only by a hash collision).
+  std::vector<BlockKey> EngineKeys(const BlockKey& ns_digest, std::span<const uint8_t> hashes,
+                                   size_t hash_bytes) const;
 
  private:
   BlockKey Hash(std::span<const uint8_t> bytes) const;

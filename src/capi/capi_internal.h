@@ -36,6 +36,9 @@ struct flatkv_options {
   std::string server;
   std::string token;
   uint64_t shm_window_bytes = 0;
+  // flatkv_options_set_server_timeouts: one request's deadline, and connecting (hello included).
+  uint32_t server_deadline_ms = 10000;
+  uint32_t server_connect_timeout_ms = 5000;
 };
 
 struct flatkv_namespace {

@@ -360,6 +360,18 @@ flatkv_status* flatkv_options_set_server(flatkv_options* options, const char* ad
   });
 }
 
+flatkv_status* flatkv_options_set_server_timeouts(flatkv_options* options, uint32_t deadline_ms,
+                                                  uint32_t connect_timeout_ms) {
+  return Guard(__func__, [&]() -> Status {
+    FLATKV_RETURN_IF_ERROR(CheckOptions(options));
+    FLATKV_RETURN_IF_ERROR(CheckPositive(deadline_ms, "server deadline_ms"));
+    FLATKV_RETURN_IF_ERROR(CheckPositive(connect_timeout_ms, "server connect_timeout_ms"));
+    options->server_deadline_ms = deadline_ms;
+    options->server_connect_timeout_ms = connect_timeout_ms;
+    return Status::Ok();
+  });
+}
+
 flatkv_status* flatkv_options_set_shm_window(flatkv_options* options, uint64_t bytes) {
   return Guard(__func__, [&]() -> Status {
     FLATKV_RETURN_IF_ERROR(CheckOptions(options));
@@ -413,6 +425,25 @@ flatkv_status* flatkv_namespace_keys(const flatkv_namespace* ns, const flatkv_ke
       keys[b] = flatkv_key{key.lo, key.hi};
     }
     *n_keys = n;
+    return Status::Ok();
+  });
+}
+
+flatkv_status* flatkv_namespace_engine_keys(const flatkv_namespace* ns, const uint8_t* hashes, uint64_t n_hashes,
+                                            uint32_t hash_bytes, flatkv_key* keys, uint64_t keys_capacity) {
+  return Guard(__func__, [&]() -> Status {
+    if (ns == nullptr) return Status::InvalidArgument("namespace is NULL");
+    if (hash_bytes == 0 || hash_bytes > 4096)
+      return Status::InvalidArgument("hash_bytes is " + std::to_string(hash_bytes) + ", not 1..4096");
+    if (n_hashes > keys_capacity)
+      return Status::InvalidArgument(std::to_string(n_hashes) + " engine hashes, keys holds " +
+                                     std::to_string(keys_capacity));
+    if (n_hashes == 0) return Status::Ok();
+    if (hashes == nullptr) return Status::InvalidArgument("hashes is NULL with n_hashes " + std::to_string(n_hashes));
+    if (keys == nullptr) return Status::InvalidArgument("keys is NULL");
+    const auto k = ns->hasher.EngineKeys(ns->digest, std::span<const uint8_t>(hashes, n_hashes * hash_bytes),
+                                         hash_bytes);
+    for (uint64_t b = 0; b < n_hashes; ++b) keys[b] = flatkv_key{k[b].lo, k[b].hi};
     return Status::Ok();
   });
 }

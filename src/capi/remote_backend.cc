@@ -309,6 +309,8 @@ Result<std::unique_ptr<Backend>> ConnectRemote(const flatkv_options& options) {
   service::ClientOptions co;
   co.token = options.token;
   co.client_name = "flatkv-capi";
+  co.deadline = std::chrono::milliseconds(options.server_deadline_ms);
+  co.connect_timeout = std::chrono::milliseconds(options.server_connect_timeout_ms);
   auto pool = std::make_unique<Pool>(options.server, co, options.shm_window_bytes);
   // The first connection checks the address and token and tells the geometry.
   FLATKV_ASSIGN_OR_RETURN(auto first, pool->Acquire());

@@ -147,4 +147,23 @@ std::vector<BlockKey> KeyHasher::ChunkKeys(const BlockKey& ns_digest, std::span<
   return keys;
 }
 
+std::vector<BlockKey> KeyHasher::EngineKeys(const BlockKey& ns_digest, std::span<const uint8_t> hashes,
+                                            size_t hash_bytes) const {
+  std::vector<BlockKey> keys;
+  if (hash_bytes == 0) return keys;
+  keys.reserve(hashes.size() / hash_bytes);
+  // key_i = H("flatkv-engine-v1" || ns || u64 len || hash_i): 40 + len bytes.
+  const std::string_view tag = "flatkv-engine-v1";
+  std::vector<uint8_t> buf;
+  for (size_t at = 0; at + hash_bytes <= hashes.size(); at += hash_bytes) {
+    buf.assign(tag.begin(), tag.end());
+    PutU64(buf, ns_digest.lo);
+    PutU64(buf, ns_digest.hi);
+    PutU64(buf, hash_bytes);
+    buf.insert(buf.end(), hashes.begin() + at, hashes.begin() + at + hash_bytes);
+    keys.push_back(Hash(buf));
+  }
+  return keys;
+}
+
 }  // namespace flatkv

@@ -108,6 +108,26 @@ TEST(KeysTest, ChunkKeyGoldenValues) {
   EXPECT_EQ(keys[1].ToHex(), "1950d4cff5b377891e4d55ba8732066c");
 }
 
+// Engine keys (docs/format_keys.md): pinned with Python's hashlib.
+TEST(KeysTest, EngineKeyGoldenValuesAndSeparation) {
+  KeyHasher s(HashKind::kSha256);
+  const BlockKey ns = s.NamespaceDigest({"model", "", ""});
+  EXPECT_EQ(ns.ToHex(), "5561a3b16833a7541c673a84d7f864c1");
+  std::vector<uint8_t> hashes(64);
+  std::iota(hashes.begin(), hashes.begin() + 32, 0);
+  std::iota(hashes.begin() + 32, hashes.end(), 0);
+  hashes[63] ^= 1;
+  const auto keys = s.EngineKeys(ns, hashes, 32);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0].ToHex(), "0f2d10614c89d894775ec367bb5fe56e");
+  EXPECT_NE(keys[0], keys[1]);  // one byte of the engine's hash
+  // Another namespace (a rank, a model's content) gives other keys for the same hashes.
+  EXPECT_NE(s.EngineKeys(s.NamespaceDigest({"model", "", "rank1"}), hashes, 32)[0], keys[0]);
+  // A trailing partial hash gets no key; a width of 0 none at all.
+  EXPECT_EQ(s.EngineKeys(ns, std::span<const uint8_t>(hashes).first(40), 32).size(), 1u);
+  EXPECT_TRUE(s.EngineKeys(ns, hashes, 0).empty());
+}
+
 TEST(KeysTest, HexRoundTripAndErrors) {
   BlockKey k{0x0123456789abcdefull, 0xfedcba9876543210ull};
   EXPECT_EQ(k.ToHex(), "fedcba98765432100123456789abcdef");

@@ -34,9 +34,14 @@ class Daemon:
                  dram_bytes="8MiB", ssd_bytes="64MiB", segment_bytes="8MiB"):
         self.socket = str(tmp / "flatkv.sock")
         self.config = tmp / "flatkv.toml"
+        if isinstance(shape, dict):  # [store.shape] as a table: kind, layers, kv_heads, head_dim, dtype
+            shape_toml = "{ " + ", ".join(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}"
+                                          for k, v in shape.items()).replace("'", '"') + " }"
+        else:
+            shape_toml = f'"{shape}"'
         self.config.write_text(f"""
 [store]
-shape = "{shape}"
+shape = {shape_toml}
 block_tokens = {block_tokens}
 dram_bytes = "{dram_bytes}"
 ssd_dir = "{tmp / 'ssd'}"

@@ -25,6 +25,8 @@ IOMP=$SRC/build/pyenv/vllm/lib/libiomp5.so
 # a KV space in GiB; nothing fetched at run time.
 export LD_PRELOAD="$TCMALLOC:$IOMP" OMP_NUM_THREADS=2 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+# The reuse crash test's bounded CI run (tests/vllm/test_scheduler.py); run it longer by hand.
+export FLATKV_REUSE_CRASH_SECONDS=${FLATKV_REUSE_CRASH_SECONDS:-30}
 export PYTHONPATH="$MODDIR" FLATKV_BINARY="$FLATKV" FLATKV_VLLM_MODEL="$MODEL"
 cd "$SRC"
 exec "$PY" -m pytest -q -rs -p no:cacheprovider tests/vllm "$@"

@@ -298,80 +298,62 @@ def test_a_vllm_block_size_the_store_does_not_have_is_refused(daemon, tmp_path):
     assert "vLLM's block_size is 32 but the flatkv store's block_tokens is 64" in p.stdout + p.stderr
 
 
-def test_tensor_parallel_3_ranks_restore_their_own_heads(tmp_path):
+def test_tensor_parallel_3_with_prompt_embeds_and_lora_restores_each_ranks_own_heads(tmp_path):
     """SmolLM2 at TP=3 (9 query heads, 3 KV heads: one per rank) on vLLM's CPU backend, a store
-    shaped per rank, two launches: the storing run is the cold reference; a fresh process restores
-    p, each rank its own head, and its output equals the storing run's; every rank's restored
-    blocks equal its saved ones; the daemon holds a distinct block per rank."""
+    shaped per rank, prompt embeds and LoRA on, two launches. The storing run is the cold
+    reference: it stores p as tokens, as prompt embeds, and under adapter "a" (random weights in
+    PEFT's format). A fresh process restores all three, each rank its own head, with outputs equal
+    to the storing run's, and every rank's restored blocks equal its saved ones; the daemon holds a
+    distinct block per rank. Other embeds of the same length (token ids all 0) and adapter "a"
+    re-pointed at other weights under the same name get nothing: vLLM's block hash covers the
+    embeds, flatkv's namespace the adapter's content."""
+    sys.path.insert(0, HERE)
+    from vllm_run import make_lora
     d = Daemon(serve_binary(), tmp_path, shape={"kind": "mha", "layers": 30, "kv_heads": 1, "head_dim": 64,
                                                 "dtype": "f32"},
                block_tokens=BT, dram_bytes="256MiB", ssd_bytes="1GiB", segment_bytes="64MiB")
     store = d.start()
     try:
         p_ids = prompt_ids(600, "/usr/lib/python3.11/heapq.py")
+        u_ids = prompt_ids(600, "/usr/lib/python3.11/shutil.py")
+        a1, a2 = str(tmp_path / "lora-a1"), str(tmp_path / "lora-a2")
+        make_lora(MODEL, a1, seed=1)
+        make_lora(MODEL, a2, seed=2)
+        lora_a1 = {"name": "a", "id": 1, "path": a1}
+        lora_a2 = {"name": "a", "id": 2, "path": a2}  # vLLM loads adapter weights by id, hashes by name
         conn = {"flatkv.socket": "unix:" + d.socket, "flatkv.token": TOKEN_A}
         env = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-        p1, r1 = run_vllm(tmp_path, "tp3-first", [{"prompt_ids": p_ids}, {"compare_with_store": True}], conn,
-                          env=env, tensor_parallel_size=3)
+        job = dict(tensor_parallel_size=3, enable_prompt_embeds=True, enable_lora=True, max_lora_rank=8)
+        p1, r1 = run_vllm(tmp_path, "tp3-first", [
+            {"prompt_ids": p_ids}, {"compare_with_store": True},
+            {"prompt_ids": p_ids, "embeds": True}, {"prompt_ids": p_ids, "lora": lora_a1}], conn, env=env, **job)
         assert p1.returncode == 0, p1.stderr[-4000:]
-        cold, saved = r1
+        cold, saved, emb_cold, lora_cold = r1
         n = (len(p_ids) - 1) // BT
         assert len(saved["ranks"]) == 3
         for r in saved["ranks"]:
             assert r["save"]["blocks"] >= n and r["save"]["equal"] == r["save"]["blocks"], saved
         held = store.stats()["store"]["ssd"]["blocks"]
-        p2, r2 = run_vllm(tmp_path, "tp3-second", [{"prompt_ids": p_ids}, {"compare_with_store": True}], conn,
-                          env=env, tensor_parallel_size=3)
+        p2, r2 = run_vllm(tmp_path, "tp3-second", [
+            {"prompt_ids": p_ids}, {"compare_with_store": True},
+            {"prompt_ids": p_ids, "embeds": True}, {"prompt_ids": u_ids, "embeds": True},
+            {"prompt_ids": p_ids, "lora": lora_a2}, {"reset_prefix_cache": True},
+            {"prompt_ids": p_ids, "lora": lora_a1}], conn, env=env, **job)
         assert p2.returncode == 0, p2.stderr[-4000:]
-        warm, loaded = r2
+        warm, loaded, emb_warm, other_emb, repointed, _, lora_warm = r2
         assert warm["num_cached_tokens"] == n * BT, warm
         assert warm["output_ids"] == cold["output_ids"], (warm, cold)
         for r in loaded["ranks"]:
             assert r["load"]["blocks"] == n and r["load"]["equal"] == n, loaded
         assert held >= 3 * n, held  # one block per rank: three distinct keys per prompt block
-        print(f"TP=3: {n} blocks restored into each of 3 ranks, output equal to the storing run's")
+        assert emb_warm["num_cached_tokens"] == n * BT, emb_warm
+        assert emb_warm["output_ids"] == emb_cold["output_ids"]
+        assert other_emb["num_cached_tokens"] == 0, "other prompt embeds of the same length reached p's blocks"
+        assert repointed["num_cached_tokens"] == 0, "an adapter re-pointed under the same name reached the old KV"
+        assert lora_warm["num_cached_tokens"] == n * BT, lora_warm
+        assert lora_warm["output_ids"] == lora_cold["output_ids"]
+        print(f"TP=3: {n} blocks restored into each of 3 ranks as tokens, prompt embeds and under a LoRA "
+              "adapter, outputs equal to the storing run's")
     finally:
         store.close()
         d.stop()
-
-
-def test_prompt_embeds_and_lora_adapters_share_exactly_what_vllm_would(daemon, tmp_path):
-    """Prompt embeds and LoRA adapters through real vLLM, two launches: the first stores p as
-    prompt embeds and p under adapter "a" (random weights, PEFT's format); a fresh process restores
-    both, while other embeds of the same length (token ids all 0) and adapter "a" re-pointed at other
-    weights under the same name get nothing: vLLM's block hash covers the embeds, the namespace
-    covers the adapter's content."""
-    sys.path.insert(0, HERE)
-    from vllm_run import make_lora
-    store = daemon.start()
-    try:
-        p_ids = prompt_ids(700, "/usr/lib/python3.11/textwrap.py")
-        u_ids = prompt_ids(700, "/usr/lib/python3.11/shutil.py")
-        a1, a2 = str(tmp_path / "lora-a1"), str(tmp_path / "lora-a2")
-        make_lora(MODEL, a1, seed=1)
-        make_lora(MODEL, a2, seed=2)
-        conn = {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}
-        job = dict(enable_prompt_embeds=True, enable_lora=True, max_lora_rank=8)
-        lora_a1 = {"name": "a", "id": 1, "path": a1}
-        lora_a2 = {"name": "a", "id": 2, "path": a2}  # vLLM loads adapter weights by id, hashes by name
-        p1, r1 = run_vllm(tmp_path, "embeds-first", [{"prompt_ids": p_ids, "embeds": True},
-                                                     {"prompt_ids": p_ids, "lora": lora_a1}], conn, **job)
-        assert p1.returncode == 0, p1.stderr[-4000:]
-        emb_cold, lora_cold = r1
-        p2, r2 = run_vllm(tmp_path, "embeds-second", [{"prompt_ids": p_ids, "embeds": True},
-                                                      {"compare_with_store": True},
-                                                      {"prompt_ids": u_ids, "embeds": True},
-                                                      {"prompt_ids": p_ids, "lora": lora_a2},
-                                                      {"reset_prefix_cache": True},
-                                                      {"prompt_ids": p_ids, "lora": lora_a1}], conn, **job)
-        assert p2.returncode == 0, p2.stderr[-4000:]
-        emb_warm, loaded, other_emb, repointed, _, lora_warm = r2
-        assert emb_warm["num_cached_tokens"] == hit_tokens(p_ids), emb_warm
-        assert emb_warm["output_ids"] == emb_cold["output_ids"]
-        assert other_emb["num_cached_tokens"] == 0, "other prompt embeds of the same length reached p's blocks"
-        assert lora_warm["num_cached_tokens"] == hit_tokens(p_ids), lora_warm
-        assert lora_warm["output_ids"] == lora_cold["output_ids"]
-        assert repointed["num_cached_tokens"] == 0, "an adapter re-pointed under the same name reached the old KV"
-        assert loaded["load"]["equal"] == loaded["load"]["blocks"] == (len(p_ids) - 1) // BT, loaded
-    finally:
-        store.close()

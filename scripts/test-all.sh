@@ -107,8 +107,9 @@ py_skips=$(grep -E '^SKIPPED \[' build/venv/pytest.log || true)
 SANITIZER_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DFLATKV_WERROR=ON -DFLATKV_BUILD_BENCH=OFF -DFLATKV_BUILD_TOOLS=OFF)
 
-# One clang build serves the tests and the fuzzers: the library is built once,
-# with the fuzzers' coverage instrumentation, which the tests link as well.
+# One clang build serves the tests and the fuzzers: the components are built once,
+# with the fuzzers' coverage instrumentation, which the tests link as well; each fuzz target
+# links only the components it includes (flatkv_link_included).
 step "AddressSanitizer + UndefinedBehaviorSanitizer build and tests (clang)"
 CC=clang CXX=clang++ cmake -S . -B build/asan -G Ninja "${SANITIZER_FLAGS[@]}" \
   -DFLATKV_SANITIZE=address,undefined -DFLATKV_BUILD_FUZZ=ON >/dev/null

@@ -2,7 +2,8 @@
 #include <memory>
 
 #include "capi/capi_internal.h"
-#include "store/options_json.h"
+#include "flatkv/remote.h"
+#include "service/options_json.h"
 
 namespace flatkv::capi {
 namespace {
@@ -88,6 +89,7 @@ class EmbeddedBackend : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> OpenEmbedded(const flatkv_options& options) {
+  RegisterRemoteMedium();  // the C API composes the store with every medium it links
   FLATKV_ASSIGN_OR_RETURN(auto store, Store::Open(options.store));
   return std::unique_ptr<Backend>(std::make_unique<EmbeddedBackend>(std::move(store)));
 }

@@ -21,7 +21,7 @@
 
 #include "flatkv/store.h"
 #include "service/config.h"
-#include "store/options_json.h"
+#include "service/options_json.h"
 #include "crashtest/crashtest_state.h"
 #include "crashtest/crashtest_target.h"
 #include "tools/tool_common.h"

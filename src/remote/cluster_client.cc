@@ -4,7 +4,7 @@
 #include <functional>
 #include <thread>
 
-#include "service/transport.h"
+#include "net/transport.h"
 
 namespace flatkv::remote {
 namespace {
@@ -82,7 +82,7 @@ Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const ClusterOptio
   if (options.timeout.count() <= 0) return Status::InvalidArgument("remote: timeout must be positive");
   std::unique_ptr<ClusterClient> c(new ClusterClient(options));
   if (options.tls) {
-    auto ctx = service::MakeClientTlsContext(options.tls_ca_file, options.tls_verify);
+    auto ctx = net::MakeClientTlsContext(options.tls_ca_file, options.tls_verify);
     if (!ctx.ok()) return ctx.status();
     c->tls_ = *ctx;
   }

@@ -1,5 +1,7 @@
 #include "remote/remote_source.h"
 
+#include "flatkv/remote.h"
+
 #include <algorithm>
 
 #include "common/log.h"
@@ -71,3 +73,9 @@ std::unique_ptr<Fetch> RemoteStoreMedium::Find(std::span<const BlockKey> chain, 
 }
 
 }  // namespace flatkv::remote
+
+namespace flatkv {
+
+void RegisterRemoteMedium() { RegisterMedium(MediumDescriptor{"remote", &remote::RemoteStoreMedium::Open}); }
+
+}  // namespace flatkv

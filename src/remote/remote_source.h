@@ -1,8 +1,9 @@
 // The remote tier as a medium of the store (store/source.h): a StoreMedium
 // whose source finds the blocks past the local prefix in the cluster and
 // streams them layer by layer (RemoteFetch), and whose puts are published
-// in the background (RemoteMedium::Publish). Registered in
-// store/media_registry.cc; configured by StoreOptions::remote.
+// in the background (RemoteMedium::Publish). Registered by
+// flatkv::RegisterRemoteMedium (flatkv/remote.h) where a store is composed;
+// configured by StoreOptions::remote.
 #pragma once
 
 #include <memory>

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <thread>
 
+#include "flatkv/remote.h"
 #include "flatkv/store.h"
 #include "remote/cluster_client.h"
 #include "remote/cluster_test_util.h"
@@ -75,6 +76,7 @@ uint32_t RestoreIntoCaller(Store& store, const std::vector<BlockKey>& keys, std:
 class RemoteStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    RegisterRemoteMedium();  // this test composes its stores itself
     if (remote::cluster_testing::LocalClusterSeeds().empty()) GTEST_SKIP() << "no local cluster (run through ctest)";
     prefix_ = FreshPrefix(::testing::UnitTest::GetInstance()->current_test_info()->name());
   }

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "service/transport.h"
+#include "net/transport.h"
 
 namespace flatkv::remote {
 namespace {
@@ -84,16 +84,16 @@ RespConnection::~RespConnection() {
 
 Result<std::unique_ptr<RespConnection>> RespConnection::Connect(const std::string& host, uint16_t port,
                                                                 const RespConnectOptions& options) {
-  service::IgnoreSigpipe();
+  net::IgnoreSigpipe();
   std::unique_ptr<RespConnection> c(new RespConnection());
   c->peer_ = host + ":" + std::to_string(port);
-  service::Endpoint ep;
-  ep.kind = service::Endpoint::kTcp;
+  net::Endpoint ep;
+  ep.kind = net::Endpoint::kTcp;
   ep.host = host;
   ep.port = port;
-  auto fd = service::ConnectSocket(ep, options.timeout);
+  auto fd = net::ConnectSocket(ep, options.timeout);
   if (!fd.ok()) return Status::IoError("redis at " + c->peer_ + ": " + fd.status().message());
-  c->conn_ = std::make_unique<service::Conn>(*fd, false);
+  c->conn_ = std::make_unique<net::Conn>(*fd, false);
   const auto deadline = Clock::now() + options.timeout;
   if (options.tls) {
     const std::string name = options.tls_server_name.empty() ? host : options.tls_server_name;

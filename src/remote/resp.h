@@ -1,7 +1,7 @@
 // RESP2, the Redis protocol: commands encoded as arrays of bulk strings, and
 // one connection that parses replies with hiredis's redisReader (Debian's
 // libhiredis 0.14 has no TLS, so the socket and TLS are flatkv's own
-// service::Conn). Issue 15's remote tier runs on it; docs/format_remote.md.
+// net::Conn). Issue 15's remote tier runs on it; docs/format_remote.md.
 //
 // Thread-safety: a RespConnection is used by one thread at a time.
 #pragma once
@@ -19,7 +19,7 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 
-namespace flatkv::service {
+namespace flatkv::net {
 class Conn;
 }
 
@@ -78,7 +78,7 @@ class RespConnection {
 
  private:
   RespConnection() = default;
-  std::unique_ptr<service::Conn> conn_;
+  std::unique_ptr<net::Conn> conn_;
   void* reader_ = nullptr;  // redisReader*
   std::string peer_;        // "host:port", for messages
   // Reads of up to 512 KiB: objects are megabytes, so few syscalls and feeds each.

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "service/transport.h"
+#include "service/frames.h"
 #include "service/wire.h"
 
 namespace flatkv::service {
@@ -20,7 +20,7 @@ constexpr uint64_t kPage = 4096;
 
 class ClientImpl final : public Client {
  public:
-  ClientImpl(std::unique_ptr<Conn> conn, ClientOptions options, std::shared_ptr<SSL_CTX> tls)
+  ClientImpl(std::unique_ptr<net::Conn> conn, ClientOptions options, std::shared_ptr<SSL_CTX> tls)
       : conn_(std::move(conn)), options_(std::move(options)), tls_(std::move(tls)) {}
   ~ClientImpl() override {
     for (const ShmWindow& w : windows_) ::munmap(w.base, w.bytes);
@@ -340,7 +340,7 @@ class ClientImpl final : public Client {
 
   Result<wire::Header> ReadAny(std::vector<std::byte>* payload, Clock::time_point deadline) {
     FLATKV_RETURN_IF_ERROR(broken_);
-    auto h = conn_->ReadFrame(payload, MaxReply(), deadline);
+    auto h = ReadFrame(*conn_, payload, MaxReply(), deadline);
     if (!h.ok()) return Transport(h.status());
     return h;
   }
@@ -360,7 +360,7 @@ class ClientImpl final : public Client {
   }
 
   Mutex mu_;
-  std::unique_ptr<Conn> conn_;
+  std::unique_ptr<net::Conn> conn_;
   ClientOptions options_;
   std::shared_ptr<SSL_CTX> tls_;
   ServerInfo info_;
@@ -372,15 +372,15 @@ class ClientImpl final : public Client {
 }  // namespace
 
 Result<std::unique_ptr<Client>> Client::Connect(const std::string& address, const ClientOptions& options) {
-  FLATKV_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(address));
+  FLATKV_ASSIGN_OR_RETURN(net::Endpoint ep, net::ParseEndpoint(address));
   std::shared_ptr<SSL_CTX> tls;
   if (options.tls) {
-    if (ep.kind != Endpoint::kTcp) return Status::InvalidArgument("address '" + address + "': TLS needs a tcp: address");
-    IgnoreSigpipe();
-    FLATKV_ASSIGN_OR_RETURN(tls, MakeClientTlsContext(options.tls_ca_file, options.tls_verify));
+    if (ep.kind != net::Endpoint::kTcp) return Status::InvalidArgument("address '" + address + "': TLS needs a tcp: address");
+    net::IgnoreSigpipe();
+    FLATKV_ASSIGN_OR_RETURN(tls, net::MakeClientTlsContext(options.tls_ca_file, options.tls_verify));
   }
-  FLATKV_ASSIGN_OR_RETURN(int fd, ConnectSocket(ep, options.connect_timeout));
-  auto conn = std::make_unique<Conn>(fd, ep.kind == Endpoint::kUnix);
+  FLATKV_ASSIGN_OR_RETURN(int fd, net::ConnectSocket(ep, options.connect_timeout));
+  auto conn = std::make_unique<net::Conn>(fd, ep.kind == net::Endpoint::kUnix);
   if (tls) {
     const std::string name = options.tls_server_name.empty() ? ep.host : options.tls_server_name;
     FLATKV_RETURN_IF_ERROR(conn->TlsConnect(tls.get(), name, Clock::now() + options.connect_timeout));

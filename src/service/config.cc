@@ -15,8 +15,8 @@
 #include <toml++/toml.h>
 
 #include "common/thread_pool.h"
-#include "service/transport.h"
-#include "store/options_json.h"
+#include "net/transport.h"
+#include "service/options_json.h"
 
 namespace flatkv::service {
 namespace {
@@ -465,8 +465,8 @@ Status ApplyTable(const toml::table& root, const std::string& origin, ServerConf
 
 Status CheckLocal(const std::string& address, const std::string& what, bool allow_remote) {
   if (address.empty()) return Status::Ok();
-  FLATKV_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint("tcp:" + address));
-  if (!allow_remote && !IsLoopbackHost(ep.host)) {
+  FLATKV_ASSIGN_OR_RETURN(net::Endpoint ep, net::ParseEndpoint("tcp:" + address));
+  if (!allow_remote && !net::IsLoopbackHost(ep.host)) {
     return Status::InvalidArgument(what + " address '" + address +
                                    "' is not loopback; set listen.allow_remote = true (with tenants and TLS) to serve it");
   }

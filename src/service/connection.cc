@@ -29,7 +29,7 @@ struct InFlight {
 
 }  // namespace
 
-Connection::Connection(Server* server, std::unique_ptr<Conn> conn, bool tls, std::string peer)
+Connection::Connection(Server* server, std::unique_ptr<net::Conn> conn, bool tls, std::string peer)
     : server_(server),
       conn_(std::move(conn)),
       tls_(tls),
@@ -78,7 +78,7 @@ Status Connection::Error(uint32_t id, const Status& status) {
 
 bool Connection::ServeRequest() {
   ServerMetrics& m = server_->metrics_;
-  auto h = conn_->ReadFrame(&payload_, server_->config_.max_frame_bytes, WriteDeadline());
+  auto h = ReadFrame(*conn_, &payload_, server_->config_.max_frame_bytes, WriteDeadline());
   const auto arrival = Clock::now();
   if (!h.ok()) {
     const Status& st = h.status();
@@ -127,7 +127,7 @@ Connection::Next Connection::OnReadable() {
   // A few pipelined frames at most, then a worker takes the rest.
   for (int served = 0; served < 8; ++served) {
     wire::Header h{wire::Type::kPing, 0, 0};
-    if (!conn_->FrameBuffered(max_payload, &h)) return conn_->Buffered() ? Next::kWorker : settled();
+    if (!FrameBuffered(*conn_, max_payload, &h)) return conn_->Buffered() ? Next::kWorker : settled();
     if (!logged_in()) {
       Status hello = Handshake();
       LeaveLogin();
@@ -175,7 +175,7 @@ Status Connection::Handshake() {
   const auto deadline = login_deadline_;
   if (tls_) FLATKV_RETURN_IF_ERROR(conn_->TlsAccept(server_->tls_.get(), deadline));
   std::vector<std::byte> payload;
-  auto read = conn_->ReadFrame(&payload, wire::kMaxStringBytes * 2 + 64, deadline);
+  auto read = ReadFrame(*conn_, &payload, wire::kMaxStringBytes * 2 + 64, deadline);
   // Counted out before any reply: a client that reads its hello_ok may connect again at once.
   LeaveLogin();
   if (!read.ok()) {

@@ -9,7 +9,7 @@
 // ping, stats, register_shm, error replies) inline; anything that can block
 // (TLS, a put, a restore, a frame still arriving, a reply the socket did
 // not take at once) goes to ServeOnWorker on a worker thread, which uses
-// the blocking, deadline-bound I/O of Conn.
+// the blocking, deadline-bound I/O of net::Conn.
 //
 // Request-level failures (a bad frame payload, a store error, a deadline)
 // are answered with an error frame and the connection stays usable; a
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "service/tenants.h"
-#include "service/transport.h"
+#include "service/frames.h"
 #include "service/wire.h"
 
 namespace flatkv::service {
@@ -38,7 +38,7 @@ struct TenantMetrics;
 class Connection {
  public:
   // `peer` is counted as unauthenticated by the server until the hello ends.
-  Connection(Server* server, std::unique_ptr<Conn> conn, bool tls, std::string peer);
+  Connection(Server* server, std::unique_ptr<net::Conn> conn, bool tls, std::string peer);
   ~Connection();
 
   // What the server does with the connection next.
@@ -94,7 +94,7 @@ class Connection {
   Clock::time_point WriteDeadline() const;
 
   Server* server_;
-  std::unique_ptr<Conn> conn_;
+  std::unique_ptr<net::Conn> conn_;
   bool tls_;
   std::string peer_;
   bool in_login_ = true;  // counted by Server::AdmitUnauthenticated

@@ -175,26 +175,26 @@ TEST(LimitsTest, OversizedFrameHeaderFloodKeepsMemoryBounded) {
 }
 
 // A raw Unix connection that has logged in; nullptr on failure.
-std::unique_ptr<Conn> UnixHello(const std::string& path, const std::string& token) {
+std::unique_ptr<net::Conn> UnixHello(const std::string& path, const std::string& token) {
   const int fd = RawUnixConnect(path);
   if (fd < 0) return nullptr;
-  auto conn = std::make_unique<Conn>(fd, true);
+  auto conn = std::make_unique<net::Conn>(fd, true);
   wire::Hello h;
   h.token = token;
   const auto deadline = Clock::now() + std::chrono::seconds(5);
   std::vector<std::byte> p;
   if (!conn->Write(wire::EncodeHello(1, h), deadline).ok()) return nullptr;
-  auto reply = conn->ReadFrame(&p, 1 << 20, deadline);
+  auto reply = ReadFrame(*conn, &p, 1 << 20, deadline);
   if (!reply.ok() || reply->type != wire::Type::kHelloOk) return nullptr;
   return conn;
 }
 
 // Registers `memfd` as a window of `bytes`; the reply's status.
-Status RegisterRaw(Conn& conn, int memfd, uint64_t bytes) {
+Status RegisterRaw(net::Conn& conn, int memfd, uint64_t bytes) {
   const auto deadline = Clock::now() + std::chrono::seconds(5);
   FLATKV_RETURN_IF_ERROR(conn.WriteWithFd(wire::EncodeRegisterShm(7, {bytes}), memfd, deadline));
   std::vector<std::byte> p;
-  FLATKV_ASSIGN_OR_RETURN(wire::Header h, conn.ReadFrame(&p, 1 << 20, deadline));
+  FLATKV_ASSIGN_OR_RETURN(wire::Header h, ReadFrame(conn, &p, 1 << 20, deadline));
   if (h.type == wire::Type::kError) return wire::ErrorStatus(p);
   return h.type == wire::Type::kShmOk ? Status::Ok() : Status::IoError("unexpected reply");
 }

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/options_json.h"
+#include "service/options_json.h"
 
 namespace flatkv::service {
 namespace {

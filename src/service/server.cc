@@ -19,6 +19,7 @@
 #include <list>
 
 #include "common/log.h"
+#include "flatkv/remote.h"
 #include "service/connection.h"
 
 namespace flatkv::service {
@@ -131,13 +132,14 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   FLATKV_ASSIGN_OR_RETURN(s->tenants_, TenantRegistry::Make(config.tenants));
   for (size_t i = 0; i < s->tenants_->tenants().size(); ++i) s->tenant_metrics_.push_back(std::make_unique<TenantMetrics>());
   if (!config.tls_cert_file.empty()) {
-    FLATKV_ASSIGN_OR_RETURN(s->tls_, MakeServerTlsContext(config.tls_cert_file, config.tls_key_file));
+    FLATKV_ASSIGN_OR_RETURN(s->tls_, net::MakeServerTlsContext(config.tls_cert_file, config.tls_key_file));
   }
   for (const std::string& dir : config.store.ssd_dirs) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return Status::PermissionDenied("creating SSD directory " + dir + ": " + ec.message());
   }
+  RegisterRemoteMedium();  // the daemon composes its store with every medium it links
   auto store = Store::Open(config.store);
   if (!store.ok()) return store.status().WithContext("opening the store");
   s->store_ = std::move(store).value();
@@ -151,7 +153,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   }
   s->stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (s->stop_fd_ < 0) return Status::FromErrno(errno, "eventfd");
-  IgnoreSigpipe();
+  net::IgnoreSigpipe();
   s->pool_ = std::make_unique<WorkerPool>(config.workers);
   for (uint32_t i = 0; i < std::max<uint32_t>(1, config.loop_threads); ++i) {
     auto loop = std::make_unique<Loop>();
@@ -256,25 +258,25 @@ void Server::LoggedInOrGone(const std::string& peer) {
 Status Server::Listen() {
   if (!config_.unix_path.empty()) {
     FLATKV_RETURN_IF_ERROR(PrepareSocketDirectory(config_.unix_path));
-    FLATKV_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint("unix:" + config_.unix_path));
-    FLATKV_ASSIGN_OR_RETURN(int fd, service::Listen(ep, nullptr));
+    FLATKV_ASSIGN_OR_RETURN(net::Endpoint ep, net::ParseEndpoint("unix:" + config_.unix_path));
+    FLATKV_ASSIGN_OR_RETURN(int fd, net::Listen(ep, nullptr));
     listen_fds_.push_back(fd);
     unix_path_ = config_.unix_path;
     unix_address_ = "unix:" + config_.unix_path;
     acceptors_.emplace_back([this, fd] { AcceptLoop(fd, true, false); });
   }
   if (!config_.tcp_address.empty()) {
-    FLATKV_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint("tcp:" + config_.tcp_address));
+    FLATKV_ASSIGN_OR_RETURN(net::Endpoint ep, net::ParseEndpoint("tcp:" + config_.tcp_address));
     uint16_t port = 0;
-    FLATKV_ASSIGN_OR_RETURN(int fd, service::Listen(ep, &port));
+    FLATKV_ASSIGN_OR_RETURN(int fd, net::Listen(ep, &port));
     listen_fds_.push_back(fd);
     tcp_address_ = "tcp:" + ep.host + ":" + std::to_string(port);
     acceptors_.emplace_back([this, fd] { AcceptLoop(fd, false, tls_ != nullptr); });
   }
   if (!config_.http_address.empty()) {
-    FLATKV_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint("tcp:" + config_.http_address));
+    FLATKV_ASSIGN_OR_RETURN(net::Endpoint ep, net::ParseEndpoint("tcp:" + config_.http_address));
     uint16_t port = 0;
-    FLATKV_ASSIGN_OR_RETURN(int fd, service::Listen(ep, &port));
+    FLATKV_ASSIGN_OR_RETURN(int fd, net::Listen(ep, &port));
     listen_fds_.push_back(fd);
     http_address_ = ep.host + ":" + std::to_string(port);
     acceptors_.emplace_back([this, fd] { HttpLoop(fd); });
@@ -491,7 +493,7 @@ void Server::AcceptLoop(int listen_fd, bool unix_socket, bool tls) {
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    auto conn = std::make_unique<Conn>(fd, unix_socket);
+    auto conn = std::make_unique<net::Conn>(fd, unix_socket);
     auto refuse = [&](const std::string& why) {
       metrics_.connections_refused.fetch_add(1, std::memory_order_relaxed);
       if (!tls) (void)conn->Write(wire::EncodeError(0, Status::NoSpace(why)), Clock::now() + std::chrono::milliseconds(100));
@@ -530,7 +532,7 @@ void Server::HttpLoop(int listen_fd) {
 
 // One request per connection, HTTP/1.0 style: GET /metrics, /healthz, /stats.
 void Server::ServeHttp(int fd) {
-  Conn conn(fd, false);
+  net::Conn conn(fd, false);
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   std::string req;
   char buf[1024];

@@ -39,7 +39,7 @@
 #include "service/connection.h"
 #include "service/metrics.h"
 #include "service/tenants.h"
-#include "service/transport.h"
+#include "service/frames.h"
 
 namespace flatkv::service {
 

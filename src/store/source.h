@@ -20,8 +20,9 @@
 //
 // A medium past the index is a StoreMedium: its restore source, what it does
 // with a put, its stats, and its stop. Adding one is files in its own
-// folder, its options in flatkv/options.h and one line in
-// store/media_registry.cc.
+// folder (its own component), its options in flatkv/options.h, a row in
+// store/media_registry.cc's table of the media options can name, and its
+// registration (RegisterMedium) where stores are composed.
 //
 // Landing places are host memory (a window slot or the caller's
 // RestoreTarget destinations) or device memory (a RestoreTarget with a
@@ -175,8 +176,29 @@ struct MediumContext {
 // not configured).
 using MediumFactory = Result<std::unique_ptr<StoreMedium>> (*)(const MediumContext& context);
 
+// A medium past the index as its component registers it, where a store is
+// composed (the daemon, the C API, the tool, a test; for the remote tier,
+// flatkv::RegisterRemoteMedium() in flatkv/remote.h), so that src/store
+// names no medium's folder.
+struct MediumDescriptor {
+  const char* name;  // as StoreStats and errors spell it: "remote"
+  MediumFactory open;
+};
+
+// Registers `medium` for the stores opened after this call; a name already
+// registered is left as it is. Thread-safe.
+void RegisterMedium(const MediumDescriptor& medium);
+
 // The media past the index that `context.options` configure, in
-// registration order (store/media_registry.cc): the order restores ask them.
+// registration order: the order restores ask them. Options that configure a
+// medium no one registered in this program (StoreOptions::remote with seeds,
+// and flatkv_remote not linked or its registration not called) fail with
+// FailedPrecondition naming the medium and the component to link
+// (store/media_registry.cc).
 Result<std::vector<std::unique_ptr<StoreMedium>>> OpenMedia(const MediumContext& context);
+
+// Tests: replaces the registered media with `media` and returns those it
+// replaced (to put back).
+std::vector<MediumDescriptor> ReplaceMediaForTest(std::vector<MediumDescriptor> media);
 
 }  // namespace flatkv

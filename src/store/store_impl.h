@@ -214,7 +214,7 @@ class StoreImpl final : public Store {
   io::IoEngine* engine() { return engine_.get(); }
   DramQueue* dram_queue() { return dram_queue_.get(); }
   // The media behind the index, fastest first (a restore reads a block from
-  // the first that holds it), and those past it (store/media_registry.cc).
+  // the first that holds it), and those past it (registered by their components: store/media_registry.cc).
   std::span<Source* const> local_sources() const { return local_sources_; }
   const std::vector<std::unique_ptr<StoreMedium>>& media() const { return media_; }
   DramQueue* decode_queue() { return decode_queue_.get(); }

@@ -18,6 +18,7 @@
 #include "bench/bench_sparse_prefill.h"
 #include "bench/bench_rift.h"
 #include "crashtest/crashtest_cmd.h"
+#include "flatkv/remote.h"
 #include "tools/model_cmds.h"
 #include "tools/model_ref_cmds.h"
 #include "tools/replay_cmd.h"
@@ -28,6 +29,7 @@
 
 int main(int argc, char** argv) {
   using namespace flatkv::tools;
+  flatkv::RegisterRemoteMedium();  // the tool's stores may use every medium it links
   CLI::App app{"flatkv: a KV-cache store for LLM serving (DRAM and NVMe SSD as peer media)", "flatkv"};
   app.footer("Exit codes: 0 success, 1 failure while running, 2 bad argument.");
   app.require_subcommand(1);

@@ -1,7 +1,9 @@
 // Transport: one connected stream socket (Unix or TCP), optionally wrapped
-// in TLS, with whole-buffer reads and writes under deadlines, frame I/O for
-// the wire protocol, and file-descriptor passing (SCM_RIGHTS) on Unix
-// sockets. Also address parsing and listening/connecting helpers.
+// in TLS, with whole-buffer reads and writes under deadlines, a view of what
+// is buffered (for framed protocols: the daemon's frames in
+// service/frames.h), and file-descriptor passing (SCM_RIGHTS) on Unix
+// sockets. Also address parsing and listening/connecting helpers. The daemon
+// (src/service) and the remote tier's RESP client (src/remote) both run on it.
 //
 // Thread-safety: a Conn is used by one thread at a time, except Shutdown(),
 // which any thread may call to wake a blocked reader.
@@ -19,12 +21,11 @@
 #include <vector>
 
 #include "flatkv/status.h"
-#include "service/wire.h"
 
 typedef struct ssl_st SSL;
 typedef struct ssl_ctx_st SSL_CTX;
 
-namespace flatkv::service {
+namespace flatkv::net {
 
 using Clock = std::chrono::steady_clock;
 
@@ -79,10 +80,6 @@ class Conn {
   // Sends `frame` with `fd` attached (Unix sockets only, no TLS).
   Status WriteWithFd(std::span<const std::byte> frame, int fd, Clock::time_point deadline);
 
-  // Reads one frame header, then its payload into `payload`, which grows as
-  // the bytes arrive (at most twice the bytes received, or 64 KiB).
-  Result<wire::Header> ReadFrame(std::vector<std::byte>* payload, uint64_t max_payload, Clock::time_point deadline,
-                                 bool idle_ok = false);
 
   // --- non-blocking use, for an event loop (plain sockets only, no TLS) ---
   // Reads what the socket has, without waiting, into the read buffer (at
@@ -96,10 +93,9 @@ class Conn {
   // epoll again, so a loop need not read on to EAGAIN.
   bool Drained() const { return drained_; }
   bool BufferFull() const { return rpos_ == 0 && rend_ == rbuf_.size() && !rbuf_.empty(); }
-  // Whether the buffer holds one whole frame: its header in `*h` when it
-  // does; a header that does not parse is reported as complete too, for
-  // ReadFrame to refuse.
-  bool FrameBuffered(uint64_t max_payload, wire::Header* h) const;
+  // The bytes read into the buffer and not yet consumed (plain sockets: a
+  // framed protocol looks for a whole frame there before it reads one).
+  std::span<const std::byte> BufferedBytes() const { return std::span(rbuf_.data() + rpos_, rend_ - rpos_); }
   // Writes what the socket takes now; returns how many bytes that was.
   Result<size_t> WriteNow(std::span<const std::byte> a);
 
@@ -131,7 +127,6 @@ class Conn {
   // Small reads (frame headers, lookups) go through a buffer, so a frame
   // usually costs one read; large payloads are read in place.
   static constexpr size_t kBufferBytes = 16 << 10;
-  static constexpr size_t kFirstPayloadChunk = 64 << 10;
   int fd_;
   bool unix_;
   SSL* ssl_ = nullptr;
@@ -141,4 +136,4 @@ class Conn {
   std::vector<int> fds_;  // received with SCM_RIGHTS, not yet taken
 };
 
-}  // namespace flatkv::service
+}  // namespace flatkv::net

@@ -1,4 +1,4 @@
-#include "service/transport.h"
+#include "net/transport.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include <climits>
 #include <cstring>
 
-namespace flatkv::service {
+namespace flatkv::net {
 namespace {
 
 int RemainingMs(Clock::time_point deadline) {
@@ -512,25 +512,6 @@ Status Conn::WriteWithFd(std::span<const std::byte> frame, int fd, Clock::time_p
   return Status::Ok();
 }
 
-Result<wire::Header> Conn::ReadFrame(std::vector<std::byte>* payload, uint64_t max_payload, Clock::time_point deadline,
-                                     bool idle_ok) {
-  std::byte head[wire::kHeaderBytes];
-  FLATKV_RETURN_IF_ERROR(ReadFull(head, sizeof head, deadline, idle_ok));
-  FLATKV_ASSIGN_OR_RETURN(wire::Header h, wire::ParseHeader(head, max_payload));
-  // The buffer grows with the bytes that arrive (doubling, from 64 KiB), not
-  // from the header's claim: a header announcing 64 MiB and no payload costs
-  // 64 KiB, so 1,024 such connections cannot take 64 GiB.
-  payload->clear();
-  size_t got = 0;
-  while (got < h.payload_bytes) {
-    const size_t step = std::min<size_t>(h.payload_bytes - got, std::max<size_t>(got, kFirstPayloadChunk));
-    payload->resize(got + step);
-    FLATKV_RETURN_IF_ERROR(ReadFull(payload->data() + got, step, deadline));
-    got += step;
-  }
-  return h;
-}
-
 Result<size_t> Conn::FillBuffer() {
   if (rbuf_.empty()) rbuf_.resize(kBufferBytes);
   if (rpos_ == rend_) {
@@ -565,14 +546,6 @@ Result<size_t> Conn::FillBuffer() {
   }
 }
 
-bool Conn::FrameBuffered(uint64_t max_payload, wire::Header* h) const {
-  if (rend_ - rpos_ < wire::kHeaderBytes) return false;
-  auto parsed = wire::ParseHeader(std::span(rbuf_.data() + rpos_, wire::kHeaderBytes), max_payload);
-  if (!parsed.ok()) return true;
-  *h = *parsed;
-  return rend_ - rpos_ >= wire::kHeaderBytes + uint64_t{parsed->payload_bytes};
-}
-
 Result<size_t> Conn::WriteNow(std::span<const std::byte> a) {
   for (;;) {
     const ssize_t rc = ::send(fd_, a.data(), a.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -599,4 +572,4 @@ bool Conn::Buffered() const { return rpos_ < rend_ || (ssl_ != nullptr && SSL_pe
 
 void Conn::Shutdown() { ::shutdown(fd_, SHUT_RD); }
 
-}  // namespace flatkv::service
+}  // namespace flatkv::net

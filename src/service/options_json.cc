@@ -1,4 +1,4 @@
-#include "store/options_json.h"
+#include "service/options_json.h"
 
 #include <utility>
 

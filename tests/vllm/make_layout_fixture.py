@@ -22,6 +22,7 @@ does the same through `build()`).
 from __future__ import annotations
 
 import json
+import re
 import os
 import sys
 import types
@@ -144,7 +145,9 @@ def _build() -> dict:
         try:
             cls = AttentionBackendEnum[name].get_class()
         except Exception as e:  # noqa: BLE001 - recorded: the backend's layouts are then unknown
-            entry["import_error"] = f"{type(e).__name__}: {e}"
+            # Paths in the message are made relative to site-packages, so the fixture does not
+            # depend on where the checkout (and its build/pyenv/vllm) lives.
+            entry["import_error"] = re.sub(r"[^\s(']*/site-packages/", "", f"{type(e).__name__}: {e}")
             backends[name] = entry
             continue
         if name.startswith("FLASHINFER"):

@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import os
 import struct
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -172,6 +173,7 @@ class Engine:
         self.steps = 0
         self.preemptions = 0
         self.max_loads_in_a_step = 0
+        self.schedule_s = []  # each step's Scheduler.schedule() time
         self._ids = itertools.count()
         self._hasher = None
 
@@ -341,7 +343,9 @@ class Engine:
                 r.output.extend(toks)
 
     def step(self):
-        out = self.sched.schedule()
+        t = time.monotonic()
+        out = self.sched.schedule()  # where the connector's lookups run
+        self.schedule_s.append(time.monotonic() - t)
         self.preemptions += len(out.preempted_req_ids or ())
         if out.kv_connector_metadata is not None:
             self.max_loads_in_a_step = max(self.max_loads_in_a_step, len(out.kv_connector_metadata.loads))

@@ -257,10 +257,15 @@ class FlatkvConnector(KVConnectorBase_V1):
         request_bytes = -(-mc.max_model_len // bt) * g.layers * g.block_layer_bytes
         shm = int(extra.get("flatkv.shm_window_bytes", request_bytes)) \
             if role == KVConnectorRole.WORKER else 0
+        # One daemon connection per role: the scheduler's serves its lookups only (their deadline),
+        # a worker's its restores and puts.
+        scheduler = role == KVConnectorRole.SCHEDULER
         self._link = DaemonLink(address, extra.get("flatkv.token", ""), shm_window_bytes=shm,
-                                deadline_ms=int(extra["flatkv.request_deadline_ms"]),
+                                deadline_ms=int(extra["flatkv.lookup_deadline_ms" if scheduler
+                                                      else "flatkv.request_deadline_ms"]),
                                 connect_timeout_ms=int(extra["flatkv.connect_timeout_ms"]),
-                                check=g.check_store, name=f"FlatkvConnector ({role.name})")
+                                check=g.check_store,
+                                name="FlatkvConnector (lookups)" if scheduler else f"FlatkvConnector ({role.name})")
         try:
             self._link.connect_now()  # a present daemon of another shape is refused at start
         except flatkv.Error as e:
@@ -272,13 +277,8 @@ class FlatkvConnector(KVConnectorBase_V1):
                            self._link.address, e)
         self._link.start()
         self._lookups = None
-        if role == KVConnectorRole.SCHEDULER:
-            lookup_link = DaemonLink(address, extra.get("flatkv.token", ""),
-                                     deadline_ms=int(extra["flatkv.lookup_deadline_ms"]),
-                                     connect_timeout_ms=int(extra["flatkv.connect_timeout_ms"]),
-                                     check=g.check_store, name="FlatkvConnector (lookups)")
-            lookup_link.start(wait_s=0.5 if self._link.store is not None else 0)
-            self._lookups = Lookups(lookup_link, int(extra["flatkv.lookup_deadline_ms"]) / 1e3)
+        if scheduler:
+            self._lookups = Lookups(self._link, int(extra["flatkv.lookup_deadline_ms"]) / 1e3)
             self._lookup_wait_s = int(extra["flatkv.lookup_wait_ms"]) / 1e3
             if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != "recompute":
                 logger.warning("FlatkvConnector: kv_load_failure_policy is %r, so a restore the daemon "
@@ -651,9 +651,9 @@ class FlatkvConnector(KVConnectorBase_V1):
         return errors
 
     def shutdown(self):
-        self._link.close()
         if self._lookups is not None:
-            self._lookups.close()
+            self._lookups.close()  # closes the link too
+        self._link.close()
 
 
 def compare_with_store(worker) -> dict:

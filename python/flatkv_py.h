@@ -60,6 +60,8 @@ std::vector<uint32_t> ToTokens(const py::object& obj);
 
 flatkv_layout ToLayout(const std::string& layout);
 flatkv_dtype ToDType(const std::string& dtype);
+// The name ToDType reads ("f16", "bf16", "f32", "fp8_e4m3", "fp8_e5m2"); "unknown" otherwise.
+std::string DTypeName(flatkv_dtype dtype);
 
 // Keyword values, checked with messages that name the keyword and the value.
 std::string Repr(const py::handle& v);

@@ -85,11 +85,25 @@ flatkv_layout ToLayout(const std::string& layout) {
   throw py::value_error("layout must be \"block\" or \"layer\", got \"" + layout + "\"");
 }
 
+std::string DTypeName(flatkv_dtype dtype) {
+  switch (dtype) {
+    case FLATKV_DTYPE_F16: return "f16";
+    case FLATKV_DTYPE_BF16: return "bf16";
+    case FLATKV_DTYPE_F32: return "f32";
+    case FLATKV_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    case FLATKV_DTYPE_FP8_E5M2: return "fp8_e5m2";
+  }
+  return "unknown";
+}
+
 flatkv_dtype ToDType(const std::string& dtype) {
   if (dtype == "f16" || dtype == "float16") return FLATKV_DTYPE_F16;
   if (dtype == "bf16" || dtype == "bfloat16") return FLATKV_DTYPE_BF16;
   if (dtype == "f32" || dtype == "float32") return FLATKV_DTYPE_F32;
-  throw py::value_error("dtype must be \"f16\", \"bf16\" or \"f32\", got \"" + dtype + "\"");
+  if (dtype == "fp8_e4m3") return FLATKV_DTYPE_FP8_E4M3;
+  if (dtype == "fp8_e5m2") return FLATKV_DTYPE_FP8_E5M2;
+  throw py::value_error("dtype must be \"f16\", \"bf16\", \"f32\", \"fp8_e4m3\" or \"fp8_e5m2\", got \"" + dtype +
+                        "\"");
 }
 
 // Keyword values, checked with messages that name the keyword and the value.

@@ -143,6 +143,7 @@ class Store {
   uint32_t block_tokens() const { return flatkv_store_block_tokens(s_); }
   uint64_t block_layer_bytes() const { return flatkv_store_block_layer_bytes(s_); }
   uint64_t block_bytes() const { return flatkv_store_block_bytes(s_); }
+  std::string dtype() const { return DTypeName(flatkv_store_dtype(s_)); }
 
   uint32_t Match(const py::object& keys_obj) { return CountOf(flatkv_store_match, keys_obj); }
   uint32_t Prefetch(const py::object& keys_obj) { return CountOf(flatkv_store_prefetch, keys_obj); }
@@ -396,6 +397,8 @@ void BindStore(py::module_& m) {
       .def_property_readonly("block_tokens", &Store::block_tokens)
       .def_property_readonly("block_layer_bytes", &Store::block_layer_bytes)
       .def_property_readonly("block_bytes", &Store::block_bytes)
+      .def_property_readonly("dtype", &Store::dtype,
+                             "the element type of the store's shape: \"f16\", \"bf16\", \"f32\", \"fp8_e4m3\" or \"fp8_e5m2\"")
       .def_property_readonly("token_layer_bytes", &Store::token_layer_bytes,
                              "Bytes of one token's slice of one layer; a chunk of n tokens is layers x n x this.")
       .def("put_chunk", &Store::PutChunk, py::arg("ns"), py::arg("tokens"), py::arg("data"),

@@ -67,7 +67,15 @@ const char* flatkv_code_name(int32_t code);
 
 /* ---------------------------------------------------------------- options */
 
-typedef enum flatkv_dtype { FLATKV_DTYPE_F16 = 1, FLATKV_DTYPE_BF16 = 2, FLATKV_DTYPE_F32 = 3 } flatkv_dtype;
+/* FP8_E4M3 / FP8_E5M2: an engine's 8-bit KV cache (vLLM's --kv-cache-dtype fp8), stored as its
+   bytes with the raw codec; a codec that computes on floats refuses it, naming the dtype. */
+typedef enum flatkv_dtype {
+  FLATKV_DTYPE_F16 = 1,
+  FLATKV_DTYPE_BF16 = 2,
+  FLATKV_DTYPE_F32 = 3,
+  FLATKV_DTYPE_FP8_E4M3 = 4,
+  FLATKV_DTYPE_FP8_E5M2 = 5
+} flatkv_dtype;
 
 /* What a store is opened with. Defaults are flatkv::StoreOptions' (64-token
  * blocks, 256 MiB DRAM, no SSD); the shape has no default and must be set
@@ -263,6 +271,9 @@ uint32_t flatkv_store_layers(const flatkv_store* store);
 uint32_t flatkv_store_block_tokens(const flatkv_store* store);
 uint64_t flatkv_store_block_layer_bytes(const flatkv_store* store);
 uint64_t flatkv_store_block_bytes(const flatkv_store* store);
+/* The element type of the store's shape (an engine checks it against its KV cache's: f16 and
+ * bf16 blocks have the same size); 0 for NULL. */
+flatkv_dtype flatkv_store_dtype(const flatkv_store* store);
 
 /* How many leading keys of `keys` are stored (no data I/O). */
 flatkv_status* flatkv_store_match(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t* n_hit);

@@ -18,11 +18,17 @@
 
 namespace flatkv {
 
-enum class DType : uint8_t { kF16 = 1, kBF16 = 2, kF32 = 3 };
+// The element types. f16, bf16 and f32 are what the codecs compute on. fp8_e4m3 and fp8_e5m2
+// (an engine's 8-bit KV cache, vLLM's --kv-cache-dtype fp8) are stored as their bytes, with the
+// raw codec: a codec that needs floats refuses them by name (Codec::Supports).
+enum class DType : uint8_t { kF16 = 1, kBF16 = 2, kF32 = 3, kF8E4M3 = 4, kF8E5M2 = 5 };
 
 uint32_t DTypeBytes(DType t);
 std::string_view DTypeName(DType t);
+// "f16" (or "fp16"), "bf16", "f32" (or "fp32"), "fp8_e4m3", "fp8_e5m2".
 Result<DType> ParseDType(std::string_view name);
+// Whether the codecs convert the type's elements to floats (f16, bf16, f32); fp8 is bytes to them.
+bool DTypeConvertsToFloat(DType t);
 
 enum class AttentionKind : uint8_t { kMha = 1, kMla = 2 };
 

@@ -21,7 +21,7 @@ def daemon(tmp_path):
 
 def test_client_round_trip_tenants_and_warm_restart(daemon):
     store = daemon.start()
-    assert store.layers == 5 and store.block_tokens == 16
+    assert store.layers == 5 and store.block_tokens == 16 and store.dtype == "f32"  # stories260k, over the wire
     ns = flatkv.Namespace(model_fingerprint="stories260k")
     keys = ns.keys(np.arange(4 * 16), 16)
     data = payload(4, store.block_bytes, seed=5)

@@ -27,6 +27,7 @@ def test_keys(ns):
 
 def test_round_trip(store, ns):
     assert (store.layers, store.block_tokens, store.block_layer_bytes, store.block_bytes) == (3, 16, 2048, 6144)
+    assert store.dtype == SHAPE["dtype"]
     keys = ns.keys(np.arange(7 * BLOCK_TOKENS), BLOCK_TOKENS)
     data = payload(6, store.block_bytes, seed=1)
     assert store.match(keys) == 0
@@ -237,3 +238,19 @@ def test_prune(store, ns):
     assert e.value.code == "NotFound"
     with pytest.raises(ValueError, match="shape"):
         store.prune(keys, [1, 2, 3])
+
+
+def test_an_fp8_store_keeps_its_bytes(tmp_path, ns):
+    """An fp8 KV cache (vLLM's --kv-cache-dtype fp8) is stored as its bytes: one byte an element."""
+    shape = dict(SHAPE, dtype="fp8_e4m3")
+    store = flatkv.Store(shape, block_tokens=BLOCK_TOKENS, dram_bytes=1 << 20, ssd_dir=str(tmp_path / "ssd"),
+                         ssd_bytes=4 << 20, segment_bytes=1 << 20, extent_layer_bytes=8 << 10)
+    assert store.dtype == "fp8_e4m3" and store.block_layer_bytes == 2 * 16 * 2 * 16
+    keys = ns.keys(np.arange(3 * BLOCK_TOKENS), BLOCK_TOKENS)
+    data = payload(3, store.block_bytes, seed=9)  # every byte value: fp8 NaNs included
+    store.put(1, keys, data)
+    out = np.zeros_like(data)
+    assert store.restore(keys, out) == 3 and np.array_equal(out, data)
+    store.close()
+    with pytest.raises(ValueError, match="dtype must be"):
+        flatkv.Store(dict(SHAPE, dtype="fp8"), block_tokens=BLOCK_TOKENS, dram_bytes=1 << 20)

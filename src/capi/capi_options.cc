@@ -23,8 +23,11 @@ flatkv::Result<flatkv::DType> ToDType(int32_t dtype) {
     case FLATKV_DTYPE_F16: return flatkv::DType::kF16;
     case FLATKV_DTYPE_BF16: return flatkv::DType::kBF16;
     case FLATKV_DTYPE_F32: return flatkv::DType::kF32;
+    case FLATKV_DTYPE_FP8_E4M3: return flatkv::DType::kF8E4M3;
+    case FLATKV_DTYPE_FP8_E5M2: return flatkv::DType::kF8E5M2;
   }
-  return Status::InvalidArgument("unknown dtype " + std::to_string(int(dtype)) + " (FLATKV_DTYPE_F16=1, BF16=2, F32=3)");
+  return Status::InvalidArgument("unknown dtype " + std::to_string(int(dtype)) +
+                                 " (FLATKV_DTYPE_F16=1, BF16=2, F32=3, FP8_E4M3=4, FP8_E5M2=5)");
 }
 
 // One row per C constant of an enumerated option: dropping a value is

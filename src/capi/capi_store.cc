@@ -123,6 +123,9 @@ uint64_t flatkv_store_block_layer_bytes(const flatkv_store* store) {
   return store ? store->geometry.block_layer_bytes : 0;
 }
 uint64_t flatkv_store_block_bytes(const flatkv_store* store) { return store ? store->geometry.block_bytes : 0; }
+flatkv_dtype flatkv_store_dtype(const flatkv_store* store) {
+  return store ? static_cast<flatkv_dtype>(store->geometry.shape.dtype) : static_cast<flatkv_dtype>(0);
+}
 
 flatkv_status* flatkv_store_match(flatkv_store* store, const flatkv_key* keys, uint64_t n_keys, uint32_t* n_hit) {
   return Guard(__func__, [&]() -> Status {

@@ -280,6 +280,8 @@ static void test_embedded(void) {
   CHECK(flatkv_store_block_layer_bytes(s) == kLayerBytes);
   CHECK(flatkv_store_block_bytes(s) == kBlockBytes);
   CHECK(flatkv_store_block_bytes(NULL) == 0);
+  CHECK(flatkv_store_dtype(s) == FLATKV_DTYPE_F16);
+  CHECK(flatkv_store_dtype(NULL) == 0);
 
   flatkv_namespace* ns = NULL;
   OK(flatkv_namespace_create(FLATKV_HASH_XXH3, FLATKV_DEFAULT_HASH_SEED, "capi-test", NULL, NULL, &ns));

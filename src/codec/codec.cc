@@ -145,7 +145,7 @@ Result<SliceHeader> ParseHeader(std::span<const std::byte> in) {
   const uint8_t kind = Get<uint8_t>(in, 6), dtype = Get<uint8_t>(in, 7);
   if (kind != uint8_t(AttentionKind::kMha) && kind != uint8_t(AttentionKind::kMla))
     return Status::Corruption("encoded slice: bad attention kind " + std::to_string(kind));
-  if (dtype != uint8_t(DType::kF16) && dtype != uint8_t(DType::kBF16) && dtype != uint8_t(DType::kF32))
+  if (DTypeBytes(DType(dtype)) == 0)
     return Status::Corruption("encoded slice: bad dtype " + std::to_string(dtype));
   h.kind = AttentionKind(kind);
   h.dtype = DType(dtype);

@@ -178,6 +178,9 @@ namespace flatkv::codec {
 class LossyCodec : public CodecBase {
  public:
   using CodecBase::CodecBase;
+  // A lossy codec computes on floats: f16, bf16 or f32 elements. fp8 (stored as its bytes) is
+  // refused here, naming the codec and the dtype, before the codec's own rules (SupportsFloats).
+  Status Supports(const SliceLayout& layout) const final;
   uint64_t MaxEncodedSize(const SliceLayout& layout) const override {
     return HeaderAndParamsBytes(*this) + BodyBound(layout);
   }
@@ -187,6 +190,8 @@ class LossyCodec : public CodecBase {
                 std::span<std::byte> out) const override;
 
  protected:
+  // The codec's own rules for a float slice; none by default.
+  virtual Status SupportsFloats(const SliceLayout& layout) const { return Status::Ok(); }
   virtual uint64_t BodyBound(const SliceLayout& layout) const = 0;
   // Writes the body for the slice's floats `x` (layout.Elements()); false
   // when the writer ran out of room (a BodyBound bug).

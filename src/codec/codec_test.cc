@@ -263,6 +263,38 @@ TEST(Codec, SpecsAndParameterErrors) {
   EXPECT_FALSE((*c)->Encode(ctx, l, in, std::span(out).first(10)).ok());
 }
 
+// An engine's fp8 KV cache (vLLM's --kv-cache-dtype fp8) is bytes to flatkv: raw keeps them bit for
+// bit; every codec that computes on floats refuses them, naming itself and the dtype.
+TEST(Codec, Fp8IsKeptAsItsBytesAndFloatCodecsRefuseItByName) {
+  std::mt19937_64 rng(7);
+  for (DType dt : {DType::kF8E4M3, DType::kF8E5M2}) {
+    const std::string name(DTypeName(dt));
+    for (const SliceLayout& l : {Mha(4, 8, dt, 16), Mha(1, 64, dt, 13, 5), Mla(64, 16, dt, 16)}) {
+      EXPECT_EQ(l.Bytes(), l.Elements()) << name;
+      auto raw = MakeCodec("raw");
+      ASSERT_TRUE(raw.ok());
+      ASSERT_TRUE((*raw)->Supports(l).ok()) << name;
+      std::vector<std::byte> in(l.Bytes()), enc((*raw)->MaxEncodedSize(l)), out(l.Bytes());
+      for (std::byte& b : in) b = std::byte(rng());  // every bit pattern, NaNs included
+      CodecContext ctx;
+      auto n = (*raw)->Encode(ctx, l, in, enc);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      ASSERT_TRUE(DecodeSlice(ctx, l, std::span(enc).first(*n), out).ok());
+      EXPECT_EQ(in, out) << name;
+      for (const char* spec : {"raw:dtype=1", "raw:dtype=2", "raw:dtype=3", "int8", "kivi", "hadamard-int4",
+                               "turbo", "pred", "pred:eps=0.01", "mla"}) {
+        auto c = MakeCodec(spec);
+        ASSERT_TRUE(c.ok()) << spec;
+        const Status st = (*c)->Supports(l);
+        EXPECT_FALSE(st.ok()) << spec << " " << name;
+        EXPECT_NE(st.message().find(name), std::string::npos) << st.ToString();
+        EXPECT_NE(st.message().find((*c)->name()), std::string::npos) << st.ToString();
+        EXPECT_FALSE((*c)->Encode(ctx, l, in, enc).ok()) << spec;
+      }
+    }
+  }
+}
+
 TEST(Codec, DecodeSliceChecksTheHeader) {
   auto c = MakeCodec("kivi");
   const SliceLayout l = Mha(4, 8, DType::kBF16, 16);

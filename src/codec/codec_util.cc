@@ -72,6 +72,14 @@ Result<size_t> LossyCodec::Encode(CodecContext& ctx, const SliceLayout& layout, 
   return w.size();
 }
 
+Status LossyCodec::Supports(const SliceLayout& layout) const {
+  if (!DTypeConvertsToFloat(layout.shape.dtype))
+    return Status::InvalidArgument(std::string(name()) + " codec: computes on f16, bf16 or f32 elements, not " +
+                                   std::string(DTypeName(layout.shape.dtype)) +
+                                   ", which is stored as its bytes (codec raw)");
+  return SupportsFloats(layout);
+}
+
 Status LossyCodec::Decode(CodecContext& ctx, const SliceLayout& layout, std::span<const std::byte> in,
                           std::span<std::byte> out) const {
   FLATKV_RETURN_IF_ERROR(Supports(layout));

@@ -100,6 +100,9 @@ inline float LoadElement(DType dtype, const std::byte* p, size_t i) {
       std::memcpy(&h, p + 2 * i, 2);
       return Bf16ToFloat(h);
     }
+    case DType::kF8E4M3:  // bytes to the codecs: their Supports() refuses fp8
+    case DType::kF8E5M2:
+      break;
   }
   return 0;
 }
@@ -111,6 +114,8 @@ inline float RoundToDType(DType dtype, float f) {
     case DType::kBF16:
       return Bf16ToFloat(FloatToBf16(f));
     case DType::kF32:
+    case DType::kF8E4M3:  // bytes to the codecs: their Supports() refuses fp8
+    case DType::kF8E5M2:
       return f;
   }
   return f;

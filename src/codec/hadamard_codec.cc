@@ -25,7 +25,6 @@ class HadamardCodec final : public LossyCodec {
                     {"seed", "seed of the random signs", 0, 2147483647, 1, true}}) {}
   std::string_view name() const override { return "hadamard-int4"; }
   uint8_t id() const override { return 3; }
-  Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
   bool FixedSize() const override { return false; }
   bool Lossless() const override { return false; }
 

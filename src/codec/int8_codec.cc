@@ -19,7 +19,6 @@ class Int8Codec final : public LossyCodec {
   Int8Codec() : LossyCodec(std::vector<CodecParamInfo>{}) {}
   std::string_view name() const override { return "int8"; }
   uint8_t id() const override { return 1; }
-  Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
   bool FixedSize() const override { return false; }
   bool Lossless() const override { return false; }
 

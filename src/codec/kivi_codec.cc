@@ -25,10 +25,14 @@ class KiviCodec final : public LossyCodec {
                     {"group", "group size (tokens for keys, channels for values)", 4, 1024, 32, true}}) {}
   std::string_view name() const override { return "kivi"; }
   uint8_t id() const override { return 2; }
-  Status Supports(const SliceLayout& layout) const override {
+
+ protected:
+  Status SupportsFloats(const SliceLayout& layout) const override {
     if (param(0) == 3) return Status::InvalidArgument("kivi: bits=3 is not supported (use 2 or 4)");
     return Status::Ok();
   }
+
+ public:
   bool FixedSize() const override { return false; }
   bool Lossless() const override { return false; }
 

@@ -21,11 +21,15 @@ class MlaCodec final : public LossyCodec {
                     {"group", "channels per quantization group", 4, 1024, 32, true}}) {}
   std::string_view name() const override { return "mla"; }
   uint8_t id() const override { return 6; }
-  Status Supports(const SliceLayout& layout) const override {
+
+ protected:
+  Status SupportsFloats(const SliceLayout& layout) const override {
     if (layout.shape.kind != AttentionKind::kMla)
       return Status::InvalidArgument("mla codec: needs an MLA slice, got " + layout.shape.ToString());
     return Status::Ok();
   }
+
+ public:
   bool FixedSize() const override { return false; }
   bool Lossless() const override { return false; }
 

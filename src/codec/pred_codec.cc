@@ -151,7 +151,6 @@ class PredCodec final : public LossyCodec {
              {"v_eps_scale", "bound on values (MLA: latent) = eps * this", 1e-3, 1e6, 1, false}}) {}
   std::string_view name() const override { return "pred"; }
   uint8_t id() const override { return 5; }
-  Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
   bool FixedSize() const override { return false; }
   bool Lossless() const override { return param(0) == 0; }
 

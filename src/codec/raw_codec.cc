@@ -15,7 +15,14 @@ class RawCodec final : public CodecBase {
   RawCodec() : CodecBase({{"dtype", "stored element type: 0 as input, 1 f16, 2 bf16, 3 f32", 0, 3, 0, true}}) {}
   std::string_view name() const override { return "raw"; }
   uint8_t id() const override { return 0; }
-  Status Supports(const SliceLayout& layout) const override { return Status::Ok(); }
+  // fp8 is kept as its bytes: converting it (dtype=1..3) would need floats.
+  Status Supports(const SliceLayout& layout) const override {
+    if (param(0) != 0 && !DTypeConvertsToFloat(layout.shape.dtype))
+      return Status::InvalidArgument("raw codec: dtype=" + std::to_string(int(param(0))) + " converts elements, but " +
+                                     std::string(DTypeName(layout.shape.dtype)) +
+                                     " is stored as its bytes (raw with dtype=0)");
+    return Status::Ok();
+  }
   uint64_t MaxEncodedSize(const SliceLayout& layout) const override {
     return HeaderAndParamsBytes(*this) + layout.Elements() * DTypeBytes(Stored(layout));
   }

@@ -10,6 +10,8 @@ uint32_t DTypeBytes(DType t) {
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
     case DType::kF32: return 4;
+    case DType::kF8E4M3: return 1;
+    case DType::kF8E5M2: return 1;
   }
   return 0;
 }
@@ -19,6 +21,8 @@ std::string_view DTypeName(DType t) {
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
     case DType::kF32: return "f32";
+    case DType::kF8E4M3: return "fp8_e4m3";
+    case DType::kF8E5M2: return "fp8_e5m2";
   }
   return "unknown";
 }
@@ -27,8 +31,13 @@ Result<DType> ParseDType(std::string_view name) {
   if (name == "f16" || name == "fp16") return DType::kF16;
   if (name == "bf16") return DType::kBF16;
   if (name == "f32" || name == "fp32") return DType::kF32;
-  return Status::InvalidArgument("unknown dtype '" + std::string(name) + "' (expected f16, bf16 or f32)");
+  if (name == "fp8_e4m3") return DType::kF8E4M3;
+  if (name == "fp8_e5m2") return DType::kF8E5M2;
+  return Status::InvalidArgument("unknown dtype '" + std::string(name) +
+                                 "' (expected f16, bf16, f32, fp8_e4m3 or fp8_e5m2)");
 }
+
+bool DTypeConvertsToFloat(DType t) { return t == DType::kF16 || t == DType::kBF16 || t == DType::kF32; }
 
 KvShape KvShape::Mha(uint32_t layers, uint32_t kv_heads, uint32_t head_dim, DType dtype) {
   KvShape s;

@@ -38,6 +38,19 @@ TEST(ShapeTest, ValidateNamesTheBadField) {
   EXPECT_FALSE(bad.Validate().ok());
   EXPECT_FALSE(ParseDType("f8").ok());
   EXPECT_EQ(ParseDType("bf16").value(), DType::kBF16);
+  // fp8 caches: one byte an element, named as vLLM's --kv-cache-dtype spells them.
+  for (DType dt : {DType::kF8E4M3, DType::kF8E5M2}) {
+    EXPECT_EQ(DTypeBytes(dt), 1u);
+    EXPECT_EQ(ParseDType(DTypeName(dt)).value(), dt);
+    EXPECT_FALSE(DTypeConvertsToFloat(dt));
+    const KvShape fp8 = KvShape::Mha(30, 3, 64, dt);
+    EXPECT_TRUE(fp8.Validate().ok());
+    EXPECT_EQ(fp8.BytesPerTokenLayer(), 2u * 3 * 64);
+  }
+  EXPECT_EQ(DTypeName(DType::kF8E4M3), "fp8_e4m3");
+  EXPECT_EQ(DTypeName(DType::kF8E5M2), "fp8_e5m2");
+  EXPECT_TRUE(DTypeConvertsToFloat(DType::kBF16));
+  EXPECT_NE(ParseDType("fp8").status().message().find("fp8_e4m3"), std::string::npos);
 }
 
 }  // namespace

@@ -168,6 +168,41 @@ TEST(StoreCodecTest, CodedExtentsSurviveCleanAndUncleanRestarts) {
   ExpectRestores(*again, keys, data, 10);
 }
 
+// An fp8 KV cache (vLLM's --kv-cache-dtype fp8): a store shaped fp8_e4m3 keeps the bytes as they
+// are, raw or without a codec, across a restart; a codec that computes on floats is refused at
+// open and at put, by name, and the store keeps what it held.
+TEST(StoreCodecTest, AnFp8StoreKeepsItsBytesAndRefusesFloatCodecsByName) {
+  TempDir dir;
+  StoreOptions o = On(Medium::kSsd, dir.Sub("ssd"));
+  o.shape = KvShape::Mha(5, 4, 8, DType::kF8E4M3);
+  auto keys = ChainKeys(1, 8);
+  std::vector<std::byte> data;
+  {
+    auto store = OpenStore(o);
+    ASSERT_TRUE(store);
+    EXPECT_EQ(store->BlockLayerBytes(), 64u * 2 * 4 * 8);
+    data = Payload(*store, 8, 3);
+    ASSERT_TRUE(PutWith(*store, 1, keys, 0, 4, data).ok());
+    ASSERT_TRUE(PutWith(*store, 1, keys, 4, 4, data, Raw()).ok());
+    for (const char* spec : {"int8", "kivi", "pred", "raw:dtype=2"}) {
+      const Status st = PutWith(*store, 2, ChainKeys(2, 8), 0, 1, data, MakeCodec(spec).value());
+      EXPECT_FALSE(st.ok()) << spec;
+      EXPECT_NE(st.message().find("fp8_e4m3"), std::string::npos) << st.ToString();
+    }
+    ExpectRestores(*store, keys, data, 8);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  StoreOptions kivi = o;
+  kivi.codec = MakeCodec("kivi").value();
+  auto refused = Store::Open(kivi);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("kivi"), std::string::npos) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("fp8_e4m3"), std::string::npos) << refused.status().ToString();
+  auto again = OpenStore(o);
+  EXPECT_EQ(again->Stats().recovered_blocks, 8u);
+  ExpectRestores(*again, keys, data, 8);
+}
+
 // A process killed mid-put: every put that returned survives with its
 // codec; the one in flight is partly there or not, never wrong.
 TEST(StoreCodecTest, KillDashNineDuringCodedPutsLosesOnlyUnfinishedPuts) {

@@ -39,6 +39,7 @@ wrong KV. Saves: `save_kv_layer` gathers the blocks this step filled; `wait_for_
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import logging
 import os
@@ -64,6 +65,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 logger = logging.getLogger("flatkv.vllm")
 
 _TORCH_DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
+# The store's dtype for each KV cache element type (flatkv's shape.dtype, Store.dtype).
+_STORE_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+# vLLM's fp8 KV caches (--kv-cache-dtype), stored as their bytes under a namespace naming the format;
+# "fp8" is e4m3 (vLLM's config/cache.py). Scales are the checkpoint's (k_scale / v_scale, in the
+# weights the content fingerprint covers), so equal bytes mean equal KV across processes.
+_FP8_CACHE = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 # The stored layout's name, in the key namespace: one layout for every vLLM backend.
 _STORED_LAYOUT = {False: "kv-token-major-v1", True: "mla-latent-token-major-v1"}
 # Extra config defaults (docs/vllm.md, "Configuration").
@@ -161,16 +168,30 @@ class _Geometry:
         self.kv_heads = 1 if self.mla else mc.get_num_kv_heads(pc)
         self.head_dim = mc.get_head_size()
         self.dtype = mc.dtype
-        if cc.cache_dtype not in (None, "auto"):
-            raise ValueError(f"FlatkvConnector: kv_cache_dtype '{cc.cache_dtype}' is not supported yet: the "
-                             "connector stores vLLM's KV as float32, float16 or bfloat16 (docs/vllm.md, "
-                             "'What stops vLLM'); run with --kv-cache-dtype auto")
-        if self.dtype not in _TORCH_DTYPE_BYTES:
-            raise ValueError(f"FlatkvConnector: KV dtype {self.dtype} is not one flatkv stores "
-                             "(float32, float16, bfloat16)")
-        self.dtype_name = str(self.dtype).removeprefix("torch.")
+        cache_dtype = cc.cache_dtype or "auto"
+        if cache_dtype in _FP8_CACHE:
+            skipped = getattr(cc, "kv_cache_dtype_skip_layers", None)
+            if skipped:
+                raise ValueError(f"FlatkvConnector: kv_cache_dtype_skip_layers {skipped} keeps some layers "
+                                 f"unquantized beside {cache_dtype} ones; a flatkv store holds one element type "
+                                 "per block, so run without --kv-cache-dtype-skip-layers")
+            # The cache's elements are fp8 bytes (vLLM allocates them as uint8): stored as they are.
+            self.store_dtype = self.dtype_name = _FP8_CACHE[cache_dtype]
+            elem_bytes = 1
+        elif cache_dtype == "auto":
+            if self.dtype not in _TORCH_DTYPE_BYTES:
+                raise ValueError(f"FlatkvConnector: KV dtype {self.dtype} is not one flatkv stores "
+                                 "(float32, float16, bfloat16)")
+            self.dtype_name = str(self.dtype).removeprefix("torch.")
+            self.store_dtype = _STORE_DTYPE[self.dtype]
+            elem_bytes = _TORCH_DTYPE_BYTES[self.dtype]
+        else:
+            raise ValueError(f"FlatkvConnector: kv_cache_dtype '{cache_dtype}' is not one flatkv stores: it "
+                             "keeps float32, float16 and bfloat16 caches and the fp8 ones (fp8, fp8_e4m3, "
+                             f"fp8_e5m2) as their bytes; '{cache_dtype}' carries scales or packing beside the "
+                             "blocks that the connector does not transfer (docs/vllm.md, 'What stops vLLM')")
         per_token = (1 if self.mla else 2) * self.kv_heads * self.head_dim
-        self.block_layer_bytes = per_token * self.block_tokens * _TORCH_DTYPE_BYTES[self.dtype]
+        self.block_layer_bytes = per_token * self.block_tokens * elem_bytes
 
     def ranks(self) -> list[int]:
         """The ranks whose keys differ: every (pp, tp) rank for MHA/GQA; MLA's latent is the same
@@ -194,6 +215,10 @@ class _Geometry:
             raise ValueError(f"FlatkvConnector: each rank holds {self.layers} layers of the model (pipeline "
                              f"parallel size {self.pp}) but the flatkv store's shape has {s.layers}; shape the "
                              "store per rank")
+        dtype = getattr(s, "dtype", self.store_dtype)
+        if dtype != self.store_dtype:
+            raise ValueError(f"FlatkvConnector: vLLM's KV cache holds {self.dtype_name} elements but the flatkv "
+                             f"store's shape has dtype {dtype}; shape the store with dtype = \"{self.store_dtype}\"")
         if s.block_layer_bytes != self.block_layer_bytes:
             what = (f"{self.block_tokens} tokens x {self.head_dim} latent+rope x {self.dtype}" if self.mla else
                     f"2 x {self.block_tokens} tokens x {self.kv_heads} KV heads per rank (tensor parallel "
@@ -292,7 +317,7 @@ class FlatkvConnector(KVConnectorBase_V1):
         self._layouts: list[torch_kv.PagedLayout] = []
         self._layer_of: dict[str, int] = {}
         self._restores: list[_Restore] = []
-        self._staging: dict[str, np.ndarray] = {}
+        self._xfer: torch_kv.KVTransfer | None = None  # the worker's transfers (register_kv_caches)
         self._load_errors: set[int] = set()
         # The latest blocks restored into and saved from vLLM's cache, as ("load" | "save",
         # keys, block ids), for compare_with_store.
@@ -483,14 +508,21 @@ class FlatkvConnector(KVConnectorBase_V1):
             raise ValueError(f"FlatkvConnector: {e}") from None
         for name in names:
             lay = layouts[name]
-            if kv_caches[name].dtype != g.dtype:
+            want = g.dtype if g.store_dtype == _STORE_DTYPE.get(g.dtype) else None
+            if want is not None and kv_caches[name].dtype != want:
                 raise ValueError(f"FlatkvConnector: KV cache '{name}' is {kv_caches[name].dtype}, the model's "
                                  f"KV dtype is {g.dtype}")
+            if want is None and not torch_kv.is_raw_bytes(kv_caches[name].dtype):
+                raise ValueError(f"FlatkvConnector: KV cache '{name}' is {kv_caches[name].dtype}, not the "
+                                 f"one-byte elements of kv_cache_dtype {g.dtype_name}")
             if lay.block_layer_bytes != g.block_layer_bytes:
                 raise ValueError(f"FlatkvConnector: KV cache '{name}' holds {lay.block_layer_bytes} bytes a "
                                  f"block ({lay.describe()}), the store's block layer is {g.block_layer_bytes}")
         self._layouts = [layouts[n] for n in names]
         self._caches = [kv_caches[n] for n in names]
+        # One data path for CPU and CUDA caches (torch_kv.KVTransfer): on CUDA, loads go on a side
+        # stream with an event per layer and saves are gathered there into pinned buffers.
+        self._xfer = torch_kv.KVTransfer(self._layouts, self._caches)
         self._layer_of = {n: i for i, n in enumerate(names)}  # local layer index: the store's
         logger.info("FlatkvConnector: %d layers, %s", len(names), self._layouts[0].describe())
 
@@ -540,7 +572,6 @@ class FlatkvConnector(KVConnectorBase_V1):
         if layer is None or not self._restores:
             return
         g = self._geom
-        cache = self._caches[layer]
         lb = g.block_layer_bytes
         for rs in self._restores:
             load = rs.load
@@ -551,23 +582,26 @@ class FlatkvConnector(KVConnectorBase_V1):
                 got = 0
             # A block is good only if every layer brought it; the rest are recomputed.
             rs.got = got if rs.got < 0 else min(rs.got, got)
+            release = functools.partial(_release_layer, rs.handle, layer)
             if rs.got:
                 with warnings.catch_warnings():  # read-only: the scatter only reads it
                     warnings.simplefilter("ignore", UserWarning)
                     raw = torch.frombuffer(rs.handle.layer_view(layer), dtype=torch.uint8)
-                # flatkv's layout into vLLM's, a strided copy per run of consecutive vLLM blocks
-                # (twice an index-put's speed on this machine: 6.6 against 3.1 GB/s).
-                torch_kv.scatter(self._layouts[layer], raw[:rs.got * lb], cache, load.block_ids[:rs.got])
-            try:
-                rs.handle.release_layer(layer)
-            except flatkv.Error:
-                pass
+                if self._xfer.cuda:
+                    self._xfer.register_window(raw)  # the daemon's window, pinned once
+                # flatkv's layout into vLLM's (a strided copy per run of consecutive vLLM blocks);
+                # the window's layer is released once the copy has read it.
+                self._xfer.load_layer(layer, raw[:rs.got * lb], load.block_ids[:rs.got], on_done=release)
+            else:
+                release()
             if rs.got < len(load.block_ids):
                 if not self._load_errors.issuperset(load.block_ids[rs.got:]):
                     logger.warning("FlatkvConnector: layer %d of %s brought %d of %d blocks; vLLM "
                                    "recomputes the rest", layer, load.req_id, rs.got, len(load.block_ids))
                 self._load_errors.update(load.block_ids[rs.got:])
+        self._xfer.wait_layer_load(layer)  # CUDA: the compute stream waits for the layer's copies
         if layer == g.layers - 1:
+            self._xfer.finish_loads()  # every copy has read the window before the restores end
             for rs in self._restores:
                 try:
                     rs.handle.finish()
@@ -586,20 +620,17 @@ class FlatkvConnector(KVConnectorBase_V1):
         if layer is None or not self._geom.saves():
             return
         meta = self._get_connector_metadata()
-        lb = self._geom.block_layer_bytes
         for save in meta.saves:
-            buf = self._staging.get(save.req_id)
-            if buf is None:
-                buf = self._staging[save.req_id] = np.empty(
-                    (len(save.block_ids), self._geom.layers, lb), np.uint8)
-            torch_kv.gather(self._layouts[layer], kv_layer, save.block_ids, torch.from_numpy(buf[:, layer, :]))
+            # After the layer's attention (CUDA: on the side stream, into a pinned buffer).
+            self._xfer.save_layer(layer, save.req_id, save.block_ids)
 
     def wait_for_save(self):
         meta = self._get_connector_metadata()
         store = self._link.store
         g = self._geom
+        bufs = self._xfer.finish_saves() if self._xfer is not None else {}
         for save in meta.saves:
-            buf = self._staging.pop(save.req_id, None)
+            buf = bufs.pop(save.req_id, None)
             if buf is None:
                 continue
             keys = self._worker_keys(save.adapter, save.hashes)
@@ -609,16 +640,15 @@ class FlatkvConnector(KVConnectorBase_V1):
                 self._stats.add("save_failed_blocks", len(save.block_ids))
                 continue
             try:
-                store.put(session, keys, buf.reshape(len(save.block_ids), -1))
+                store.put(session, keys, buf.numpy())
             except flatkv.Error as e:
                 logger.warning("FlatkvConnector: storing %d blocks of %s failed: %s",
                                len(save.block_ids), save.req_id, e)
                 self._stats.add("save_failed_blocks", len(save.block_ids))
                 continue
             self._stats.add("save_blocks", len(save.block_ids))
-            self._stats.add("save_bytes", buf.nbytes)
+            self._stats.add("save_bytes", buf.numel())
             self._recent.append(("save", keys, save.block_ids))
-        self._staging.clear()
 
     def _read_blocks(self, block_ids: list[int]) -> np.ndarray:
         """vLLM's paged blocks in flatkv's block layout: (n, layers, block_layer_bytes)."""
@@ -654,6 +684,14 @@ class FlatkvConnector(KVConnectorBase_V1):
         if self._lookups is not None:
             self._lookups.close()  # closes the link too
         self._link.close()
+
+
+def _release_layer(handle, layer: int) -> None:
+    """Hands a restore's layer of the window back to the daemon once its copy has read it."""
+    try:
+        handle.release_layer(layer)
+    except flatkv.Error:
+        pass
 
 
 def compare_with_store(worker) -> dict:

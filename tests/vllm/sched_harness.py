@@ -134,9 +134,12 @@ class Engine:
         self.total_layers = mc.get_total_num_hidden_layers()
         self.heads = mc.get_num_kv_heads(pc)
         self.hd = mc.get_head_size()
+        # An fp8 KV cache (cache_dtype fp8*) is one byte an element, allocated as uint8 as vLLM does.
+        self.fp8 = (vc.cache_config.cache_dtype or "auto").startswith("fp8")
+        self.cache_dtype = torch.uint8 if self.fp8 else torch.float32
         names = [LAYER_NAME.format(i) for i in range(self.total_layers)]
         spec = FullAttentionSpec(block_size=self.bt, num_kv_heads=self.heads, head_size=self.hd,
-                                 dtype=torch.float32)
+                                 dtype=self.cache_dtype)
         self.kv_cache_config = kv_cache_config or KVCacheConfig(
             num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(names, spec)])
         vc.cache_config.num_gpu_blocks = self.kv_cache_config.num_blocks  # as the engine core sets it
@@ -154,7 +157,8 @@ class Engine:
             wc.parallel_config.rank = rank
             stage = rank // self.tp
             layers = list(range(stage * per_stage, (stage + 1) * per_stage))
-            caches = {LAYER_NAME.format(l): torch.zeros(num_blocks, self.heads, self.bt, 2 * self.hd)
+            caches = {LAYER_NAME.format(l): torch.zeros(num_blocks, self.heads, self.bt, 2 * self.hd,
+                                                        dtype=self.cache_dtype)
                       for l in layers}
             conn = None
             if vc.kv_transfer_config is not None:
@@ -236,10 +240,11 @@ class Engine:
         w = 2 * self.heads * self.hd
         mixed = digests.astype(np.uint64) ^ np.uint64(_mix(layer, rank))
         x = _splitmix(mixed[:, None] + np.arange(w, dtype=np.uint64)[None, :] * _K3)
-        vals = ((x >> np.uint64(40)).astype(np.float32) / np.float32(1 << 24)).reshape(-1, 2, self.heads, self.hd)
-        bits = vals.view(np.uint32)
-        bits[:, 0, 0, 0] = (mixed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        bits[:, 0, 0, 1] = (mixed >> np.uint64(32)).astype(np.uint32)
+        if self.fp8:  # bytes (any fp8 bit pattern), the digest in the first eight
+            vals = (x >> np.uint64(56)).astype(np.uint8).reshape(-1, 2, self.heads, self.hd)
+        else:
+            vals = ((x >> np.uint64(40)).astype(np.float32) / np.float32(1 << 24)).reshape(-1, 2, self.heads, self.hd)
+        vals.reshape(len(mixed), -1).view(np.uint8)[:, :8] = mixed[:, None].view(np.uint8)
         return torch.from_numpy(np.ascontiguousarray(vals.transpose(0, 2, 1, 3)))
 
     def _slots(self, r: Req, lo: int, hi: int):
@@ -257,9 +262,9 @@ class Engine:
         wrong = np.zeros(computed, bool)
         for l in layers:
             c = caches[LAYER_NAME.format(l)]
-            rows = c.view(c.shape[0], self.heads, 2, self.bt, self.hd)[blk, 0, 0, off, :2].contiguous()
-            words = rows.numpy().view(np.uint32).astype(np.uint64)
-            got = words[:, 0] | (words[:, 1] << np.uint64(32))
+            first8 = 8 // c.element_size()  # the elements holding a row's digest
+            rows = c.view(c.shape[0], self.heads, 2, self.bt, self.hd)[blk, 0, 0, off, :first8].contiguous()
+            got = rows.numpy().view(np.uint64).reshape(-1)
             wrong |= got != (truth ^ np.uint64(_mix(l, rank)))
         return int(wrong.sum())
 
@@ -279,10 +284,9 @@ class Engine:
                 digests = np.array([r.digest_at(p) for p in range(lo, lo + self.bt)], np.uint64)
                 for l in layers:
                     c = caches[LAYER_NAME.format(l)]
-                    got = c.view(c.shape[0], self.heads, 2, self.bt, self.hd)[b].permute(2, 0, 1, 3)
+                    got = c.view(c.shape[0], self.heads, 2, self.bt, self.hd)[b].permute(2, 0, 1, 3).contiguous()
                     want = self._rows(digests, l, rank)
-                    self.wrong_loaded_bytes += int((got.numpy().view(np.uint32) != want.numpy().view(np.uint32))
-                                                   .sum()) * 4
+                    self.wrong_loaded_bytes += int((got.numpy().view(np.uint8) != want.numpy().view(np.uint8)).sum())
                 self.loaded_blocks += 1
 
     def _forward(self, out):

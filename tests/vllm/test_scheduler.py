@@ -10,6 +10,7 @@ pipeline parallelism, preemption and resumption, chunked prefill of a restored r
 loads and saves in a step, aborts, async scheduling, and a daemon absent, stopped or of the
 wrong shape.
 """
+import copy
 import os
 import signal
 import sys
@@ -147,6 +148,44 @@ def test_parallel_ranks_restore_their_own_heads_and_layers(base, tmp_path, tp, p
         d.stop()
 
 
+def test_an_fp8_kv_cache_is_stored_as_its_bytes_under_a_namespace_naming_its_format(base, tmp_path):
+    """vLLM's --kv-cache-dtype fp8 (e4m3; vLLM allocates it as uint8): the daemon's store is shaped
+    fp8_e4m3 and keeps the bytes as they are. Restored bytes equal the saved ones and outputs equal
+    vLLM alone's; an fp8_e5m2 cache, or a store shaped for floats, never meets them."""
+    def fp8(vc, cache_dtype="fp8"):
+        vc.cache_config = copy.copy(vc.cache_config)
+        vc.cache_config.cache_dtype = cache_dtype
+        return vc
+
+    d = make_daemon(tmp_path, dict(SMOL, dtype="fp8_e4m3"))
+    d.start().close()
+    try:
+        vc = fp8(H.with_settings(base, extra=conn(d)))
+        ps = [prompt(640, 40 + i) for i in range(2)]
+        stored, out1 = run(vc, [(p, {}) for p in ps])
+        assert_exact(stored)
+        assert stored.stat("save_blocks") >= 2 * ((640 - 1) // BT)
+        e, out2 = run(vc, [(p, {}) for p in ps])
+        assert_exact(e)
+        assert hits(e) == 2 * ((640 - 1) // BT) * BT
+        assert out2 == out1 == run(fp8(H.with_settings(base)), [(p, {}) for p in ps])[1]
+        # The same bytes read as e5m2 are other values: a store shaped fp8_e4m3 is refused for it,
+        # naming both formats, and so is an fp8 cache against a float store (below).
+        with pytest.raises(ValueError, match="fp8_e5m2 elements but the flatkv store's shape has dtype fp8_e4m3"):
+            H.Engine(fp8(H.with_settings(base, extra=conn(d)), "fp8_e5m2"))
+    finally:
+        d.stop()
+    f = make_daemon(tmp_path, SMOL, name="f32")
+    f.start().close()
+    try:
+        with pytest.raises(ValueError, match="fp8_e4m3 elements but the flatkv store's shape has dtype f32"):
+            H.Engine(fp8(H.with_settings(base, extra=conn(f))))
+        with pytest.raises(ValueError, match="kv_cache_dtype 'fp8_per_token_head' is not one flatkv stores"):
+            H.Engine(fp8(H.with_settings(base, extra=conn(f)), "fp8_per_token_head"))
+    finally:
+        f.stop()
+
+
 def test_preemption_resumes_with_its_restore_and_outputs_equal_vllm_alone(base, daemon):
     vc = H.with_settings(base, extra=conn(daemon))
     ps = [prompt(600, 20 + i) for i in range(8)]
@@ -262,6 +301,10 @@ def test_refused_at_start_by_name(base, tmp_path, monkeypatch):
     try:
         with pytest.raises(ValueError, match="KV heads per rank"):
             H.Engine(H.with_settings(base, extra=conn(d)))
+        # A vLLM block size other than the store's: the same check vLLM's workers make at start
+        # (register_kv_caches), here in the scheduler's connector, which vLLM builds first.
+        with pytest.raises(ValueError, match="vLLM's block_size is 32 but the flatkv store's block_tokens is 64"):
+            H.Engine(H.with_settings(H.base_config(block_size=32), extra=conn(d)))
         vc = H.with_settings(base, extra=conn(d))
         vc.cache_config.prefix_caching_hash_algo = "xxhash"
         monkeypatch.delenv("PYTHONHASHSEED", raising=False)

@@ -29,4 +29,4 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRAC
 export FLATKV_REUSE_CRASH_SECONDS=${FLATKV_REUSE_CRASH_SECONDS:-30}
 export PYTHONPATH="$MODDIR" FLATKV_BINARY="$FLATKV" FLATKV_VLLM_MODEL="$MODEL"
 cd "$SRC"
-exec "$PY" -m pytest -q -rs -p no:cacheprovider tests/vllm "$@"
+exec "$PY" -m pytest -q -rs --durations=12 -p no:cacheprovider tests/vllm "$@"

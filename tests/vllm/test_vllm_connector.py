@@ -2,7 +2,7 @@
 
 Run by tests/vllm/run_vllm_tests.sh (ctest `vllm_connector`, label vllm), which sets the
 environment. Each vLLM engine runs in a process of its own (tests/vllm/vllm_run.py, or `vllm
-serve`); four launch here:
+serve`); five launch here:
   1. stores four prompts, one of them run again warm from vLLM's own prefix cache (arm B); the
      blocks saved equal vLLM's cache byte for byte;
   2. a fresh process: a prompt is restored from the daemon's DRAM, vLLM counting the external hit
@@ -14,7 +14,9 @@ serve`); four launch here:
      costs a recompute or nothing, never other tokens;
   3. vLLM's OpenAI server (`vllm serve`'s run_server) with the connector, and no prefix cache of
      its own, answers a two-turn chat over HTTP, the second turn restored from flatkv;
-  4. a vLLM block size that differs from the store's is refused, by name, at start.
+  4. and 5. tensor parallelism 3 with prompt embeds and LoRA: a storing run and a restoring one.
+A block size that differs from the store's is refused at start: test_scheduler.py checks it in
+the connector that vLLM builds first, without a launch.
 """
 import json
 import os
@@ -290,21 +292,14 @@ def test_vllm_serve_answers_a_multi_turn_chat_whose_second_turn_flatkv_restores(
     store.close()
 
 
-def test_a_vllm_block_size_the_store_does_not_have_is_refused(daemon, tmp_path):
-    daemon.start().close()
-    p, _ = run_vllm(tmp_path, "bs32", [{"prompt_ids": prompt_ids(100)}],
-                    {"flatkv.socket": "unix:" + daemon.socket, "flatkv.token": TOKEN_A}, block_size=32)
-    assert p.returncode != 0
-    assert "vLLM's block_size is 32 but the flatkv store's block_tokens is 64" in p.stdout + p.stderr
-
-
 def test_tensor_parallel_3_with_prompt_embeds_and_lora_restores_each_ranks_own_heads(tmp_path):
     """SmolLM2 at TP=3 (9 query heads, 3 KV heads: one per rank) on vLLM's CPU backend, a store
     shaped per rank, prompt embeds and LoRA on, two launches. The storing run is the cold
     reference: it stores p as tokens, as prompt embeds, and under adapter "a" (random weights in
     PEFT's format). A fresh process restores all three, each rank its own head, with outputs equal
     to the storing run's, and every rank's restored blocks equal its saved ones; the daemon holds a
-    distinct block per rank. Other embeds of the same length (token ids all 0) and adapter "a"
+    distinct block per rank. (Pipeline parallelism does not run on vLLM 0.32's CPU backend, with
+    or without a connector: docs/vllm.md, "Not done".) Other embeds of the same length (token ids all 0) and adapter "a"
     re-pointed at other weights under the same name get nothing: vLLM's block hash covers the
     embeds, flatkv's namespace the adapter's content."""
     sys.path.insert(0, HERE)
@@ -330,7 +325,7 @@ def test_tensor_parallel_3_with_prompt_embeds_and_lora_restores_each_ranks_own_h
         assert p1.returncode == 0, p1.stderr[-4000:]
         cold, saved, emb_cold, lora_cold = r1
         n = (len(p_ids) - 1) // BT
-        assert len(saved["ranks"]) == 3
+        assert sorted(r["rank"] for r in saved["ranks"]) == list(range(3)), saved
         for r in saved["ranks"]:
             assert r["save"]["blocks"] >= n and r["save"]["equal"] == r["save"]["blocks"], saved
         held = store.stats()["store"]["ssd"]["blocks"]
@@ -345,6 +340,7 @@ def test_tensor_parallel_3_with_prompt_embeds_and_lora_restores_each_ranks_own_h
         assert warm["output_ids"] == cold["output_ids"], (warm, cold)
         for r in loaded["ranks"]:
             assert r["load"]["blocks"] == n and r["load"]["equal"] == n, loaded
+        assert len(loaded["ranks"]) == 3, loaded
         assert held >= 3 * n, held  # one block per rank: three distinct keys per prompt block
         assert emb_warm["num_cached_tokens"] == n * BT, emb_warm
         assert emb_warm["output_ids"] == emb_cold["output_ids"]

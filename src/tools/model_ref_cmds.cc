@@ -159,7 +159,10 @@ int RunScore(const ModelRefArgs& a) {
   const uint32_t chunk = a.prefill_chunk == 0 ? n : a.prefill_chunk;
   // The engine's prefill (Engine::PrefillChunk): embed a chunk, run it
   // through every layer, then the final norm and classifier of all its positions.
-  model::Transformer tf(m.value());
+  // The machine's threads, as the engine's prefill uses (results do not depend on the count).
+  model::TransformerOptions to;
+  to.threads = 0;
+  model::Transformer tf(m.value(), to);
   model::KvCache cache(c, 64, n);
   std::vector<float> x, logits(static_cast<size_t>(n) * c.vocab_size);
   const auto t0 = std::chrono::steady_clock::now();

@@ -588,7 +588,7 @@ class FlatkvConnector(KVConnectorBase_V1):
                     warnings.simplefilter("ignore", UserWarning)
                     raw = torch.frombuffer(rs.handle.layer_view(layer), dtype=torch.uint8)
                 if self._xfer.cuda:
-                    self._xfer.register_window(raw)  # the daemon's window, pinned once
+                    self._xfer.register_window(raw)  # this range of the daemon's window, pinned once
                 # flatkv's layout into vLLM's (a strided copy per run of consecutive vLLM blocks);
                 # the window's layer is released once the copy has read it.
                 self._xfer.load_layer(layer, raw[:rs.got * lb], load.block_ids[:rs.got], on_done=release)
@@ -681,6 +681,8 @@ class FlatkvConnector(KVConnectorBase_V1):
         return errors
 
     def shutdown(self):
+        if self._xfer is not None:
+            self._xfer.close()  # waits for queued copies, unpins the window ranges it registered
         if self._lookups is not None:
             self._lookups.close()  # closes the link too
         self._link.close()

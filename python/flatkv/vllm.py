@@ -64,8 +64,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 logger = logging.getLogger("flatkv.vllm")
 
-_TORCH_DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
-# The store's dtype for each KV cache element type (flatkv's shape.dtype, Store.dtype).
+# The store's dtype for each KV cache element type flatkv holds as floats (shape.dtype, Store.dtype).
 _STORE_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 # vLLM's fp8 KV caches (--kv-cache-dtype), stored as their bytes under a namespace naming the format;
 # "fp8" is e4m3 (vLLM's config/cache.py). Scales are the checkpoint's (k_scale / v_scale, in the
@@ -177,14 +176,16 @@ class _Geometry:
                                  "per block, so run without --kv-cache-dtype-skip-layers")
             # The cache's elements are fp8 bytes (vLLM allocates them as uint8): stored as they are.
             self.store_dtype = self.dtype_name = _FP8_CACHE[cache_dtype]
+            self.raw_bytes = True
             elem_bytes = 1
         elif cache_dtype == "auto":
-            if self.dtype not in _TORCH_DTYPE_BYTES:
+            if self.dtype not in _STORE_DTYPE:
                 raise ValueError(f"FlatkvConnector: KV dtype {self.dtype} is not one flatkv stores "
                                  "(float32, float16, bfloat16)")
             self.dtype_name = str(self.dtype).removeprefix("torch.")
             self.store_dtype = _STORE_DTYPE[self.dtype]
-            elem_bytes = _TORCH_DTYPE_BYTES[self.dtype]
+            self.raw_bytes = False
+            elem_bytes = self.dtype.itemsize
         else:
             raise ValueError(f"FlatkvConnector: kv_cache_dtype '{cache_dtype}' is not one flatkv stores: it "
                              "keeps float32, float16 and bfloat16 caches and the fp8 ones (fp8, fp8_e4m3, "
@@ -215,10 +216,9 @@ class _Geometry:
             raise ValueError(f"FlatkvConnector: each rank holds {self.layers} layers of the model (pipeline "
                              f"parallel size {self.pp}) but the flatkv store's shape has {s.layers}; shape the "
                              "store per rank")
-        dtype = getattr(s, "dtype", self.store_dtype)
-        if dtype != self.store_dtype:
+        if s.dtype != self.store_dtype:
             raise ValueError(f"FlatkvConnector: vLLM's KV cache holds {self.dtype_name} elements but the flatkv "
-                             f"store's shape has dtype {dtype}; shape the store with dtype = \"{self.store_dtype}\"")
+                             f"store's shape has dtype {s.dtype}; shape the store with dtype = \"{self.store_dtype}\"")
         if s.block_layer_bytes != self.block_layer_bytes:
             what = (f"{self.block_tokens} tokens x {self.head_dim} latent+rope x {self.dtype}" if self.mla else
                     f"2 x {self.block_tokens} tokens x {self.kv_heads} KV heads per rank (tensor parallel "
@@ -508,11 +508,10 @@ class FlatkvConnector(KVConnectorBase_V1):
             raise ValueError(f"FlatkvConnector: {e}") from None
         for name in names:
             lay = layouts[name]
-            want = g.dtype if g.store_dtype == _STORE_DTYPE.get(g.dtype) else None
-            if want is not None and kv_caches[name].dtype != want:
+            if not g.raw_bytes and kv_caches[name].dtype != g.dtype:
                 raise ValueError(f"FlatkvConnector: KV cache '{name}' is {kv_caches[name].dtype}, the model's "
                                  f"KV dtype is {g.dtype}")
-            if want is None and not torch_kv.is_raw_bytes(kv_caches[name].dtype):
+            if g.raw_bytes and not torch_kv.is_raw_bytes(kv_caches[name].dtype):
                 raise ValueError(f"FlatkvConnector: KV cache '{name}' is {kv_caches[name].dtype}, not the "
                                  f"one-byte elements of kv_cache_dtype {g.dtype_name}")
             if lay.block_layer_bytes != g.block_layer_bytes:
